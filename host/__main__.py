@@ -1,0 +1,5 @@
+import sys
+
+from host.main import main
+
+sys.exit(main())

@@ -1,0 +1,97 @@
+"""One tool call as the host tracks it, and the table of calls in flight.
+
+A call is registered before anything is evaluated for it (arguments,
+permission, admission), so an abort always finds it. ``stop`` is the call's
+stop request; ``pre_body`` is the cancel scope of everything before the body
+(a stop there means the body never ran); ``body`` is the cancel scope of a
+body that may be abandoned (read-only tools).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import trio
+
+from protocol.messages.host import AbortCause, CallState
+from protocol.toolclass import ToolClass
+
+CallKey = tuple[str, str]  # (session id, call id)
+
+
+@dataclass(eq=False)
+class Call:
+    session_id: str
+    call_id: str
+    tool: str
+    tool_class: ToolClass
+    state: CallState = "admission"
+    cause: AbortCause | None = None
+    body_invoked: bool = False
+    forced: bool = False
+    permission_request_id: str | None = None
+    stop: trio.Event = field(default_factory=trio.Event)
+    pre_body: trio.CancelScope = field(default_factory=trio.CancelScope)
+    body: trio.CancelScope = field(default_factory=trio.CancelScope)
+    started_at: float = field(default_factory=time.monotonic)
+    output_seq: int = 0
+
+    @property
+    def key(self) -> CallKey:
+        return (self.session_id, self.call_id)
+
+    def request_stop(self, cause: AbortCause) -> None:
+        """First cause wins; cancels whatever may be abandoned in the call's phase."""
+        if self.stop.is_set():
+            return
+        self.cause = cause
+        self.stop.set()
+        if not self.body_invoked:
+            self.pre_body.cancel()
+        elif self.tool_class in (ToolClass.READ_ONLY, ToolClass.LOCAL):
+            self.body.cancel()
+        self.state = "aborting"
+
+
+class CallTable:
+    """Calls in flight, plus a bounded memory of settled ones for idempotent aborts."""
+
+    def __init__(self, settled_memory: int = 4096) -> None:
+        self._calls: dict[CallKey, Call] = {}
+        self._settled: OrderedDict[tuple[str, str, str], None] = OrderedDict()
+        self._settled_memory = settled_memory
+        self.idle = trio.Event()
+        self.idle.set()
+
+    def register(self, call: Call) -> bool:
+        if call.key in self._calls:
+            return False
+        self._calls[call.key] = call
+        self.idle = trio.Event() if self.idle.is_set() else self.idle
+        return True
+
+    def settle(self, call: Call) -> None:
+        call.state = "settled"
+        if self._calls.get(call.key) is call:
+            del self._calls[call.key]
+        self._settled[(call.session_id, call.call_id, call.tool)] = None
+        while len(self._settled) > self._settled_memory:
+            self._settled.popitem(last=False)
+        if not self._calls:
+            self.idle.set()
+
+    def find(self, session_id: str, call_id: str, tool: str) -> Call | None:
+        call = self._calls.get((session_id, call_id))
+        return call if call is not None and call.tool == tool else None
+
+    def was_settled(self, session_id: str, call_id: str, tool: str) -> bool:
+        return (session_id, call_id, tool) in self._settled
+
+    def __iter__(self) -> Iterator[Call]:
+        return iter(list(self._calls.values()))
+
+    def __len__(self) -> int:
+        return len(self._calls)

@@ -1,0 +1,250 @@
+"""The host's call manager: the life of every tool call, and what a stop does to it.
+
+``execute`` takes a call through tombstone check, registration, argument
+decoding, permission, admission and the body, and always returns exactly one
+result. ``abort`` never waits: it marks the call stopped and cancels what the
+call's phase allows to be abandoned (see ``Call.request_stop``); what happens
+to a running body is the tool class's policy:
+
+- read-only: the body's cancel scope is cancelled; its result is dropped.
+- process: the body watches ``stop``, kills its process tree, returns the output
+  collected before termination.
+- mutating: the body is shielded and completes atomically; the call ends
+  ``ABORTED`` with what the operation did in ``details``.
+- plugin: the body watches ``stop`` and forwards it to the plugin.
+
+"Body invoked" is recorded immediately before the body is called; it alone
+separates ``ABORTED`` from ``ABORTED_BEFORE_DISPATCH``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+import trio
+
+from host.admission import Admission, AdmissionLimits, Overloaded
+from host.calls import Call, CallTable
+from host.permissions import Verdict, evaluate, risk_of
+from host.tombstones import TombstoneRegistry
+from host.tools import TOOLS, ToolSpec
+from host.tools.context import HostToolConfig, ToolContext
+from host.workspace import Workspace
+from protocol.errors import ErrorCode
+from protocol.messages.client import PermissionMode
+from protocol.messages.host import (
+    AbortCause,
+    PermissionRequestParams,
+    PermissionWithdrawnParams,
+    ToolsAbortParams,
+    ToolsAbortResult,
+    ToolsExecuteParams,
+    ToolsOutputParams,
+)
+from protocol.toolclass import ToolClass
+from protocol.tools import (
+    Decision,
+    TextContent,
+    ToolResult,
+    aborted_result,
+    error_result,
+)
+
+log = logging.getLogger(__name__)
+
+ENV_MARKER = "QUIESCE_HOST_CALL"
+
+
+class RuntimePort(Protocol):
+    """What the manager needs from the runtime link."""
+
+    async def request_permission(self, params: PermissionRequestParams) -> Decision: ...
+    def permission_withdrawn(self, params: PermissionWithdrawnParams) -> None: ...
+    def tool_output(self, params: ToolsOutputParams) -> None: ...
+
+
+@dataclass(frozen=True)
+class HostConfig:
+    tools: HostToolConfig = field(default_factory=HostToolConfig)
+    permission_timeout: float = 120.0
+    tombstone_ttl: float = 60.0
+    tombstone_capacity: int = 10_000
+    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
+
+
+@dataclass
+class HostSession:
+    session_id: str
+    workspace: Workspace
+    permission_mode: PermissionMode
+    allowed: set[str] = field(default_factory=set)
+
+
+class CallManager:
+    def __init__(self, config: HostConfig, runtime: RuntimePort, *,
+                 tools: dict[str, ToolSpec] | None = None) -> None:
+        self.config = config
+        self._runtime = runtime
+        self._tools = TOOLS if tools is None else tools
+        self.sessions: dict[str, HostSession] = {}
+        self.calls = CallTable()
+        self.tombstones = TombstoneRegistry(ttl=config.tombstone_ttl,
+                                            capacity=config.tombstone_capacity)
+        self.admission = Admission(config.admission)
+        self._permission_ids = itertools.count(1)
+        self.marker_value = f"{id(self):x}"
+
+    def open_session(self, session_id: str, workspace: str, mode: PermissionMode) -> None:
+        self.sessions[session_id] = HostSession(session_id, Workspace(workspace), mode)
+
+    # -- execute --------------------------------------------------------------------
+
+    async def execute(self, params: ToolsExecuteParams) -> ToolResult:
+        if self.tombstones.take((params.session_id, params.call_id, params.tool)):
+            log.info("call %s/%s (%s) met its tombstone", params.session_id, params.call_id,
+                     params.tool)
+            return aborted_result(before_dispatch=True, details={"tombstone": True})
+        session = self.sessions.get(params.session_id)
+        if session is None:
+            return error_result(ErrorCode.NOT_FOUND, f"unknown session {params.session_id!r}",
+                                body_invoked=False)
+        spec = self._tools.get(params.tool)
+        if spec is None:
+            return error_result(ErrorCode.NOT_FOUND, f"unknown tool {params.tool!r}",
+                                body_invoked=False)
+        call = Call(params.session_id, params.call_id, params.tool, spec.tool_class)
+        if not self.calls.register(call):  # registered before anything is evaluated
+            return error_result(ErrorCode.INVALID_PARAMS,
+                                f"call id {params.call_id!r} is already in flight",
+                                body_invoked=False)
+        try:
+            return await self._run(call, spec, session, params.args)
+        finally:
+            self.calls.settle(call)
+
+    async def _run(self, call: Call, spec: ToolSpec, session: HostSession,
+                   raw_args: dict[str, Any]) -> ToolResult:
+        try:
+            args = msgspec.convert(raw_args, spec.args_type)
+        except msgspec.ValidationError as exc:
+            return error_result(ErrorCode.INVALID_PARAMS, f"invalid arguments: {exc}",
+                                body_invoked=False)
+        async with AsyncExitStack() as slot:
+            with call.pre_body:
+                if evaluate(session.permission_mode, call.tool, call.tool_class,
+                            session.allowed) is Verdict.ASK:
+                    call.state = "permission-pending"
+                    decision = await self._ask(call, session, raw_args)
+                    if decision == "deny":
+                        return error_result(ErrorCode.TOOL_DENIED,
+                                            f"permission to run {call.tool} was denied",
+                                            body_invoked=False)
+                    if decision == "allow-session":
+                        session.allowed.add(call.tool)
+                call.state = "admission"
+                try:
+                    await slot.enter_async_context(
+                        self.admission.slot(call.session_id, call.tool_class))
+                except Overloaded as exc:
+                    return error_result(ErrorCode.HOST_OVERLOADED, str(exc), body_invoked=False)
+            if call.stop.is_set():
+                return aborted_result(before_dispatch=True)
+            call.state = "running"
+            call.body_invoked = True  # immediately before the body
+            result = await self._invoke(call, spec, session, args)
+        return self._classify(call, result)
+
+    async def _invoke(self, call: Call, spec: ToolSpec, session: HostSession,
+                      args: Any) -> ToolResult | None:
+        ctx = ToolContext(
+            workspace=session.workspace,
+            config=self.config.tools,
+            stop=call.stop,
+            emit_output=lambda stream, text: self._emit(call, stream, text),
+            env_marker={ENV_MARKER: f"{self.marker_value}:{call.session_id}:{call.call_id}"},
+        )
+        try:
+            if call.tool_class is ToolClass.MUTATING:
+                # Started work completes atomically; a stop cannot tear it.
+                with trio.CancelScope(shield=True):
+                    return await spec.run(args, ctx)
+            with call.body:
+                return await spec.run(args, ctx)
+            return None  # a read-only body abandoned by a stop
+        except Exception as exc:  # the one mapping of tool-body failures to TOOL_FAILED
+            log.exception("tool %s failed", call.tool)
+            return error_result(ErrorCode.TOOL_FAILED, f"{call.tool} failed: {exc}",
+                                body_invoked=True)
+
+    def _classify(self, call: Call, result: ToolResult | None) -> ToolResult:
+        if result is None:
+            return aborted_result(before_dispatch=False, details={"discarded": True})
+        result = msgspec.structs.replace(result, body_invoked=True)
+        if not call.stop.is_set() or result.is_error:
+            return result  # no stop, or an error more specific than the stop
+        # The stop came while the body ran and the body finished anyway (a mutating
+        # operation, or a process that exited first): say what it actually did.
+        texts = [c.text for c in result.content if isinstance(c, TextContent)]
+        return aborted_result(
+            before_dispatch=False,
+            details={**result.details, "completed": True},
+            extra_text="The operation completed before the stop took effect:\n"
+                       + "\n".join(texts),
+        )
+
+    def _emit(self, call: Call, stream: str, text: str) -> None:
+        call.output_seq += 1
+        self._runtime.tool_output(ToolsOutputParams(
+            call.session_id, call.call_id, call.output_seq, stream, text))  # type: ignore[arg-type]
+
+    async def _ask(self, call: Call, session: HostSession, raw_args: dict[str, Any]) -> Decision:
+        request_id = f"perm-{next(self._permission_ids)}"
+        call.permission_request_id = request_id
+        preview = msgspec.json.encode(raw_args).decode()
+        if len(preview) > 400:
+            preview = preview[:399] + "…"
+        answered = False
+        try:
+            with trio.move_on_after(self.config.permission_timeout):
+                decision = await self._runtime.request_permission(PermissionRequestParams(
+                    call.session_id, request_id, call.call_id, call.tool, preview,
+                    risk_of(call.tool_class),  # type: ignore[arg-type]
+                ))
+                answered = True
+                return decision
+            log.info("permission %s unanswered after %.0f s: denied", request_id,
+                     self.config.permission_timeout)
+            return "deny"
+        finally:
+            if not answered:  # stopped or timed out: the prompt must vanish, its answer is void
+                self._runtime.permission_withdrawn(
+                    PermissionWithdrawnParams(call.session_id, request_id))
+
+    # -- abort ----------------------------------------------------------------------
+
+    def abort(self, params: ToolsAbortParams) -> ToolsAbortResult:
+        """Never waits. A call not (yet) known leaves a tombstone."""
+        call = self.calls.find(params.session_id, params.call_id, params.tool)
+        if call is None:
+            if self.calls.was_settled(params.session_id, params.call_id, params.tool):
+                return ToolsAbortResult(found=True, state="settled")
+            self.tombstones.add((params.session_id, params.call_id, params.tool))
+            return ToolsAbortResult(found=False, state="tombstoned")
+        call.request_stop(params.cause)
+        return ToolsAbortResult(found=True, state=call.state)
+
+    async def stop_all(self, cause: AbortCause, *, within: float | None = None) -> None:
+        """Stop every call and wait until none is left (the runtime is gone or leaving)."""
+        for call in self.calls:
+            call.request_stop(cause)
+        wait_for = within if within is not None else self.config.tools.kill_grace + 5.0
+        with trio.move_on_after(wait_for) as scope:
+            await self.calls.idle.wait()
+        if scope.cancelled_caught:
+            log.warning("%d calls still running after stop_all", len(self.calls))
+

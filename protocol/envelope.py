@@ -1,0 +1,185 @@
+"""JSON-RPC 2.0 envelopes, sans-IO: one frame in, one classified message out.
+
+``parse_frame`` never raises for bad input: a malformed frame becomes an
+:class:`InvalidMessage` carrying the JSON-RPC error it deserves and the request
+id where one can be recovered, so an endpoint answers it and keeps serving.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from protocol.errors import ErrorCode
+from protocol.methods import Direction, RequestId
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingRequest:
+    id: RequestId
+    method: str
+    params: Any
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingNotification:
+    method: str
+    params: Any
+
+
+class ErrorObject(msgspec.Struct, frozen=True):
+    code: int
+    message: str
+    data: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingResponse:
+    id: RequestId
+    result: msgspec.Raw | None
+    error: ErrorObject | None
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidMessage:
+    """A message that gets an error response (``respond``) or, for a bad notification, none."""
+
+    id: RequestId | None
+    code: ErrorCode
+    detail: str
+    respond: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    items: tuple[Incoming, ...]
+
+
+Incoming = IncomingRequest | IncomingNotification | IncomingResponse | InvalidMessage
+Parsed = Incoming | Batch
+
+
+class _Envelope(msgspec.Struct):
+    jsonrpc: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    id: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    method: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    error: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+_envelope_decoder = msgspec.json.Decoder(_Envelope)
+_batch_decoder = msgspec.json.Decoder(list[msgspec.Raw])
+_id_decoder = msgspec.json.Decoder(RequestId | None)
+_str_decoder = msgspec.json.Decoder(str)
+_error_decoder = msgspec.json.Decoder(ErrorObject)
+_any_decoder = msgspec.json.Decoder()
+_encoder = msgspec.json.Encoder()
+_VERSION = b'"2.0"'
+
+
+def parse_frame(data: bytes, incoming: Direction) -> Parsed:
+    """Classify one frame received on a link whose peer sends ``incoming`` messages."""
+    if data.lstrip()[:1] == b"[":
+        try:
+            members = _batch_decoder.decode(data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            return InvalidMessage(None, ErrorCode.PARSE_ERROR, str(exc))
+        if not members:
+            return InvalidMessage(None, ErrorCode.INVALID_REQUEST, "empty batch")
+        # Each member is judged alone: one bad member does not fail the batch.
+        return Batch(tuple(_parse_one(bytes(m), incoming) for m in members))
+    return _parse_one(data, incoming)
+
+
+def _parse_one(data: bytes, incoming: Direction) -> Incoming:
+    try:
+        env = _envelope_decoder.decode(data)
+    except msgspec.ValidationError:
+        return InvalidMessage(None, ErrorCode.INVALID_REQUEST, "a message must be a JSON object")
+    except msgspec.DecodeError as exc:
+        return InvalidMessage(None, ErrorCode.PARSE_ERROR, str(exc))
+
+    request_id: RequestId | None = None
+    if env.id is not msgspec.UNSET:
+        try:
+            request_id = _id_decoder.decode(env.id)
+        except msgspec.ValidationError:
+            return InvalidMessage(None, ErrorCode.INVALID_REQUEST,
+                                  "id must be a string, an integer or null")
+    if env.jsonrpc is msgspec.UNSET or bytes(env.jsonrpc).strip() != _VERSION:
+        return InvalidMessage(request_id, ErrorCode.INVALID_REQUEST, 'jsonrpc must be "2.0"')
+
+    if env.method is msgspec.UNSET:
+        return _parse_response(env, request_id)
+
+    is_notification = env.id is msgspec.UNSET
+    try:
+        method = _str_decoder.decode(env.method)
+    except msgspec.ValidationError:
+        return InvalidMessage(request_id, ErrorCode.INVALID_REQUEST, "method must be a string")
+    if method not in incoming:
+        return InvalidMessage(request_id, ErrorCode.METHOD_NOT_FOUND, method,
+                              respond=not is_notification)
+    spec = incoming.specs[method]
+    if spec.is_notification != is_notification:
+        kind = "a notification" if spec.is_notification else "a request (with an id)"
+        return InvalidMessage(request_id, ErrorCode.INVALID_REQUEST, f"{method} must be {kind}",
+                              respond=not is_notification)
+    try:
+        message = incoming.decoder.decode(data)
+    except msgspec.ValidationError as exc:
+        detail = str(exc)
+        code = (ErrorCode.INVALID_PARAMS if "params" in detail else ErrorCode.INVALID_REQUEST)
+        return InvalidMessage(request_id, code, detail, respond=not is_notification)
+    if is_notification:
+        return IncomingNotification(method, message.params)
+    assert request_id is not None or message.id is not None
+    return IncomingRequest(message.id, method, message.params)
+
+
+def _parse_response(env: _Envelope, request_id: RequestId | None) -> Incoming:
+    has_result = env.result is not msgspec.UNSET
+    has_error = env.error is not msgspec.UNSET
+    if request_id is None or has_result == has_error:
+        return InvalidMessage(request_id, ErrorCode.INVALID_REQUEST,
+                              "not a request, a notification or a response")
+    if has_error:
+        try:
+            error = _error_decoder.decode(env.error)  # type: ignore[arg-type]
+        except msgspec.ValidationError as exc:
+            return InvalidMessage(None, ErrorCode.INVALID_REQUEST, f"malformed error: {exc}",
+                                  respond=False)
+        return IncomingResponse(request_id, None, error)
+    return IncomingResponse(request_id, env.result, None)  # type: ignore[arg-type]
+
+
+def decode_result(spec_decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw) -> Any:
+    return spec_decoder.decode(raw)
+
+
+def encode_request(request_id: RequestId, method: str, params: msgspec.Struct) -> bytes:
+    return _encoder.encode({"jsonrpc": "2.0", "id": request_id, "method": method,
+                            "params": params})
+
+
+def encode_notification(method: str, params: msgspec.Struct) -> bytes:
+    return _encoder.encode({"jsonrpc": "2.0", "method": method, "params": params})
+
+
+def encode_message(message: dict[str, Any] | list[dict[str, Any]]) -> bytes:
+    """Encode an already-built response (or batch of responses)."""
+    return _encoder.encode(message)
+
+
+def error_response(request_id: RequestId | None, code: int, message: str,
+                   data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "error": error, "id": request_id}
+
+
+def decode_any(data: bytes) -> Any:
+    return _any_decoder.decode(data)

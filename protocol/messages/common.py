@@ -1,0 +1,32 @@
+"""Messages both links share: the handshake and shutdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+
+class Struct(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel",
+             omit_defaults=True):
+    """Base of every params/result type: frozen, strict, camelCase on the wire."""
+
+
+class Empty(Struct, frozen=True):
+    """No parameters, or an empty result."""
+
+
+class PeerInfo(Struct, frozen=True):
+    name: str
+    version: str = ""
+
+
+class InitializeParams(Struct, frozen=True):
+    protocol_version: str
+    client_info: PeerInfo | None = None
+
+
+class InitializeResult(Struct, frozen=True):
+    protocol_version: str
+    server_info: PeerInfo
+    capabilities: dict[str, Any] = msgspec.field(default_factory=dict)

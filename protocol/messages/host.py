@@ -1,0 +1,65 @@
+"""The host link: the runtime talking to its host process (and back)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from protocol.messages.client import PermissionMode
+from protocol.messages.common import Struct
+
+AbortCause = Literal["user", "parent", "hook", "disposed", "operator", "timeout"]
+CallState = Literal[
+    "unknown", "tombstoned", "admission", "permission-pending", "running", "aborting", "settled"
+]
+
+
+class SessionOpenParams(Struct, frozen=True):
+    session_id: str
+    workspace: str
+    permission_mode: PermissionMode = "ask"
+
+
+class ToolsExecuteParams(Struct, frozen=True):
+    session_id: str
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+
+
+class ToolsAbortParams(Struct, frozen=True):
+    session_id: str
+    call_id: str
+    tool: str
+    cause: AbortCause = "user"
+    reason: str | None = None
+
+
+class ToolsAbortResult(Struct, frozen=True):
+    found: bool
+    state: CallState
+
+
+class ToolsOutputParams(Struct, frozen=True):
+    session_id: str
+    call_id: str
+    seq: int
+    stream: Literal["stdout", "stderr", "progress"]
+    text: str
+
+
+class PermissionRequestParams(Struct, frozen=True):
+    session_id: str
+    request_id: str
+    call_id: str
+    tool: str
+    args_preview: str
+    risk: Literal["low", "medium", "high"] = "medium"
+
+
+class PermissionRequestResult(Struct, frozen=True):
+    decision: Literal["allow-once", "allow-session", "deny"]
+
+
+class PermissionWithdrawnParams(Struct, frozen=True):
+    session_id: str
+    request_id: str

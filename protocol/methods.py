@@ -1,0 +1,137 @@
+"""The method table of every link direction, and the tagged unions built from it.
+
+Each direction's requests and notifications form one msgspec tagged union
+(tag field ``method``), so a single ``Decoder`` turns a frame into a typed
+message with typed params. The table is also the source of ``docs/protocol.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Literal
+
+import msgspec
+
+from protocol.messages.client import (
+    DebugRunToolParams,
+    DebugRunToolResult,
+    SessionListResult,
+    SessionNewParams,
+    SessionNewResult,
+)
+from protocol.messages.common import Empty, InitializeParams, InitializeResult
+from protocol.messages.host import (
+    PermissionRequestParams,
+    PermissionRequestResult,
+    PermissionWithdrawnParams,
+    SessionOpenParams,
+    ToolsAbortParams,
+    ToolsAbortResult,
+    ToolsExecuteParams,
+    ToolsOutputParams,
+)
+from protocol.tools import ToolResult
+
+RequestId = int | str
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    params: type[msgspec.Struct]
+    result: type[msgspec.Struct] | None  # None: a notification
+    doc: str
+
+    @property
+    def is_notification(self) -> bool:
+        return self.result is None
+
+    @cached_property
+    def result_decoder(self) -> msgspec.json.Decoder[Any]:
+        assert self.result is not None
+        return msgspec.json.Decoder(self.result)
+
+
+def _message_struct(spec: MethodSpec) -> type[msgspec.Struct]:
+    """A whole JSON-RPC message of one method, tagged by its method name."""
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = [("jsonrpc", Literal["2.0"])]
+    if not spec.is_notification:
+        fields.append(("id", RequestId))
+    try:
+        default = spec.params()
+    except TypeError:  # params with required fields must be sent
+        fields.append(("params", spec.params))
+    else:
+        fields.append(("params", spec.params, default))
+    kind = "Notification" if spec.is_notification else "Request"
+    return msgspec.defstruct(
+        spec.name.title().replace(".", "").replace("/", "") + kind,
+        fields,
+        tag_field="method",
+        tag=spec.name,
+        frozen=True,
+        forbid_unknown_fields=True,
+    )
+
+
+class Direction:
+    """The requests and notifications one side may send the other on one link."""
+
+    def __init__(self, name: str, specs: list[MethodSpec]) -> None:
+        self.name = name
+        self.specs: dict[str, MethodSpec] = {s.name: s for s in specs}
+        self._structs = tuple(_message_struct(s) for s in specs)
+        union: Any = self._structs[0]
+        for struct in self._structs[1:]:
+            union = union | struct
+        self.decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(union)
+
+    def __contains__(self, method: str) -> bool:
+        return method in self.specs
+
+
+INITIALIZE_DOC = (
+    "Handshake; the first request on a link. A different major protocol version "
+    "fails with PROTOCOL_MISMATCH."
+)
+
+CLIENT_TO_RUNTIME = Direction("client → runtime", [
+    MethodSpec("initialize", InitializeParams, InitializeResult, INITIALIZE_DOC),
+    MethodSpec("session.new", SessionNewParams, SessionNewResult,
+               "Open a session on an absolute workspace directory."),
+    MethodSpec("session.list", Empty, SessionListResult, "The sessions of this daemon."),
+    MethodSpec("debug.runTool", DebugRunToolParams, DebugRunToolResult,
+               "Run one host tool in a session, outside any turn (debugging aid)."),
+    MethodSpec("shutdown", Empty, Empty,
+               "Stop the host and exit after answering. EOF on stdin does the same."),
+])
+
+RUNTIME_TO_CLIENT = Direction("runtime → client", [
+    MethodSpec("permission.request", PermissionRequestParams, PermissionRequestResult,
+               "Ask the user whether a tool call may run."),
+    MethodSpec("permission.withdrawn", PermissionWithdrawnParams, None,
+               "A pending permission request was withdrawn by a stop; its answer is refused."),
+])
+
+RUNTIME_TO_HOST = Direction("runtime → host", [
+    MethodSpec("initialize", InitializeParams, InitializeResult, INITIALIZE_DOC),
+    MethodSpec("session.open", SessionOpenParams, Empty,
+               "Tell the host a session's workspace and permission mode."),
+    MethodSpec("tools.execute", ToolsExecuteParams, ToolResult,
+               "Run one tool call; always answers with exactly one tool result."),
+    MethodSpec("tools.abort", ToolsAbortParams, ToolsAbortResult,
+               "Stop one tool call; an abort for an unknown call leaves a tombstone."),
+    MethodSpec("shutdown", Empty, Empty, "Stop every call, kill every process tree, exit."),
+])
+
+HOST_TO_RUNTIME = Direction("host → runtime", [
+    MethodSpec("permission.request", PermissionRequestParams, PermissionRequestResult,
+               "Ask (through the runtime, the client) whether a call may run."),
+    MethodSpec("permission.withdrawn", PermissionWithdrawnParams, None,
+               "A pending permission request was withdrawn by a stop."),
+    MethodSpec("tools.output", ToolsOutputParams, None,
+               "Ordered, bounded progress output of a running call."),
+])
+
+DIRECTIONS = (CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT, RUNTIME_TO_HOST, HOST_TO_RUNTIME)

@@ -1,0 +1,114 @@
+"""The runtime's link to its host process: spawn, handshake, requests, stop.
+
+The host is the runtime's child over stdio; its stderr is the runtime's stderr.
+Stopping it is a request (``shutdown``), then EOF on its stdin, then, past a
+deadline, SIGKILL; the process is always reaped.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import msgspec
+import trio
+
+from protocol.errors import RemoteError
+from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
+from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
+from protocol.version import PROTOCOL_VERSION, check_compatible
+from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler
+
+log = logging.getLogger(__name__)
+
+HANDSHAKE_TIMEOUT = 20.0
+STOP_TIMEOUT = 5.0
+
+
+def default_host_command() -> list[str]:
+    return [sys.executable, "-m", "host"]
+
+
+class HostLink:
+    def __init__(
+        self,
+        *,
+        command: Sequence[str] | None = None,
+        handlers: Mapping[str, Handler] | None = None,
+        notification_handlers: Mapping[str, NotificationHandler] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._command = list(command or default_host_command())
+        self._env = dict(env) if env is not None else None
+        self._handlers = dict(handlers or {})
+        self._notification_handlers = dict(notification_handlers or {})
+        self._process: trio.Process | None = None
+        self._endpoint: Endpoint | None = None
+        self.info: InitializeResult | None = None
+        self.exited = trio.Event()
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    async def start(self, nursery: trio.Nursery) -> InitializeResult:
+        """Spawn the host, serve its link in ``nursery`` and shake hands."""
+        process = await trio.lowlevel.open_process(
+            self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self._env
+        )
+        self._process = process
+        assert process.stdin is not None and process.stdout is not None
+        endpoint = Endpoint(
+            f"host[{process.pid}]",
+            process.stdout,
+            process.stdin,
+            incoming=HOST_TO_RUNTIME,
+            outgoing=RUNTIME_TO_HOST,
+            handlers=self._handlers,
+            notification_handlers=self._notification_handlers,
+        )
+        self._endpoint = endpoint
+        await nursery.start(endpoint.run)
+        nursery.start_soon(self._watch_exit, process)
+        with trio.fail_after(HANDSHAKE_TIMEOUT):
+            info: InitializeResult = await endpoint.request(
+                "initialize",
+                InitializeParams(PROTOCOL_VERSION, PeerInfo("quiesce-runtime", "0.1.0")),
+            )
+        check_compatible(info.protocol_version)
+        self.info = info
+        log.info("host %d ready", process.pid)
+        return info
+
+    async def _watch_exit(self, process: trio.Process) -> None:
+        code = await process.wait()
+        log.info("host %d exited with %s", process.pid, code)
+        self.exited.set()
+
+    async def request(self, method: str, params: msgspec.Struct) -> Any:
+        if self._endpoint is None:
+            raise ConnectionClosed("host not started")
+        return await self._endpoint.request(method, params)
+
+    async def stop(self) -> None:
+        """Ask the host to shut down, close its stdin, and make sure it is gone."""
+        process, endpoint = self._process, self._endpoint
+        if process is None or endpoint is None:
+            return
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(STOP_TIMEOUT):
+                try:
+                    await endpoint.request("shutdown", Empty())
+                except (ConnectionClosed, RemoteError) as exc:
+                    log.info("host shutdown request: %s", exc)
+            assert process.stdin is not None
+            await process.stdin.aclose()
+            with trio.move_on_after(STOP_TIMEOUT):
+                await process.wait()
+            if process.returncode is None:
+                log.warning("host %d did not exit; killing it", process.pid)
+                process.kill()
+                await process.wait()

@@ -1,0 +1,10 @@
+"""The trio side of JSON-RPC links: endpoint (framing, correlation, writer) and dispatch.
+
+Both processes use it: the runtime for its client and host links, the host for
+its runtime link.
+"""
+
+from runtime.rpc.dispatch import Handler, NotificationHandler
+from runtime.rpc.endpoint import ConnectionClosed, Endpoint
+
+__all__ = ["ConnectionClosed", "Endpoint", "Handler", "NotificationHandler"]

@@ -1,0 +1,253 @@
+"""One side of a JSON-RPC link over a pair of byte streams, under trio.
+
+Framing and envelopes come from ``protocol`` (sans-IO); this module adds the
+I/O: a reader task that never waits on a handler (each request runs in its own
+task in the endpoint's nursery, so a later ``tools.abort`` is read while
+earlier requests still run), a single writer task (two tasks writing one stream
+raise ``BusyResourceError``, and a cancelled ``send_all`` could tear a frame),
+and id correlation for the requests this side sends.
+
+Notifications are handled inline by synchronous handlers, so their order on
+the wire is the order they are handled in (``tools.output`` relies on it).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import trio
+
+from protocol.envelope import (
+    Batch,
+    Incoming,
+    IncomingNotification,
+    IncomingRequest,
+    IncomingResponse,
+    InvalidMessage,
+    encode_message,
+    encode_notification,
+    encode_request,
+    error_response,
+    parse_frame,
+)
+from protocol.errors import ERROR_MESSAGES, ErrorCode, RemoteError
+from protocol.framing import DEFAULT_MAX_FRAME_SIZE, Frame, FrameDecoder, encode_frame
+from protocol.methods import Direction, RequestId
+from runtime.rpc.dispatch import Handler, NotificationHandler, dispatch_request
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 65536
+
+
+class ConnectionClosed(Exception):
+    """The link closed before the peer answered."""
+
+
+@dataclass
+class _Pending:
+    done: trio.Event = field(default_factory=trio.Event)
+    result: msgspec.Raw | None = None
+    error: RemoteError | ConnectionClosed | None = None
+
+
+class Endpoint:
+    def __init__(
+        self,
+        name: str,
+        receive: trio.abc.ReceiveStream,
+        send: trio.abc.SendStream,
+        *,
+        incoming: Direction,
+        outgoing: Direction,
+        handlers: Mapping[str, Handler] | None = None,
+        notification_handlers: Mapping[str, NotificationHandler] | None = None,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    ) -> None:
+        self.name = name
+        self._receive = receive
+        self._send = send
+        self._incoming = incoming
+        self._outgoing = outgoing
+        self._handlers: dict[str, Handler] = dict(handlers or {})
+        self._notification_handlers = dict(notification_handlers or {})
+        self._max_frame_size = max_frame_size
+        self._ids = itertools.count(1)
+        self._pending: dict[RequestId, _Pending] = {}
+        # Unbounded: a sender never blocks or tears a frame; producers bound their output.
+        self._out_send, self._out_receive = trio.open_memory_channel[bytes](math.inf)
+        self._nursery: trio.Nursery | None = None
+        self._read_scope = trio.CancelScope()
+        self.closed = trio.Event()
+        self.frames_in = 0
+        self.frames_out = 0
+
+    def add_handler(self, method: str, handler: Handler) -> None:
+        self._handlers[method] = handler
+
+    def add_notification_handler(self, method: str, handler: NotificationHandler) -> None:
+        self._notification_handlers[method] = handler
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until the peer closes its side and every running handler has answered."""
+        async with trio.open_nursery() as outer:
+            outer.start_soon(self._write_loop)
+            async with trio.open_nursery() as handlers:
+                self._nursery = handlers
+                task_status.started()
+                with self._read_scope:
+                    await self._read_loop()
+                self._on_closed()
+            self._out_send.close()
+
+    def stop_reading(self) -> None:
+        """Read no more; ``run`` returns once running handlers answered and output drained."""
+        self._read_scope.cancel()
+
+    def _on_closed(self) -> None:
+        self.closed.set()
+        for pending in self._pending.values():
+            pending.error = ConnectionClosed(f"{self.name}: link closed")
+            pending.done.set()
+        self._pending.clear()
+
+    async def request(self, method: str, params: msgspec.Struct) -> Any:
+        """Send a request and wait for its typed result; raise RemoteError on an error."""
+        spec = self._outgoing.specs[method]
+        assert not spec.is_notification, method
+        if self.closed.is_set():
+            raise ConnectionClosed(f"{self.name}: link closed")
+        request_id = next(self._ids)
+        pending = _Pending()
+        self._pending[request_id] = pending
+        try:
+            self._enqueue(encode_request(request_id, method, params))
+            await pending.done.wait()
+        finally:
+            # A cancelled caller forgets the request; a late answer is dropped.
+            self._pending.pop(request_id, None)
+        if pending.error is not None:
+            raise pending.error
+        assert pending.result is not None
+        return spec.result_decoder.decode(pending.result)
+
+    def notify(self, method: str, params: msgspec.Struct) -> None:
+        """Queue a notification; never blocks, so it keeps its order among others."""
+        assert self._outgoing.specs[method].is_notification, method
+        if not self.closed.is_set():
+            self._enqueue(encode_notification(method, params))
+
+    def _enqueue(self, payload: bytes) -> None:
+        try:
+            self._out_send.send_nowait(encode_frame(payload))
+        except trio.ClosedResourceError:
+            raise ConnectionClosed(f"{self.name}: link closed") from None
+
+    async def _write_loop(self) -> None:
+        broken = False
+        async with self._out_receive:
+            async for frame in self._out_receive:
+                if broken:
+                    continue
+                try:
+                    await self._send.send_all(frame)
+                    self.frames_out += 1
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    log.info("%s: peer stopped reading; dropping further output", self.name)
+                    broken = True
+
+    async def _read_loop(self) -> None:
+        decoder = FrameDecoder(self._max_frame_size)
+        while True:
+            try:
+                data = await self._receive.receive_some(READ_CHUNK)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            if not data:
+                return
+            for event in decoder.feed(data):
+                if isinstance(event, Frame):
+                    self.frames_in += 1
+                    self._handle_parsed(parse_frame(event.data, self._incoming))
+                else:
+                    log.warning("%s: frame of %d bytes exceeds the %d byte limit", self.name,
+                                event.size_at_least, event.limit)
+                    self._send_error(None, ErrorCode.INVALID_REQUEST,
+                                     f"frame exceeds {event.limit} bytes")
+
+    def _handle_parsed(self, parsed: Incoming | Batch) -> None:
+        if isinstance(parsed, Batch):
+            assert self._nursery is not None
+            self._nursery.start_soon(self._serve_batch, parsed)
+            return
+        if isinstance(parsed, IncomingRequest):
+            assert self._nursery is not None
+            self._nursery.start_soon(self._serve_request, parsed)
+        elif isinstance(parsed, IncomingNotification):
+            self._handle_notification(parsed)
+        elif isinstance(parsed, IncomingResponse):
+            self._resolve(parsed)
+        elif parsed.respond:
+            self._send_error(parsed.id, parsed.code, parsed.detail)
+        else:
+            log.warning("%s: dropped bad notification: %s", self.name, parsed.detail)
+
+    def _handle_notification(self, note: IncomingNotification) -> None:
+        handler = self._notification_handlers.get(note.method)
+        if handler is None:
+            log.debug("%s: no handler for notification %s", self.name, note.method)
+            return
+        handler(note.params)
+
+    def _resolve(self, response: IncomingResponse) -> None:
+        pending = self._pending.pop(response.id, None)
+        if pending is None:
+            log.debug("%s: dropped answer to forgotten request %r", self.name, response.id)
+            return
+        if response.error is not None:
+            err = response.error
+            pending.error = RemoteError(err.code, err.message, err.data)
+        else:
+            pending.result = response.result
+        pending.done.set()
+
+    def _send_error(self, request_id: RequestId | None, code: ErrorCode, detail: str) -> None:
+        message = error_response(request_id, int(code), ERROR_MESSAGES[code], detail)
+        self._enqueue_quietly(encode_message(message))
+
+    def _enqueue_quietly(self, payload: bytes) -> None:
+        try:
+            self._out_send.send_nowait(encode_frame(payload))
+        except trio.ClosedResourceError:
+            log.debug("%s: answer dropped, link closed", self.name)
+
+    async def _serve_request(self, request: IncomingRequest) -> None:
+        response = await dispatch_request(self._handlers, request)
+        self._enqueue_quietly(encode_message(response))
+
+    async def _serve_batch(self, batch: Batch) -> None:
+        responses: list[Any] = []
+
+        async def serve_one(item: Incoming) -> None:
+            if isinstance(item, IncomingRequest):
+                responses.append(await dispatch_request(self._handlers, item))
+            elif isinstance(item, InvalidMessage):
+                if item.respond:
+                    responses.append(error_response(item.id, int(item.code),
+                                                    ERROR_MESSAGES[item.code], item.detail))
+            elif isinstance(item, IncomingNotification):
+                self._handle_notification(item)
+            else:
+                self._resolve(item)
+
+        async with trio.open_nursery() as nursery:
+            for item in batch.items:
+                nursery.start_soon(serve_one, item)
+        if responses:  # a batch of notifications gets no answer
+            self._enqueue_quietly(encode_message(responses))

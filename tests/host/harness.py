@@ -1,0 +1,90 @@
+"""A real host subprocess driven over its link, as the runtime drives it."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import trio
+
+from protocol.messages.host import (
+    PermissionRequestParams,
+    PermissionRequestResult,
+    PermissionWithdrawnParams,
+    SessionOpenParams,
+    ToolsAbortParams,
+    ToolsAbortResult,
+    ToolsExecuteParams,
+    ToolsOutputParams,
+)
+from protocol.tools import ToolResult
+from runtime.host_link import HostLink
+
+PermissionAnswer = Callable[[PermissionRequestParams], Awaitable[PermissionRequestResult]]
+
+
+async def never_answer(params: PermissionRequestParams) -> PermissionRequestResult:
+    await trio.sleep_forever()
+    raise AssertionError("unreachable")
+
+
+@dataclass
+class Host:
+    link: HostLink
+    session_id: str
+    permission_requests: list[PermissionRequestParams] = field(default_factory=list)
+    withdrawn: list[str] = field(default_factory=list)
+    output: list[ToolsOutputParams] = field(default_factory=list)
+    permission_asked: trio.Event = field(default_factory=trio.Event)
+
+    async def execute(self, call_id: str, tool: str, args: dict[str, Any]) -> ToolResult:
+        result: ToolResult = await self.link.request(
+            "tools.execute", ToolsExecuteParams(self.session_id, call_id, tool, args))
+        return result
+
+    async def abort(self, call_id: str, tool: str, cause: str = "user") -> ToolsAbortResult:
+        result: ToolsAbortResult = await self.link.request(
+            "tools.abort", ToolsAbortParams(self.session_id, call_id, tool, cause))  # type: ignore[arg-type]
+        return result
+
+    def output_text(self, call_id: str) -> str:
+        return "".join(o.text for o in self.output if o.call_id == call_id)
+
+
+@asynccontextmanager
+async def running_host(workspace: str, env: dict[str, str], *, mode: str = "auto",
+                       config: dict[str, Any] | None = None,
+                       answer: PermissionAnswer = never_answer) -> AsyncIterator[Host]:
+    command = [sys.executable, "-m", "host"]
+    if config:
+        command += ["--config", msgspec.json.encode(config).decode()]
+    holder: list[Host] = []
+
+    async def on_permission(params: PermissionRequestParams) -> PermissionRequestResult:
+        holder[0].permission_requests.append(params)
+        holder[0].permission_asked.set()
+        return await answer(params)
+
+    def on_withdrawn(params: PermissionWithdrawnParams) -> None:
+        holder[0].withdrawn.append(params.request_id)
+
+    def on_output(params: ToolsOutputParams) -> None:
+        holder[0].output.append(params)
+
+    link = HostLink(command=command, env=env, handlers={"permission.request": on_permission},
+                    notification_handlers={"permission.withdrawn": on_withdrawn,
+                                           "tools.output": on_output})
+    async with trio.open_nursery() as nursery:
+        await link.start(nursery)
+        host = Host(link, "s-test")
+        holder.append(host)
+        await link.request("session.open", SessionOpenParams("s-test", workspace, mode))  # type: ignore[arg-type]
+        try:
+            yield host
+        finally:
+            await link.stop()
+            nursery.cancel_scope.cancel()

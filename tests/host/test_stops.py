@@ -1,0 +1,188 @@
+"""Each tool class's stop path, against a real host process."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import psutil
+import trio
+
+from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
+from tests.conftest import Marked
+from tests.host.harness import running_host
+from tests.support import marked_processes
+
+FAST = {"tools": {"kill_grace": 0.5}}
+TREE = (
+    "echo started; "
+    "sleep 60 & "
+    "setsid sleep 60 & "
+    "( sleep 60 & ) ; "
+    "nohup sleep 60 >/dev/null 2>&1 & "
+    "bash -c 'trap \"\" TERM; sleep 60' & "
+    "sleep 60"
+)
+
+
+def slow_grep_tree(root: pathlib.Path) -> None:
+    # Backtracking regex work: several seconds of Grep that is read-only and real.
+    (root / "big.txt").write_text(("a" * 22 + "\n") * 20000)
+
+
+async def wait_for_output(host_output: list[object], within: float = 10.0) -> None:
+    with trio.fail_after(within):
+        while not host_output:
+            await trio.sleep(0.01)
+
+
+async def test_read_only_stop_returns_at_once(tmp_path: pathlib.Path, marked: Marked) -> None:
+    slow_grep_tree(tmp_path)
+    async with running_host(str(tmp_path), marked.env(), config=FAST) as host:
+        async with trio.open_nursery() as nursery:
+            results = []
+
+            async def run() -> None:
+                results.append(await host.execute("g1", "Grep", {"pattern": "(a|aa)*c"}))
+
+            nursery.start_soon(run)
+            await trio.sleep(0.3)
+            sent = time.monotonic()
+            state = await host.abort("g1", "Grep")
+            assert state.found and state.state == "aborting"
+        elapsed = time.monotonic() - sent
+    (result,) = results
+    assert result.code == "ABORTED" and result.body_invoked
+    assert elapsed < 1.0, elapsed
+
+
+async def test_process_tree_stop_kills_every_member(tmp_path: pathlib.Path,
+                                                    marked: Marked) -> None:
+    async with running_host(str(tmp_path), marked.env(), config=FAST) as host:
+        results = []
+        async with trio.open_nursery() as nursery:
+            async def run() -> None:
+                results.append(await host.execute("b1", "Bash", {"command": TREE}))
+
+            nursery.start_soon(run)
+            await wait_for_output(host.output)
+            with trio.fail_after(10):
+                while len(marked_processes(marked.mark)) < 7:
+                    await trio.sleep(0.05)
+            sent = time.monotonic()
+            await host.abort("b1", "Bash")
+        elapsed = time.monotonic() - sent
+        (result,) = results
+        assert result.code == "ABORTED" and result.body_invoked
+        assert "started" in str(result.content) + str(result.details)
+        assert elapsed < 0.5 + 2.0, elapsed
+        tool_procs = [p for p in marked_processes(marked.mark)
+                      if "host" not in " ".join(p.cmdline())]
+        assert tool_procs == []
+
+
+async def test_stop_during_permission_prompt(tmp_path: pathlib.Path, marked: Marked) -> None:
+    late: list[str] = []
+
+    async def answer_late(params: PermissionRequestParams) -> PermissionRequestResult:
+        await trio.sleep(0.5)
+        late.append(params.request_id)
+        return PermissionRequestResult("allow-once")
+
+    async with running_host(str(tmp_path), marked.env(), mode="ask", config=FAST,
+                            answer=answer_late) as host:
+        results = []
+        async with trio.open_nursery() as nursery:
+            async def run() -> None:
+                results.append(await host.execute(
+                    "w1", "Write", {"path": "x.txt", "content": "hello"}))
+
+            nursery.start_soon(run)
+            with trio.fail_after(10):
+                await host.permission_asked.wait()
+            await host.abort("w1", "Write")
+        (result,) = results
+        assert result.code == "ABORTED_BEFORE_DISPATCH" and not result.body_invoked
+        assert host.withdrawn == [host.permission_requests[0].request_id]
+        await trio.sleep(0.8)  # the late answer arrives and is refused
+        assert late == [host.permission_requests[0].request_id]
+        assert not (tmp_path / "x.txt").exists()
+
+
+async def test_permission_denied_and_allowed(tmp_path: pathlib.Path, marked: Marked) -> None:
+    decisions = iter(["deny", "allow-session"])
+
+    async def answer(params: PermissionRequestParams) -> PermissionRequestResult:
+        return PermissionRequestResult(next(decisions))  # type: ignore[arg-type]
+
+    async with running_host(str(tmp_path), marked.env(), mode="ask", answer=answer) as host:
+        denied = await host.execute("w1", "Write", {"path": "a.txt", "content": "1"})
+        assert denied.code == "TOOL_DENIED" and not denied.body_invoked
+        assert not (tmp_path / "a.txt").exists()
+        allowed = await host.execute("w2", "Write", {"path": "a.txt", "content": "2"})
+        assert not allowed.is_error and (tmp_path / "a.txt").read_text() == "2"
+        again = await host.execute("w3", "Write", {"path": "a.txt", "content": "3"})
+        assert not again.is_error and len(host.permission_requests) == 2
+
+
+async def test_permission_timeout_is_a_deny(tmp_path: pathlib.Path, marked: Marked) -> None:
+    async with running_host(str(tmp_path), marked.env(), mode="ask",
+                            config={"permission_timeout": 0.2}) as host:
+        result = await host.execute("b1", "Bash", {"command": "touch made"})
+        assert result.code == "TOOL_DENIED"
+        assert host.withdrawn == [host.permission_requests[0].request_id]
+        assert not (tmp_path / "made").exists()
+
+
+async def test_stop_while_queued_in_admission(tmp_path: pathlib.Path, marked: Marked) -> None:
+    config = {**FAST, "admission": {"per_class": {"process": 1}}}
+    async with running_host(str(tmp_path), marked.env(), config=config) as host:
+        results: dict[str, object] = {}
+        async with trio.open_nursery() as nursery:
+            async def run(call_id: str, command: str) -> None:
+                results[call_id] = await host.execute(call_id, "Bash", {"command": command})
+
+            nursery.start_soon(run, "first", "echo one; sleep 30")
+            await wait_for_output(host.output)
+            nursery.start_soon(run, "queued", "touch should-not-exist")
+            await trio.sleep(0.2)
+            state = await host.abort("queued", "Bash")
+            assert state.state == "aborting"
+            with trio.fail_after(2):
+                while "queued" not in results:
+                    await trio.sleep(0.01)
+            await host.abort("first", "Bash")
+        queued = results["queued"]
+        assert queued.code == "ABORTED_BEFORE_DISPATCH"  # type: ignore[attr-defined]
+        assert results["first"].code == "ABORTED"  # type: ignore[attr-defined]
+        assert not (tmp_path / "should-not-exist").exists()
+
+
+async def test_abort_is_idempotent(tmp_path: pathlib.Path, marked: Marked) -> None:
+    async with running_host(str(tmp_path), marked.env(), config=FAST) as host:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(host.execute, "b1", "Bash", {"command": "echo go; sleep 30"})
+            await wait_for_output(host.output)
+            first = await host.abort("b1", "Bash")
+            second = await host.abort("b1", "Bash", "operator")
+            assert first == second
+        after = await host.abort("b1", "Bash")
+        assert after.found and after.state == "settled"
+
+
+async def test_host_exits_when_runtime_pipe_closes(tmp_path: pathlib.Path,
+                                                   marked: Marked) -> None:
+    async with running_host(str(tmp_path), marked.env(), config=FAST) as host:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(host.execute, "b1", "Bash", {"command": TREE})
+            await wait_for_output(host.output)
+            pid = host.link.pid
+            assert pid is not None
+            process = host.link._process
+            assert process is not None and process.stdin is not None
+            await process.stdin.aclose()  # the runtime "dies": its pipe closes
+            with trio.fail_after(10):
+                await host.link.exited.wait()
+            nursery.cancel_scope.cancel()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert marked_processes(marked.mark) == []

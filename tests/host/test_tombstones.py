@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from host.tombstones import TombstoneRegistry
+from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
+from tests.conftest import Marked
+from tests.host.harness import running_host
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_tombstone_hit_is_consumed_once() -> None:
+    reg = TombstoneRegistry(ttl=10)
+    reg.add(("s", "c1", "Bash"))
+    assert ("s", "c1", "Bash") in reg
+    assert reg.take(("s", "c1", "Bash"))
+    assert not reg.take(("s", "c1", "Bash"))
+
+
+def test_tombstone_never_matches_another_tool() -> None:
+    reg = TombstoneRegistry(ttl=10)
+    reg.add(("s", "c1", "Bash"))
+    assert not reg.take(("s", "c1", "Write"))
+    assert not reg.take(("other", "c1", "Bash"))
+    assert reg.take(("s", "c1", "Bash"))
+
+
+def test_tombstones_expire() -> None:
+    clock = FakeClock()
+    reg = TombstoneRegistry(ttl=5, clock=clock)
+    reg.add(("s", "c1", "Bash"))
+    clock.now = 4.9
+    assert ("s", "c1", "Bash") in reg
+    clock.now = 5.0
+    assert not reg.take(("s", "c1", "Bash"))
+    reg.add(("s", "c2", "Bash"))
+    clock.now = 20
+    assert len(reg) == 0 and reg.expired == 2
+
+
+def test_capacity_drops_the_oldest() -> None:
+    reg = TombstoneRegistry(ttl=60, capacity=3)
+    for i in range(5):
+        reg.add(("s", f"c{i}", "Read"))
+    assert len(reg) == 3 and reg.evicted == 2
+    assert not reg.take(("s", "c0", "Read")) and not reg.take(("s", "c1", "Read"))
+    assert reg.take(("s", "c4", "Read"))
+
+
+def test_bad_configuration_is_refused() -> None:
+    with pytest.raises(ValueError):
+        TombstoneRegistry(ttl=0)
+    with pytest.raises(ValueError):
+        TombstoneRegistry(capacity=0)
+
+
+async def test_early_abort_stops_the_call_before_permission(tmp_path: pathlib.Path,
+                                                           marked: Marked) -> None:
+    async def allow(params: PermissionRequestParams) -> PermissionRequestResult:
+        return PermissionRequestResult("allow-once")
+
+    async with running_host(str(tmp_path), marked.env(), mode="ask", answer=allow) as host:
+        state = await host.abort("c1", "Bash")
+        assert not state.found and state.state == "tombstoned"
+        result = await host.execute("c1", "Bash", {"command": "touch made"})
+        assert result.code == "ABORTED_BEFORE_DISPATCH" and not result.body_invoked
+        assert host.permission_requests == []
+        assert not (tmp_path / "made").exists()
+        # Same call id, another tool: unaffected.
+        await host.abort("c2", "Bash")
+        other = await host.execute("c2", "Write", {"path": "w.txt", "content": "ok"})
+        assert not other.is_error and (tmp_path / "w.txt").read_text() == "ok"
+
+
+async def test_expired_tombstone_no_longer_stops(tmp_path: pathlib.Path,
+                                                 marked: Marked) -> None:
+    import trio
+
+    async with running_host(str(tmp_path), marked.env(), config={"tombstone_ttl": 0.2}) as host:
+        await host.abort("c1", "Bash")
+        await trio.sleep(0.4)
+        result = await host.execute("c1", "Bash", {"command": "echo ran"})
+        assert not result.is_error and "ran" in str(result.content)

@@ -1,0 +1,52 @@
+"""Test support: marking the processes a test starts, and finding survivors."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import psutil
+
+MARK_VAR = "QUIESCE_TEST_MARK"
+
+
+def new_mark() -> str:
+    return uuid.uuid4().hex
+
+
+def marked_env(mark: str, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env[MARK_VAR] = mark
+    env.update(extra)
+    return env
+
+
+def marked_processes(mark: str) -> list[psutil.Process]:
+    """Live (non-zombie) processes whose environment carries ``mark``."""
+    found = []
+    for proc in psutil.process_iter(["pid", "status"]):
+        if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(MARK_VAR) == mark:
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def wait_no_marked_processes(mark: str, timeout: float = 5.0) -> list[psutil.Process]:
+    """Wait for every marked process to be gone; return the survivors (killed)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = marked_processes(mark)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for proc in left:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return left
