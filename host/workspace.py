@@ -15,11 +15,15 @@ it into an error result at one boundary.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
+import stat
 from pathlib import Path
 
 from protocol.errors import ErrorCode
+
+_MAX_RESOLVE_ROUNDS = 8
 
 
 class ToolInputError(Exception):
@@ -72,7 +76,18 @@ class Workspace:
                     raise _outside(rel_path)
             elif part not in ("", "."):
                 depth += 1
-        real = posixpath.normpath(os.path.realpath(posixpath.join(self._root_str, rel_path)))
+        real = posixpath.join(self._root_str, rel_path)
+        for _ in range(_MAX_RESOLVE_ROUNDS):
+            # realpath gives up at a symlink loop and returns the rest unresolved, so
+            # "loop/../link" would come back as "link" with the link still in it:
+            # resolve until nothing changes.
+            resolved = posixpath.normpath(os.path.realpath(real))
+            if resolved == real:
+                break
+            real = resolved
+        else:
+            raise ToolInputError(ErrorCode.NOT_FOUND, f"{rel_path!r} cannot be resolved "
+                                 "(symlink loop)")
         if not self.contains(real):
             raise _outside(rel_path)
         if must_exist:
@@ -104,7 +119,79 @@ class Workspace:
             target = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             return
-        if target.endswith(" (deleted)") or not target.startswith("/"):
-            return  # an unlinked or non-path file: nothing to redirect
-        if not self.contains(target):
+        if not target.startswith("/"):
+            return  # a pipe, socket or anonymous file: not a path to confine
+        if not self.contains(target.removesuffix(" (deleted)")):
             raise _outside(shown)
+
+    def open_regular(self, real_path: str | os.PathLike[str], shown: str) -> int:
+        """Open a resolved path read-only, refusing anything but a regular file inside the root.
+
+        ``O_NONBLOCK`` keeps a FIFO from blocking the open; ``O_NOFOLLOW``
+        refuses a symlink swapped in for the last component; the descriptor
+        is then checked against the root. The caller owns the descriptor.
+        """
+        flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(real_path, flags)
+        except FileNotFoundError:
+            raise ToolInputError(ErrorCode.NOT_FOUND, f"{shown!r} does not exist") from None
+        except IsADirectoryError:
+            raise ToolInputError(ErrorCode.TOOL_FAILED, f"{shown!r} is a directory") from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:  # the resolved path became a symlink meanwhile
+                raise ToolInputError(ErrorCode.TOOL_FAILED,
+                                     f"{shown!r} changed into a symlink; try again") from None
+            raise ToolInputError(ErrorCode.TOOL_FAILED,
+                                 f"cannot open {shown!r}: {exc.strerror}") from None
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise ToolInputError(ErrorCode.TOOL_FAILED, f"{shown!r} is a directory")
+            if not stat.S_ISREG(mode):
+                raise ToolInputError(ErrorCode.TOOL_FAILED, f"{shown!r} is not a regular file")
+            self.check_fd(fd, shown)
+            os.set_blocking(fd, True)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def open_parent(self, real_path: str | os.PathLike[str], shown: str, *,
+                    create: bool) -> tuple[int, str]:
+        """A directory descriptor for ``real_path``'s parent and the final name.
+
+        The parent is reached from the root one component at a time with
+        ``O_NOFOLLOW`` (creating missing directories when ``create``), so no
+        symlink swapped in after ``resolve`` can lead the side effect outside
+        the root. The caller owns the descriptor.
+        """
+        rel = os.path.relpath(os.fspath(real_path), self._root_str)
+        parts = rel.split("/")
+        if rel in (".", "") or parts[0] == "..":
+            raise ToolInputError(ErrorCode.INVALID_PARAMS, f"{shown!r} names no file")
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+        fd = os.open(self._root_str, flags)
+        try:
+            for part in parts[:-1]:
+                if create:
+                    try:
+                        os.mkdir(part, 0o777, dir_fd=fd)
+                    except FileExistsError:
+                        pass
+                try:
+                    next_fd = os.open(part, flags | os.O_NOFOLLOW, dir_fd=fd)
+                except FileNotFoundError:
+                    raise ToolInputError(ErrorCode.NOT_FOUND,
+                                         f"the folder of {shown!r} does not exist") from None
+                except OSError as exc:  # ELOOP: a symlink swapped in; ENOTDIR: a file
+                    raise ToolInputError(ErrorCode.TOOL_FAILED,
+                                         f"cannot reach the folder of {shown!r}: "
+                                         f"{exc.strerror}") from None
+                os.close(fd)
+                fd = next_fd
+            self.check_fd(fd, shown)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, parts[-1]

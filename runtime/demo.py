@@ -7,6 +7,7 @@ that bad input is answered and the daemon keeps serving, and shuts down.
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import sys
@@ -45,7 +46,8 @@ async def _demo(workspace: pathlib.Path) -> None:
     (workspace / "src").mkdir()
     (workspace / "src" / "app.py").write_text("def main():\n    return 'stopped means stopped'\n")
     started = time.perf_counter()
-    async with spawn_daemon() as daemon:
+    env = {**os.environ, "QUIESCE_LOG_LEVEL": os.environ.get("QUIESCE_LOG_LEVEL", "WARNING")}
+    async with spawn_daemon(env=env) as daemon:
         info = await daemon.initialize()
         host = info.capabilities["host"]
         _say(f"daemon pid {daemon.process.pid}, host pid {host['pid']}, protocol "

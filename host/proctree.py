@@ -1,0 +1,422 @@
+"""Process trees: spawn them so they can be found, and kill them so they stay dead.
+
+A tool process is started in a new session (its pid is its session and group
+id) with an attribution marker in its environment. Its *tree* is everything
+that can be traced back to it:
+
+- descendants of the root (while the root lives);
+- processes in the root's session or process group (``&`` jobs, and orphans
+  whose parent died: the session id survives reparenting);
+- processes carrying the marker in their environment (a ``setsid`` child, a
+  double fork, a ``nohup`` job: they inherit the environment);
+- descendants of any of these, and anything seen in an earlier listing.
+
+``kill_tree`` lists the tree *before* signalling, TERMs every process group
+and every escaped member (plus CONT, so a stopped member can act on it), keeps
+re-listing during the grace period (a member may fork, an orphan may be
+reparented to us), KILLs survivors, reaps adopted children by pid (never
+``waitpid(-1)``, which would steal the exit status of children trio or
+``subprocess`` own), and verifies with a final listing that nothing remains.
+The host is a child subreaper (``become_subreaper``), so orphans of a tree are
+reparented to it and reaped here rather than lingering under init.
+
+Known gap: a member that clears its environment *and* leaves the session
+*and* is orphaned before any listing sees it cannot be attributed (a cgroup
+would be needed for that).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import psutil  # type: ignore[import-untyped, unused-ignore]  # types-psutil not a dev dep
+import trio
+
+log = logging.getLogger(__name__)
+
+PR_SET_CHILD_SUBREAPER = 36
+KILL_TIMEOUT = 2.0
+"""How long the KILL phase keeps trying before reporting survivors."""
+_POLL = 0.01
+_RESCAN = 0.05
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        log.info("child subreaper unsupported on %s; orphans go to init", sys.platform)
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        log.warning("prctl(PR_SET_CHILD_SUBREAPER) failed: %s", os.strerror(err))
+        return False
+    return True
+
+
+Marker = tuple[str, str]
+"""An environment variable name and value that attributes a process to a call."""
+
+
+def _environ_matches(proc: psutil.Process, key: str, value: str | None, prefix: bool) -> bool:
+    try:
+        found: str | None = proc.environ().get(key)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    if found is None:
+        return False
+    if value is None:
+        return True
+    return found.startswith(value) if prefix else found == value
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return bool(proc.status() != psutil.STATUS_ZOMBIE)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def find_marked(key: str, value: str | None = None, *,
+                prefix: bool = False) -> list[psutil.Process]:
+    """Every live process whose environment has ``key`` (equal to, or starting with, ``value``).
+
+    For crash cleanup: after a host died, its marker finds what it left behind.
+    Processes we may not inspect (other users) are skipped, not errors.
+    """
+    me = os.getpid()
+    return [p for p in psutil.process_iter()
+            if p.pid != me and _alive(p) and _environ_matches(p, key, value, prefix)]
+
+
+@dataclass(frozen=True)
+class KillReport:
+    """What a kill did: how many processes the tree had, and how they died."""
+
+    found: int
+    """Distinct live processes seen in the tree."""
+    terminated: int
+    """Died during the TERM grace."""
+    killed: int
+    """Were still alive after the grace and got KILL."""
+    survivors: tuple[int, ...]
+    """Still alive when the KILL phase gave up (should always be empty)."""
+    elapsed: float
+
+    @property
+    def clean(self) -> bool:
+        return not self.survivors
+
+
+class _Tree:
+    """The membership rules of one tree, and the memory of members seen so far."""
+
+    def __init__(self, root_pid: int | None, marker: Marker | None, *, value_prefix: bool,
+                 reap_root: bool) -> None:
+        self.root_pid = root_pid
+        self.marker = marker
+        self.value_prefix = value_prefix
+        self.reap_root = reap_root
+        self.known: dict[int, psutil.Process] = {}
+        self.sessions: set[int] = set() if root_pid is None else {root_pid}
+        self._excluded_sessions = {os.getsid(0), 0, 1}
+        self.root_proc: psutil.Process | None = None
+        if root_pid is not None:
+            try:
+                self.root_proc = psutil.Process(root_pid)
+            except psutil.NoSuchProcess:
+                self.root_proc = None
+
+    def scan(self) -> dict[int, psutil.Process]:
+        """Every current member (live or zombie), added to ``known``. Blocking."""
+        me = os.getpid()
+        children: defaultdict[int, list[int]] = defaultdict(list)
+        procs: dict[int, psutil.Process] = {}
+        for proc in psutil.process_iter(["ppid"]):
+            ppid = proc.info.get("ppid")
+            procs[proc.pid] = proc
+            if isinstance(ppid, int):
+                children[ppid].append(proc.pid)
+        members: dict[int, psutil.Process] = {}
+        for pid, proc in procs.items():
+            if pid == me:
+                continue
+            if self._is_seed(pid, proc):
+                members[pid] = proc
+        stack = list(members)
+        while stack:
+            for child in children.get(stack.pop(), ()):
+                if child not in members and child != me:
+                    members[child] = procs[child]
+                    stack.append(child)
+        self.known.update(members)
+        for pid in members:
+            try:
+                self.sessions.add(os.getsid(pid))
+            except OSError:
+                continue
+        self.sessions -= self._excluded_sessions
+        return members
+
+    def _is_seed(self, pid: int, proc: psutil.Process) -> bool:
+        if pid == self.root_pid:
+            return self.root_proc is not None and proc == self.root_proc
+        known = self.known.get(pid)
+        if known is not None and known == proc:
+            return True
+        try:
+            if os.getsid(pid) in self.sessions:
+                return True
+        except OSError:
+            return False
+        if self.marker is not None:
+            return _environ_matches(proc, self.marker[0], self.marker[1], self.value_prefix)
+        return False
+
+    def reap(self, proc: psutil.Process) -> None:
+        """Reap a dead member that is our (adopted) child; never the caller's root."""
+        if proc.pid == self.root_pid and not self.reap_root:
+            return
+        try:
+            if proc.ppid() != os.getpid():
+                return
+            os.waitpid(proc.pid, os.WNOHANG)
+        except (psutil.NoSuchProcess, ChildProcessError):
+            pass
+
+
+def _signal(proc: psutil.Process, sig: signal.Signals) -> None:
+    try:
+        proc.send_signal(sig)  # psutil refuses a reused pid
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        pass
+
+
+def _signal_groups(procs: list[psutil.Process], sig: signal.Signals) -> None:
+    mine = os.getpgrp()
+    groups: set[int] = set()
+    for proc in procs:
+        try:
+            groups.add(os.getpgid(proc.pid))
+        except OSError:
+            continue
+    for group in groups - {mine, 0, 1}:
+        try:
+            os.killpg(group, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+async def _kill(tree: _Tree, grace: float, kill_timeout: float) -> KillReport:
+    started = time.monotonic()
+    members = await trio.to_thread.run_sync(tree.scan)
+    found: set[int] = set()
+    termed: set[int] = set()
+    killed: set[int] = set()
+    phase_end = started + grace
+    sig = signal.SIGTERM
+    last_scan = time.monotonic()
+    alive: list[psutil.Process] = []
+    while True:
+        alive = []
+        for proc in members.values():
+            if _alive(proc):
+                alive.append(proc)
+            else:
+                tree.reap(proc)
+        if not alive:
+            # Verify with a full listing: an orphan may have moved under us meanwhile.
+            members = await trio.to_thread.run_sync(tree.scan)
+            last_scan = time.monotonic()
+            if not any(_alive(p) for p in members.values()):
+                for proc in members.values():
+                    tree.reap(proc)
+                break
+            continue
+        found.update(p.pid for p in alive)
+        sent = termed if sig is signal.SIGTERM else killed
+        fresh = [p for p in alive if p.pid not in sent]
+        if fresh:
+            _signal_groups(fresh, sig)
+            for proc in fresh:
+                _signal(proc, sig)
+                if sig is signal.SIGTERM:
+                    _signal(proc, signal.SIGCONT)
+            sent.update(p.pid for p in fresh)
+        now = time.monotonic()
+        if now >= phase_end:
+            if sig is signal.SIGKILL:
+                break
+            sig, phase_end = signal.SIGKILL, now + kill_timeout
+            continue
+        await trio.sleep(min(_POLL, phase_end - now))
+        if time.monotonic() - last_scan >= _RESCAN:
+            members = await trio.to_thread.run_sync(tree.scan)
+            last_scan = time.monotonic()
+    survivors = tuple(sorted(p.pid for p in alive if _alive(p)))
+    report = KillReport(found=len(found), terminated=len(found - killed), killed=len(killed),
+                        survivors=survivors, elapsed=time.monotonic() - started)
+    if survivors:
+        log.error("process tree %s: %d survivors after KILL: %s", tree.root_pid,
+                  len(survivors), survivors)
+    elif report.found:
+        log.info("process tree %s: %d processes, %d needed KILL, %.3f s", tree.root_pid,
+                 report.found, report.killed, report.elapsed)
+    return report
+
+
+async def kill_tree(root_pid: int, *, grace: float, marker: Marker | None = None,
+                    reap_root: bool = False, kill_timeout: float = KILL_TIMEOUT) -> KillReport:
+    """TERM the tree of ``root_pid``, KILL what survives ``grace``, reap, verify.
+
+    Runs shielded with its own deadline (``grace + kill_timeout`` plus slack),
+    so a cancelled caller still gets a dead tree. ``reap_root`` is for a root
+    nobody else will wait for; a root owned by ``subprocess`` is left to it.
+    """
+    tree = _Tree(root_pid, marker, value_prefix=False, reap_root=reap_root)
+    return await _shielded_kill(tree, grace, kill_timeout)
+
+
+async def kill_marked(key: str, value: str, *, prefix: bool = False, grace: float,
+                      kill_timeout: float = KILL_TIMEOUT) -> KillReport:
+    """Kill every process carrying a marker (and its descendants): crash cleanup."""
+    tree = _Tree(None, (key, value), value_prefix=prefix, reap_root=True)
+    return await _shielded_kill(tree, grace, kill_timeout)
+
+
+async def _shielded_kill(tree: _Tree, grace: float, kill_timeout: float) -> KillReport:
+    started = time.monotonic()
+    with trio.CancelScope(shield=True) as scope:
+        scope.deadline = trio.current_time() + grace + kill_timeout + 5.0
+        return await _kill(tree, grace, kill_timeout)
+    # Only a listing that never finishes gets here; say so rather than hang.
+    left = tuple(sorted(p.pid for p in tree.known.values() if _alive(p)))
+    log.error("process tree %s: kill overran its deadline; alive: %s", tree.root_pid, left)
+    return KillReport(found=len(tree.known), terminated=0, killed=0, survivors=left,
+                      elapsed=time.monotonic() - started)
+
+
+
+class Child:
+    """A spawned tree root: its output pipes, its exit, and the kill of its whole tree.
+
+    The root is waited for *without* being reaped (a pidfd, or ``waitid`` with
+    ``WNOWAIT``), so its pid, session and group id cannot be reused while its
+    tree is being killed; ``finish`` kills the tree, then reaps the root.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], stdout: trio.lowlevel.FdStream,
+                 stderr: trio.lowlevel.FdStream, marker: Marker | None) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.stdout = stdout
+        self.stderr = stderr
+        self.marker = marker
+        self.returncode: int | None = None
+        self.kill_report: KillReport | None = None
+        self._pidfd: int | None = None
+        try:
+            self._pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+
+    def exited(self) -> bool:
+        """Whether the root has exited (it stays a zombie until ``finish``)."""
+        if self.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    async def wait_exited(self) -> None:
+        """Until the root exits; does not reap it."""
+        while not self.exited():
+            if self._pidfd is not None:
+                await trio.lowlevel.wait_readable(self._pidfd)
+            else:
+                await trio.sleep(0.02)
+
+    async def finish(self, grace: float) -> KillReport:
+        """Kill whatever is left of the tree, reap the root, close the pidfd.
+
+        Idempotent; shielded with its own deadline (see ``kill_tree``).
+        """
+        report = self.kill_report
+        if report is None or self.returncode is None or not report.clean:
+            report = self.kill_report = await kill_tree(self.pid, grace=grace,
+                                                        marker=self.marker)
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + 2.0
+            await self.wait_exited()
+        if self.popen.poll() is not None:  # reaps the root, by its pid only
+            self.returncode = self.popen.returncode
+        else:
+            log.error("process %d did not exit after KILL", self.pid)
+        self._close_pidfd()
+        return report
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            trio.lowlevel.notify_closing(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    async def aclose(self) -> None:
+        """Close the pipes (after the tree is dead, or to give up on them)."""
+        with trio.CancelScope(shield=True):
+            await self.stdout.aclose()
+            await self.stderr.aclose()
+
+
+def _popen(argv: list[str], *, cwd: str | os.PathLike[str], env: dict[str, str], stdout: int,
+           stderr: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
+                            stderr=stderr, start_new_session=True, close_fds=True)
+
+
+async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
+                env_extra: dict[str, str] | None = None) -> Child:
+    """Start ``argv`` in a new session with piped stdout/stderr and stdin from /dev/null."""
+    env = {**os.environ, **(env_extra or {})}
+    if marker is not None:
+        env[marker[0]] = marker[1]
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        popen = await trio.to_thread.run_sync(functools.partial(
+            _popen, argv, cwd=cwd, env=env, stdout=out_w, stderr=err_w))
+    except BaseException:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    return Child(popen, trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r), marker)
+
+
+@asynccontextmanager
+async def spawned(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
+                  grace: float, env_extra: dict[str, str] | None = None,
+                  ) -> AsyncIterator[Child]:
+    """``spawn``, with the tree killed and the root reaped however the block ends."""
+    child = await spawn(argv, cwd=cwd, marker=marker, env_extra=env_extra)
+    try:
+        yield child
+    finally:
+        await child.finish(grace)
+        await child.aclose()

@@ -1,0 +1,80 @@
+"""Bash (process): a shell command in the workspace, in its own session.
+
+stdout and stderr stream through ``ctx.emit_output`` as they arrive (bounded
+by ``config.max_output_bytes``; the result says when the live stream was cut).
+The result carries the exit status and bounded output (head and tail). A stop
+kills the whole process tree and returns ``ABORTED`` with the output collected
+before termination; the timeout (``timeoutMs`` or the configured default)
+does the same with ``TOOL_TIMEOUT``. Background jobs still running when the
+shell exits are killed too: no process outlives its call.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+from host.tools.context import ToolContext
+from host.tools.output import BoundedOutput, TextSink
+from host.tools.process import TreeResult, run_tree
+from protocol.errors import ErrorCode
+from protocol.tools import BashArgs, ToolResult, aborted_result, error_result, ok_result
+
+DETAILS_TAIL_BYTES = 4096
+
+
+def shell() -> str:
+    return shutil.which("bash") or "/bin/sh"
+
+
+def _details(tree: TreeResult, out: BoundedOutput) -> dict[str, object]:
+    return {
+        **tree.details(),
+        "output": out.tail(DETAILS_TAIL_BYTES),
+        "outputBytes": out.total,
+        "truncated": out.truncated,
+        "streamTruncated": out.stream_truncated,
+    }
+
+
+def _notes(tree: TreeResult, out: BoundedOutput) -> str:
+    notes: list[str] = []
+    if out.stream_truncated:
+        notes.append(f"[live output stopped after {out.emitted} bytes]")
+    if tree.outcome == "exited" and tree.kill.found:
+        notes.append(f"[{tree.kill.found} background processes were still running "
+                     "and were terminated]")
+    if not tree.drained:
+        notes.append("[output pipes were still held open; output may be incomplete]")
+    return "\n".join(notes)
+
+
+def _join(*parts: str) -> str:
+    return "\n".join(part.rstrip("\n") for part in parts if part)
+
+
+async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
+    config = ctx.config
+    timeout_ms = args.timeout_ms if args.timeout_ms is not None else config.bash_default_timeout_ms
+    if ctx.stop.is_set():
+        return aborted_result(before_dispatch=False, details={"started": False})
+    out = BoundedOutput(config.max_output_bytes, ctx.emit_output)
+    tree = await run_tree(
+        [shell(), "-c", args.command], cwd=ctx.workspace.root, stop=ctx.stop,
+        limit=timeout_ms / 1000, grace=config.kill_grace, marker=ctx.marker,
+        env_extra=ctx.env_marker, stdout=TextSink("stdout", out), stderr=TextSink("stderr", out))
+    details = _details(tree, out)
+    output = out.text()
+    if tree.outcome == "stopped":
+        return aborted_result(before_dispatch=False, details=details, extra_text=_join(
+            "Output before the stop:" if output else "No output before the stop.",
+            output, _notes(tree, out)))
+    if tree.outcome == "timeout":
+        message = f"command timed out after {timeout_ms / 1000:g} s"
+        return error_result(
+            ErrorCode.TOOL_TIMEOUT, message, body_invoked=True, details=details,
+            text=_join(f"Error: {message}; its process tree was killed.", output,
+                       _notes(tree, out)))
+    status = (f"[exit status {tree.exit_status}]" if tree.exit_status
+              else f"[killed by {tree.signal}]" if tree.signal else "")
+    text = _join(output, _notes(tree, out), status) or "(no output)"
+    return ok_result(text, details=details)

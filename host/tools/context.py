@@ -1,0 +1,101 @@
+"""What a tool body is given, what describes a tool, and the one mapping of input errors.
+
+A tool is ``async def run(args, ctx) -> ToolResult``. Expected failures (bad
+input, a missing file, a path outside the workspace, a non-unique edit) are
+raised as ``ToolInputError`` and turned into an error result by ``ToolSpec``;
+anything else propagates to the call manager, which maps it to ``TOOL_FAILED``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import trio
+
+from host.workspace import ToolInputError, Workspace
+from protocol.toolclass import ToolClass
+from protocol.tools import ToolResult, error_result
+
+__all__ = [
+    "HostToolConfig",
+    "ToolContext",
+    "ToolInputError",
+    "ToolSpec",
+    "run_abandonable",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class HostToolConfig:
+    kill_grace: float = 2.0
+    """Seconds between TERM and KILL when a process tree is stopped."""
+    bash_default_timeout_ms: int = 120_000
+    max_output_bytes: int = 64 * 1024
+    """Bound of a process tool's streamed output and result output, and of Grep's output."""
+    read_max_bytes: int = 256 * 1024
+    """Bound of Read's result text."""
+    image_output_dir: str = "images"
+    """Workspace-relative folder GenerateImages writes into."""
+    image_backend: list[str] | None = None
+    """Command of the image backend; ``None`` runs ``python -m host.imaging.render``."""
+    image_timeout_ms: int = 300_000
+
+
+@dataclass
+class ToolContext:
+    workspace: Workspace
+    config: HostToolConfig
+    stop: trio.Event
+    """Set by the call manager when ``tools.abort`` arrives for this call."""
+    emit_output: Callable[[str, str], None]
+    """``(stream, text)``: non-blocking, ordered progress output of the call."""
+    env_marker: dict[str, str] = field(default_factory=dict)
+    """Environment variables set on every spawned process (attribution marker)."""
+
+    @property
+    def marker(self) -> tuple[str, str] | None:
+        """The first marker variable, the one process trees are attributed by."""
+        for key, value in self.env_marker.items():
+            return (key, value)
+        return None
+
+
+ToolBody = Callable[[Any, ToolContext], Awaitable[ToolResult]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool: its name, argument type, stop class and body.
+
+    ``run`` is the body with ``ToolInputError`` mapped to an error result.
+    """
+
+    name: str
+    args_type: type[Any]
+    tool_class: ToolClass
+    body: ToolBody
+
+    async def run(self, args: Any, ctx: ToolContext) -> ToolResult:
+        try:
+            return await self.body(args, ctx)
+        except ToolInputError as exc:
+            return error_result(exc.code, exc.message, body_invoked=True)
+
+
+async def run_abandonable(work: Callable[[threading.Event], T]) -> T:
+    """Run blocking read-only ``work`` in a thread that a cancel abandons at once.
+
+    The worker is handed an event that is set when the caller stops waiting
+    (cancelled or done), so it can stop early instead of finishing a long scan
+    nobody will read; it must not mutate anything.
+    """
+    cancelled = threading.Event()
+    try:
+        return await trio.to_thread.run_sync(work, cancelled, abandon_on_cancel=True)
+    finally:
+        cancelled.set()

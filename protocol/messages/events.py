@@ -1,0 +1,100 @@
+"""Session events: the durable log of a session, and what ``session.event`` carries.
+
+Every event has ``kind`` (the tag), ``seq`` (its position in the session's log)
+and ``turnId``. ``tool/progress`` is announced but never logged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+from protocol.tools import Content
+
+TurnEndKind = Literal["completed", "aborted", "error", "interrupted"]
+CauseKind = Literal["user", "parent", "hook", "disposed", "operator"]
+StopReason = Literal["end_turn", "cancelled", "error", "max_steps"]
+
+
+class _Event(msgspec.Struct, frozen=True, tag_field="kind", rename="camel",
+             forbid_unknown_fields=True, omit_defaults=True):
+    seq: int
+    turn_id: str
+
+
+class Cause(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    kind: CauseKind
+    reason: str | None = None
+
+
+class SessionMeta(_Event, frozen=True, tag="session/meta"):
+    """First line of a log: what ``session.load`` needs to reopen the session."""
+
+    session_id: str
+    workspace: str
+    permission_mode: str
+    created_at: float
+    provider: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class TurnStart(_Event, frozen=True, tag="turn/start"):
+    pass
+
+
+class UserMessageEvent(_Event, frozen=True, tag="user/message"):
+    text: str
+
+
+class Block(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    type: Literal["text", "reasoning"]
+    text: str
+
+
+class AssistantMessageEvent(_Event, frozen=True, tag="assistant/message"):
+    step: int
+    blocks: tuple[Block, ...]
+    interrupted: bool = False
+    chunks: int = 0  # stream chunks the message was assembled from
+
+
+class ToolCallEvent(_Event, frozen=True, tag="tool/call"):
+    step: int
+    call_id: str
+    tool: str
+    tool_class: str = msgspec.field(name="class")
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ToolProgressEvent(_Event, frozen=True, tag="tool/progress"):
+    call_id: str
+    stream: str
+    text: str
+
+
+class ToolResultEvent(_Event, frozen=True, tag="tool/result"):
+    step: int
+    call_id: str
+    is_error: bool
+    code: str | None
+    content: tuple[Content, ...]
+    details: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class TurnOutcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """How a turn ended: ``{kind: aborted, reason: {kind: user}}`` and the like."""
+
+    kind: TurnEndKind
+    reason: Cause | None = None
+    error: str | None = None
+
+
+class TurnEnd(_Event, frozen=True, tag="turn/end"):
+    end: TurnOutcome
+    stop_reason: StopReason
+
+
+SessionEvent = (SessionMeta | TurnStart | UserMessageEvent | AssistantMessageEvent
+                | ToolCallEvent | ToolProgressEvent | ToolResultEvent | TurnEnd)
+DurableEvent = (SessionMeta | TurnStart | UserMessageEvent | AssistantMessageEvent
+                | ToolCallEvent | ToolResultEvent | TurnEnd)

@@ -1,0 +1,108 @@
+"""Tool definitions and ``define_tool``.
+
+A definition names a tool, its class (what a stop does to it across the process
+boundary), whether it may share the scheduler's parallel pool, the frozen
+msgspec Struct its arguments materialize into, and its body
+``async (args, exec) -> ToolResult``. ``exec`` is a read-only ``ToolExecution``
+whose ``signal`` is a required ``AbortSignal``: a body defined through
+``define_tool`` (even as a lambda) sees it typed that way, with no cast.
+
+Optional parts: ``final_content(result) -> content``, a content-only callback the
+registry runs on every candidate result, aborts included, before publishing it;
+and ``stop(exec)``, which the scheduler's stop walk awaits directly for a call
+whose body was invoked (for a host tool: send ``tools.abort``).
+
+Arguments must be deeply immutable, so the argument Struct is checked when the
+tool is defined: frozen Structs, tuples, frozensets and immutable scalars only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import msgspec
+import msgspec.inspect as mi
+
+from protocol.toolclass import ToolClass
+from protocol.tools import Content, ToolResult
+from runtime.registry.views import ToolExecution
+
+__all__ = ["Body", "FinalContent", "StopHandler", "ToolDefinition", "define_tool"]
+
+A = TypeVar("A", bound=msgspec.Struct)
+
+Body = Callable[[A, ToolExecution], Awaitable[ToolResult]]
+FinalContent = Callable[[ToolResult], tuple[Content, ...]]
+StopHandler = Callable[[ToolExecution], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition(Generic[A]):
+    name: str
+    tool_class: ToolClass
+    exclusive: bool
+    args_type: type[A]
+    body: Body[A]
+    final_content: FinalContent | None = None
+    stop: StopHandler | None = None
+    description: str = ""
+
+
+def define_tool(
+    name: str,
+    *,
+    args: type[A],
+    tool_class: ToolClass,
+    body: Body[A],
+    exclusive: bool | None = None,
+    final_content: FinalContent | None = None,
+    stop: StopHandler | None = None,
+    description: str = "",
+) -> ToolDefinition[A]:
+    """Define a tool. ``exclusive`` defaults to ``True`` except for read-only tools.
+
+    Raises ``TypeError`` if ``args`` is not a deeply immutable msgspec Struct.
+    """
+    if not name:
+        raise ValueError("a tool needs a name")
+    _check_immutable(mi.type_info(args), f"{name} arguments", set())
+    if exclusive is None:
+        exclusive = tool_class is not ToolClass.READ_ONLY
+    return ToolDefinition(name=name, tool_class=tool_class, exclusive=exclusive, args_type=args,
+                          body=body, final_content=final_content, stop=stop,
+                          description=description)
+
+
+_IMMUTABLE_LEAVES = (
+    mi.NoneType, mi.BoolType, mi.IntType, mi.FloatType, mi.StrType, mi.BytesType,
+    mi.DateTimeType, mi.DateType, mi.TimeType, mi.TimeDeltaType, mi.UUIDType, mi.DecimalType,
+    mi.LiteralType, mi.EnumType,
+)
+
+
+def _check_immutable(t: mi.Type, where: str, seen: set[type]) -> None:
+    if isinstance(t, _IMMUTABLE_LEAVES):
+        return
+    if isinstance(t, mi.Metadata):
+        _check_immutable(t.type, where, seen)
+    elif isinstance(t, mi.UnionType):
+        for member in t.types:
+            _check_immutable(member, where, seen)
+    elif isinstance(t, mi.TupleType):
+        for item in t.item_types:
+            _check_immutable(item, where, seen)
+    elif isinstance(t, mi.VarTupleType | mi.FrozenSetType):
+        _check_immutable(t.item_type, where, seen)
+    elif isinstance(t, mi.StructType):
+        if t.cls in seen:
+            return
+        seen.add(t.cls)
+        if not t.cls.__struct_config__.frozen:
+            raise TypeError(f"{where}: {t.cls.__qualname__} must be a frozen Struct")
+        for field in t.fields:
+            _check_immutable(field.type, f"{where}.{field.name}", seen)
+    else:
+        raise TypeError(f"{where}: {type(t).__name__} is mutable or not allowed in arguments; "
+                        "use frozen Structs, tuples, frozensets and scalars")

@@ -1,0 +1,117 @@
+"""Killing process trees: background, setsid, double-fork, nohup and TERM-ignoring members.
+
+Each test checks with psutil (and the autouse fixture, via the env marker and
+the test process's children) that nothing is left alive.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psutil  # type: ignore[import-untyped, unused-ignore]
+import trio
+
+from host import proctree
+from host.proctree import find_marked, kill_marked, kill_tree
+
+from .conftest import TEST_GRACE, wait_until
+
+EVIL_TREE = """
+sleep 60 &                                        # background job, same group
+setsid sleep 61 &                                 # own session
+( setsid sleep 62 & ) &                           # double fork, orphaned, own session
+( sleep 63 & )                                    # double fork, orphaned, same session
+nohup sleep 64 >/dev/null 2>&1 &                  # nohup
+bash -c "trap '' TERM; sleep 65; :" &             # TERM-ignoring (sleep inherits SIG_IGN)
+setsid bash -c "trap '' TERM; while :; do sleep 0.05; done" &   # escaped, ignoring, forking
+echo ready
+wait
+"""
+EVIL_MEMBERS = 9  # the shell, 6 sleeps, 2 TERM-ignoring bash (plus their short sleeps)
+
+
+async def _wait_ready(child: proctree.Child, marker: tuple[str, str], count: int) -> None:
+    with trio.fail_after(5):
+        assert await child.stdout.receive_some(100) == b"ready\n"
+    await wait_until(lambda: len(find_marked(*marker)) >= count)
+
+
+async def test_evil_tree_dies_within_grace(marker: tuple[str, str], tmp_path: object) -> None:
+    child = await proctree.spawn(["bash", "-c", EVIL_TREE], cwd="/", marker=marker)
+    try:
+        await _wait_ready(child, marker, EVIL_MEMBERS)
+        members = find_marked(*marker)
+        report = await kill_tree(child.pid, grace=TEST_GRACE, marker=marker)
+        assert report.clean, report
+        assert report.found >= EVIL_MEMBERS
+        assert report.killed >= 3  # two TERM-ignoring shells and their sleep
+        assert TEST_GRACE <= report.elapsed < TEST_GRACE + 1.0
+        assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in members)
+        assert find_marked(*marker) == []
+    finally:
+        await child.finish(TEST_GRACE)
+        await child.aclose()
+    assert child.returncode == -15
+
+
+async def test_term_honouring_tree_does_not_wait_for_the_grace(marker: tuple[str, str]) -> None:
+    script = "sleep 60 & setsid sleep 61 & (sleep 62 &); echo ready; wait"
+    child = await proctree.spawn(["bash", "-c", script], cwd="/", marker=marker)
+    try:
+        await _wait_ready(child, marker, 4)
+        report = await kill_tree(child.pid, grace=2.0, marker=marker)
+        assert report.clean and report.found == 4 and report.killed == 0
+        assert report.elapsed < 0.5  # measured ~10-30 ms
+    finally:
+        await child.finish(2.0)
+        await child.aclose()
+
+
+async def test_session_attribution_without_a_marker(marker: tuple[str, str]) -> None:
+    # No marker given to kill_tree: the orphaned double fork is found by its session.
+    child = await proctree.spawn(["bash", "-c", "(sleep 60 &); sleep 61 & echo ready; wait"],
+                                 cwd="/", marker=marker)
+    try:
+        await _wait_ready(child, marker, 3)
+        orphan = [p for p in find_marked(*marker) if p.ppid() != child.pid and p.pid != child.pid]
+        assert orphan  # reparented away from the shell
+        report = await kill_tree(child.pid, grace=TEST_GRACE)
+        assert report.clean and report.found == 3
+    finally:
+        await child.finish(TEST_GRACE)
+        await child.aclose()
+
+
+async def test_kill_marked_cleans_up_after_a_dead_owner(marker: tuple[str, str]) -> None:
+    # The shell exits at once; its setsid children are orphans carrying the marker,
+    # as a crashed host's trees would be.
+    script = "setsid sleep 60 & setsid bash -c \"trap '' TERM; sleep 61; :\" & echo ready"
+    child = await proctree.spawn(["bash", "-c", script], cwd="/", marker=marker)
+    await _wait_ready(child, marker, 3)
+    await child.wait_exited()
+    assert child.popen.wait() == 0
+    await child.aclose()
+    key, value = marker
+    report = await kill_marked(key, value[:8], prefix=True, grace=TEST_GRACE)
+    assert report.clean and report.found == 3 and report.killed == 2
+    assert find_marked(key, value) == []
+
+
+async def test_cancelled_caller_still_gets_a_dead_tree(marker: tuple[str, str]) -> None:
+    started = time.monotonic()
+    with trio.move_on_after(0.3):
+        async with proctree.spawned(["bash", "-c", EVIL_TREE], cwd="/", marker=marker,
+                                    grace=TEST_GRACE) as child:
+            await trio.sleep_forever()
+    assert time.monotonic() - started < 0.3 + TEST_GRACE + 1.0
+    assert child.kill_report is not None and child.kill_report.clean
+    assert find_marked(*marker) == []
+
+
+def test_become_subreaper() -> None:
+    assert proctree.become_subreaper() is True
+
+
+def test_find_marked_tolerates_foreign_processes() -> None:
+    assert find_marked("QUIESCE_NO_SUCH_MARKER") == []
+    assert all(p.pid != 1 for p in find_marked("PATH"))  # may or may not read pid 1

@@ -1,0 +1,207 @@
+"""Read, Glob and Grep: normal and error paths, confinement, FIFOs, and cancellation."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import msgspec
+import pytest
+import trio
+
+from host.tools import TOOLS
+from host.tools.pathmatch import compile_glob
+from protocol.tools import GlobArgs, GrepArgs, ReadArgs, TextContent, ToolResult
+
+from .conftest import Harness, wait_until
+
+
+def text(result: ToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+async def read(h: Harness, path: str, **kw: object) -> ToolResult:
+    return await TOOLS["Read"].run(ReadArgs(path, **kw), h.ctx())  # type: ignore[arg-type]
+
+
+# -- Read ---------------------------------------------------------------------------
+
+
+async def test_read_numbers_lines(harness: Harness) -> None:
+    (harness.root / "f.txt").write_text("one\ntwo\r\nthree")
+    result = await read(harness, "f.txt")
+    assert not result.is_error
+    assert text(result) == "     1\tone\n     2\ttwo\n     3\tthree\n"
+    assert result.details == {"path": "f.txt", "startLine": 1, "lines": 3,
+                              "truncated": False, "more": False}
+
+
+async def test_read_offset_limit(harness: Harness) -> None:
+    (harness.root / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    result = await read(harness, "f.txt", offset=3, limit=2)
+    assert text(result).splitlines()[:2] == ["     4\tline 4", "     5\tline 5"]
+    assert "continue with offset=5" in text(result)
+    assert result.details["more"] is True
+    beyond = await read(harness, "f.txt", offset=20)
+    assert "the file has 10 lines" in text(beyond)
+
+
+async def test_read_bounds_size_and_long_lines(harness: Harness) -> None:
+    (harness.root / "long.txt").write_text("x" * 5000 + "\nshort\n")
+    result = await read(harness, "long.txt")
+    first = text(result).splitlines()[0]
+    assert first.endswith("[line truncated]") and len(first) < 2100
+    assert text(result).splitlines()[1] == "     2\tshort"
+    (harness.root / "big.txt").write_text("y" * 100 + "\n" * 1 + ("z" * 100 + "\n") * 5000)
+    result = await TOOLS["Read"].run(ReadArgs("big.txt"), harness.ctx(read_max_bytes=4096))
+    assert len(text(result).encode()) < 4096 + 200
+    assert result.details["truncated"] is True and "output truncated" in text(result)
+
+
+async def test_read_refuses_binary_and_non_utf8(harness: Harness) -> None:
+    (harness.root / "bin").write_bytes(b"abc\x00def")
+    (harness.root / "latin1.txt").write_bytes("café\n".encode("latin-1"))
+    binary = await read(harness, "bin")
+    assert binary.code == "TOOL_FAILED" and "binary" in text(binary)
+    latin = await read(harness, "latin1.txt")
+    assert latin.code == "TOOL_FAILED" and "not UTF-8" in text(latin)
+
+
+async def test_read_errors(harness: Harness, tmp_path: object) -> None:
+    (harness.root / "dir").mkdir()
+    os.mkfifo(harness.root / "fifo")
+    (harness.root / "empty").write_text("")
+    (harness.root / "escape").symlink_to("/etc/hostname")
+    with trio.fail_after(5):
+        assert (await read(harness, "missing")).code == "NOT_FOUND"
+        assert (await read(harness, "dir")).code == "TOOL_FAILED"
+        assert "not a regular file" in text(await read(harness, "fifo"))
+        assert (await read(harness, "../x")).code == "PATH_OUTSIDE_WORKSPACE"
+        assert (await read(harness, "/etc/hostname")).code == "PATH_OUTSIDE_WORKSPACE"
+        assert (await read(harness, "escape")).code == "PATH_OUTSIDE_WORKSPACE"
+        assert text(await read(harness, "empty")) == "(empty file)"
+
+
+# -- Glob ---------------------------------------------------------------------------
+
+
+def _tree(h: Harness) -> None:
+    for rel in ["a.py", "b.txt", "src/c.py", "src/deep/d.py", "src/deep/e.ts", ".git/x.py"]:
+        path = h.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"content of {rel}\nneedle here\n")
+
+
+async def glob(h: Harness, pattern: str, path: str | None = None) -> ToolResult:
+    return await TOOLS["Glob"].run(GlobArgs(pattern, path), h.ctx())
+
+
+async def test_glob_patterns(harness: Harness) -> None:
+    _tree(harness)
+    assert text(await glob(harness, "*.py")) == "a.py"
+    assert text(await glob(harness, "**/*.py")).splitlines() == [
+        "a.py", "src/c.py", "src/deep/d.py"]
+    assert text(await glob(harness, "src/**/*.{py,ts}")).splitlines() == [
+        "src/c.py", "src/deep/d.py", "src/deep/e.ts"]
+    assert text(await glob(harness, "*.py", "src")) == "src/c.py"
+    assert text(await glob(harness, "?.[pt][yx]*")).splitlines() == ["a.py", "b.txt"]
+    none = await glob(harness, "*.rs")
+    assert not none.is_error and none.details["count"] == 0
+
+
+async def test_glob_confined(harness: Harness, tmp_path: object) -> None:
+    _tree(harness)
+    outside = harness.root.parent / "outside"
+    outside.mkdir()
+    (outside / "o.py").write_text("x")
+    (harness.root / "link_dir").symlink_to(outside)
+    (harness.root / "link_out.py").symlink_to(outside / "o.py")
+    (harness.root / "link_in.py").symlink_to(harness.root / "a.py")
+    listed = text(await glob(harness, "**/*.py")).splitlines()
+    assert "link_in.py" in listed
+    assert not any("link_out" in p or "link_dir" in p or "o.py" in p for p in listed)
+    assert (await glob(harness, "../*")).code == "PATH_OUTSIDE_WORKSPACE"
+    assert (await glob(harness, "/etc/*")).code == "PATH_OUTSIDE_WORKSPACE"
+    assert (await glob(harness, "*", "link_dir")).code == "PATH_OUTSIDE_WORKSPACE"
+    assert (await glob(harness, "*", "missing")).code == "NOT_FOUND"
+    assert (await glob(harness, "*", "a.py")).code == "TOOL_FAILED"
+    assert (await glob(harness, "[z-a]")).code == "INVALID_PARAMS"
+
+
+def test_glob_translation() -> None:
+    assert compile_glob("**/x").matches("x") and compile_glob("**/x").matches("a/b/x")
+    assert not compile_glob("*.py").matches("a/b.py")
+    assert compile_glob("[!a]b").matches("cb") and not compile_glob("[!a]b").matches("ab")
+    assert compile_glob("a/{b,c{d,e}}/f").matches("a/ce/f")
+    assert compile_glob("*.py").max_depth == 1 and compile_glob("**/*.py").max_depth is None
+
+
+# -- Grep ---------------------------------------------------------------------------
+
+
+async def grep(h: Harness, pattern: str, **kw: object) -> ToolResult:
+    return await TOOLS["Grep"].run(GrepArgs(pattern, **kw), h.ctx())  # type: ignore[arg-type]
+
+
+async def test_grep_tree_file_glob_and_case(harness: Harness) -> None:
+    _tree(harness)
+    (harness.root / "bin.dat").write_bytes(b"needle\x00")
+    result = await grep(harness, "needle")
+    lines = text(result).splitlines()
+    assert "a.py:2:needle here" in lines and "src/deep/e.ts:2:needle here" in lines
+    assert not any(line.startswith((".git", "bin.dat")) for line in lines)
+    assert result.details["matches"] == 5 and result.details["filesSkipped"] == 1
+    only_ts = await grep(harness, "needle", glob="*.ts")
+    assert text(only_ts) == "src/deep/e.ts:2:needle here"
+    assert text(await grep(harness, "NEEDLE")) == "No matches found"
+    wire = msgspec.convert({"pattern": "NEEDLE", "ignoreCase": True}, GrepArgs)
+    assert len(text(await TOOLS["Grep"].run(wire, harness.ctx())).splitlines()) == 5
+    single = await grep(harness, "content", path="src/c.py")
+    assert text(single) == "src/c.py:1:content of src/c.py"
+
+
+async def test_grep_errors_and_bounds(harness: Harness) -> None:
+    _tree(harness)
+    assert (await grep(harness, "(")).code == "INVALID_PARAMS"
+    assert (await grep(harness, "x", path="../")).code == "PATH_OUTSIDE_WORKSPACE"
+    assert (await grep(harness, "x", path="missing")).code == "NOT_FOUND"
+    (harness.root / "many.txt").write_text("hit\n" * 5000)
+    bounded = await TOOLS["Grep"].run(GrepArgs("hit"), harness.ctx(max_output_bytes=2000))
+    assert bounded.details["truncated"] is True
+    assert len(text(bounded).encode()) < 2200 and "output truncated" in text(bounded)
+
+
+async def test_grep_does_not_hang_on_a_fifo(harness: Harness) -> None:
+    _tree(harness)
+    os.mkfifo(harness.root / "src" / "pipe")  # nobody ever writes it
+    with trio.fail_after(5):
+        result = await grep(harness, "needle")
+        assert result.details["matches"] == 5
+        single = await grep(harness, "needle", path="src/pipe")
+    assert single.code == "TOOL_FAILED" and "not a regular file" in text(single)
+
+
+async def test_grep_cancel_returns_at_once_and_worker_stops(harness: Harness) -> None:
+    (harness.root / "huge.txt").write_text(("abcdefghij" * 6 + "\n") * 400_000)  # ~24 MB
+    threads = threading.active_count()
+    with trio.fail_after(5):
+        with trio.move_on_after(0.2):
+            await grep(harness, "(a|b)*zzz")
+        cancelled_at = time.monotonic()
+    # The abandoned worker sees its event and stops early, long before the scan would end.
+    await wait_until(lambda: threading.active_count() <= threads, 3)
+    assert time.monotonic() - cancelled_at < 3
+
+
+async def test_read_only_bodies_return_promptly_when_cancelled(harness: Harness) -> None:
+    _tree(harness)
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        await glob(harness, "**/*")
+    assert scope.cancelled_caught
+
+
+@pytest.mark.parametrize("tool", ["Read", "Glob", "Grep"])
+def test_read_only_class(tool: str) -> None:
+    assert TOOLS[tool].tool_class.value == "read-only"
