@@ -38,6 +38,7 @@ class Call:
     body: trio.CancelScope = field(default_factory=trio.CancelScope)
     started_at: float = field(default_factory=time.monotonic)
     output_seq: int = 0
+    stopped_in: CallState | None = None  # the phase the first stop found the call in
 
     @property
     def key(self) -> CallKey:
@@ -48,12 +49,12 @@ class Call:
         if self.stop.is_set():
             return
         self.cause = cause
+        self.stopped_in = self.state
         self.stop.set()
         if not self.body_invoked:
             self.pre_body.cancel()
         elif self.tool_class in (ToolClass.READ_ONLY, ToolClass.LOCAL):
             self.body.cancel()
-        self.state = "aborting"
 
 
 class CallTable:

@@ -20,6 +20,7 @@ separates ``ABORTED`` from ``ABORTED_BEFORE_DISPATCH``.
 from __future__ import annotations
 
 import itertools
+import os
 import logging
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -97,7 +98,8 @@ class CallManager:
                                             capacity=config.tombstone_capacity)
         self.admission = Admission(config.admission)
         self._permission_ids = itertools.count(1)
-        self.marker_value = f"{id(self):x}"
+        # The host pid: a runtime that outlives a crashed host can still find its trees.
+        self.marker_value = str(os.getpid())
 
     def open_session(self, session_id: str, workspace: str, mode: PermissionMode) -> None:
         self.sessions[session_id] = HostSession(session_id, Workspace(workspace), mode)
@@ -236,7 +238,9 @@ class CallManager:
             self.tombstones.add((params.session_id, params.call_id, params.tool))
             return ToolsAbortResult(found=False, state="tombstoned")
         call.request_stop(params.cause)
-        return ToolsAbortResult(found=True, state=call.state)
+        assert call.stopped_in is not None
+        return ToolsAbortResult(found=True, state=call.stopped_in,
+                                body_invoked=call.body_invoked)
 
     async def stop_all(self, cause: AbortCause, *, within: float | None = None) -> None:
         """Stop every call and wait until none is left (the runtime is gone or leaving)."""

@@ -228,6 +228,7 @@ async def _kill(tree: _Tree, grace: float, kill_timeout: float) -> KillReport:
     phase_end = started + grace
     sig = signal.SIGTERM
     last_scan = time.monotonic()
+    fresh_listing = True
     alive: list[psutil.Process] = []
     while True:
         alive = []
@@ -237,13 +238,11 @@ async def _kill(tree: _Tree, grace: float, kill_timeout: float) -> KillReport:
             else:
                 tree.reap(proc)
         if not alive:
+            if fresh_listing:
+                break
             # Verify with a full listing: an orphan may have moved under us meanwhile.
             members = await trio.to_thread.run_sync(tree.scan)
-            last_scan = time.monotonic()
-            if not any(_alive(p) for p in members.values()):
-                for proc in members.values():
-                    tree.reap(proc)
-                break
+            last_scan, fresh_listing = time.monotonic(), True
             continue
         found.update(p.pid for p in alive)
         sent = termed if sig is signal.SIGTERM else killed
@@ -262,9 +261,12 @@ async def _kill(tree: _Tree, grace: float, kill_timeout: float) -> KillReport:
             sig, phase_end = signal.SIGKILL, now + kill_timeout
             continue
         await trio.sleep(min(_POLL, phase_end - now))
+        fresh_listing = False
         if time.monotonic() - last_scan >= _RESCAN:
             members = await trio.to_thread.run_sync(tree.scan)
-            last_scan = time.monotonic()
+            last_scan, fresh_listing = time.monotonic(), True
+    if any(_alive(p) for p in alive):
+        await trio.sleep(0.05)  # let the last KILLs land before calling anything a survivor
     survivors = tuple(sorted(p.pid for p in alive if _alive(p)))
     report = KillReport(found=len(found), terminated=len(found - killed), killed=len(killed),
                         survivors=survivors, elapsed=time.monotonic() - started)

@@ -14,9 +14,16 @@ from typing import Any, Literal
 import msgspec
 
 from protocol.messages.client import (
+    AgentAbortParams,
+    AgentAbortResult,
+    AgentPromptParams,
+    AgentPromptResult,
     DebugRunToolParams,
     DebugRunToolResult,
+    SessionEventParams,
     SessionListResult,
+    SessionLoadParams,
+    SessionLoadResult,
     SessionNewParams,
     SessionNewResult,
 )
@@ -100,7 +107,18 @@ CLIENT_TO_RUNTIME = Direction("client → runtime", [
     MethodSpec("initialize", InitializeParams, InitializeResult, INITIALIZE_DOC),
     MethodSpec("session.new", SessionNewParams, SessionNewResult,
                "Open a session on an absolute workspace directory."),
-    MethodSpec("session.list", Empty, SessionListResult, "The sessions of this daemon."),
+    MethodSpec("session.list", Empty, SessionListResult,
+               "The sessions of this daemon, and those in its data directory."),
+    MethodSpec("session.load", SessionLoadParams, SessionLoadResult,
+               "Replay a session's log as session.event notifications, then answer. A log "
+               "that ends inside a turn (the runtime died) is first closed with honest "
+               "records: a synthetic ABORTED result per unanswered call, turn/end interrupted."),
+    MethodSpec("agent.prompt", AgentPromptParams, AgentPromptResult,
+               "Queue a prompt; answers when its turn ends. A stopped turn answers "
+               "`cancelled`, never an error."),
+    MethodSpec("agent.abort", AgentAbortParams, AgentAbortResult,
+               "Stop the session's turn; answers only after turn/end is durable. Concurrent "
+               "and repeated aborts join the same settlement. Idle: outcome `idle`, no-op."),
     MethodSpec("debug.runTool", DebugRunToolParams, DebugRunToolResult,
                "Run one host tool in a session, outside any turn (debugging aid)."),
     MethodSpec("shutdown", Empty, Empty,
@@ -108,6 +126,9 @@ CLIENT_TO_RUNTIME = Direction("client → runtime", [
 ])
 
 RUNTIME_TO_CLIENT = Direction("runtime → client", [
+    MethodSpec("session.event", SessionEventParams, None,
+               "Every durable event, after it is on disk, and progress (tool/progress, "
+               "tool/abort), in order."),
     MethodSpec("permission.request", PermissionRequestParams, PermissionRequestResult,
                "Ask the user whether a tool call may run."),
     MethodSpec("permission.withdrawn", PermissionWithdrawnParams, None,

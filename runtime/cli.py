@@ -5,22 +5,38 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import pathlib
 import sys
 
 import trio
 
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
+from protocol.messages.client import ProviderConfig
+from runtime.providers.factory import ProviderConfigError, parse_provider_option
 from runtime.logs import setup_logging
 
 log = logging.getLogger(__name__)
 
 
-async def _serve(max_frame_size: int) -> None:
+async def _serve(args: argparse.Namespace) -> None:
     from runtime.daemon import Daemon
     from runtime.stdio import take_stdio
 
+    daemon = Daemon(
+        max_frame_size=args.max_frame_size,
+        data_dir=pathlib.Path(args.data_dir) if args.data_dir else None,
+        default_provider=args.provider,
+        process_grace=args.process_grace,
+    )
     receive, send = take_stdio()
-    await Daemon(max_frame_size=max_frame_size).serve(receive, send)
+    await daemon.serve(receive, send)
+
+
+def _provider_option(value: str) -> ProviderConfig:
+    try:
+        return parse_provider_option(value)
+    except ProviderConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,6 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--max-frame-size", type=int,
                        default=int(os.environ.get("QUIESCE_MAX_FRAME", DEFAULT_MAX_FRAME_SIZE)),
                        help="largest accepted message in bytes (env QUIESCE_MAX_FRAME)")
+    serve.add_argument("--data-dir", help="where session logs live (env QUIESCE_DATA_DIR; "
+                       "default $XDG_DATA_HOME/quiesce)")
+    serve.add_argument("--provider", type=_provider_option,
+                       default=os.environ.get("QUIESCE_PROVIDER") or None,
+                       help="default model provider: scripted:FILE or openai "
+                            "(env QUIESCE_PROVIDER)")
+    serve.add_argument("--process-grace", type=float, default=10.0,
+                       help="seconds a stopped Bash/GenerateImages call may take to return "
+                            "its output (default 10)")
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
     demo = sub.add_parser("demo", help="run the demonstration in a temporary workspace")
     demo.add_argument("--keep", action="store_true", help="keep the workspace afterwards")
@@ -43,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "serve":
         setup_logging("runtime")
-        trio.run(_serve, args.max_frame_size)
+        if isinstance(args.provider, str):
+            args.provider = _provider_option(args.provider)
+        trio.run(_serve, args)
         return 0
     from runtime.demo import run_demo
 

@@ -1,50 +1,94 @@
-"""The runtime daemon: the client link's handlers and the lifetime of the host.
+"""The runtime daemon: the client link's handlers, sessions, and the host's lifetime.
 
-``quiesce serve`` runs :func:`serve` on stdin/stdout. EOF on stdin, or a
-``shutdown`` request, stops the host and ends the daemon with exit status 0.
+``quiesce serve`` runs :meth:`Daemon.serve` on stdin/stdout. EOF on stdin, or a
+``shutdown`` request, stops every running turn (cause ``disposed``), stops the
+host and ends the daemon with exit status 0.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Sequence
+import pathlib
+from collections.abc import Callable, Sequence
+from typing import Any
 
+import msgspec
 import trio
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from protocol.messages.client import (
+    AgentAbortParams,
+    AgentAbortResult,
+    AgentPromptParams,
+    AgentPromptResult,
     DebugRunToolParams,
     DebugRunToolResult,
+    ProviderConfig,
+    ScriptedProviderConfig,
+    SessionEventParams,
     SessionListResult,
+    SessionLoadParams,
+    SessionLoadResult,
     SessionNewParams,
     SessionNewResult,
 )
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
-from protocol.messages.host import SessionOpenParams, ToolsExecuteParams
+from protocol.messages.events import AnnouncedEvent, ToolAbortEvent, ToolProgressEvent
+from protocol.messages.host import (
+    SessionOpenParams,
+    ToolsAbortResult,
+    ToolsExecuteParams,
+    ToolsOutputParams,
+)
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.tools import ToolResult
 from protocol.version import PROTOCOL_VERSION, check_compatible
+from runtime.agent.agent import ToolsFactory
+from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE, HostTools
+from runtime.agent.turn import TurnConfig
+from runtime.causes import from_wire
 from runtime.host_link import HostLink
+from runtime.permission_relay import PermissionRelay
+from runtime.providers.base import Provider
+from runtime.providers.factory import ProviderConfigError, make_provider
+from runtime.registry import DisposedCause, ToolRegistry
 from runtime.rpc import Endpoint, Handler
-from runtime.sessions import SessionTable
+from runtime.sessionlog import default_data_dir
+from runtime.sessions import Session, SessionStore
 
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 DRAIN_TIMEOUT = 10.0
+_provider_decoder = msgspec.json.Decoder(ProviderConfig)
 
 
 class Daemon:
     def __init__(self, *, host_command: Sequence[str] | None = None,
-                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+                 max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 data_dir: pathlib.Path | None = None,
+                 default_provider: ProviderConfig | None = None,
+                 process_grace: float = DEFAULT_PROCESS_GRACE,
+                 turn_config: TurnConfig | None = None) -> None:
         self.max_frame_size = max_frame_size
-        self.sessions = SessionTable()
-        self.host = HostLink(command=host_command)
+        self.data_dir = data_dir or default_data_dir()
+        self.default_provider = default_provider
+        self.process_grace = process_grace
+        self.sessions = SessionStore(self.data_dir, turn_config)
+        self.permissions = PermissionRelay()
+        self.host = HostLink(
+            command=host_command,
+            handlers={"permission.request": self.permissions.request},
+            notification_handlers={"permission.withdrawn": self.permissions.withdrawn,
+                                   "tools.output": self._on_tool_output},
+        )
+        self._client: Endpoint | None = None
         self._initialized = False
         self._shutdown = trio.Event()
         self._debug_ids = itertools.count(1)
+        self._nursery: trio.Nursery | None = None
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -52,6 +96,9 @@ class Daemon:
             "initialize": self.initialize,
             "session.new": self.session_new,
             "session.list": self.session_list,
+            "session.load": self.session_load,
+            "agent.prompt": self.agent_prompt,
+            "agent.abort": self.agent_abort,
             "debug.runTool": self.debug_run_tool,
             "shutdown": self.shutdown,
         }
@@ -60,16 +107,18 @@ class Daemon:
         client = Endpoint("client", receive, send, incoming=CLIENT_TO_RUNTIME,
                           outgoing=RUNTIME_TO_CLIENT, handlers=self.handlers,
                           max_frame_size=self.max_frame_size)
+        self._client = self.permissions.client = client
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             await self.host.start(nursery)
             async with trio.open_nursery() as client_nursery:
                 client_nursery.start_soon(client.run)
                 client_nursery.start_soon(self._shutdown_on_eof, client)
                 await self._shutdown.wait()
                 client.stop_reading()
-                await self.host.stop()
-                # Running handlers answer (the host is gone under them), then the
-                # writer drains; past the deadline they are cancelled.
+                await self._quiesce()
+                # Running handlers answer (turns are settled, the host is gone), then
+                # the writer drains; past the deadline they are cancelled.
                 client_nursery.cancel_scope.deadline = trio.current_time() + DRAIN_TIMEOUT
             nursery.cancel_scope.cancel()
         log.info("daemon stopped")
@@ -78,6 +127,69 @@ class Daemon:
         await client.closed.wait()
         log.info("client closed the link")
         self._shutdown.set()
+
+    async def _quiesce(self) -> None:
+        """Stop every running turn (cause ``disposed``), then the host."""
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for session in self.sessions.all():
+                    if session.agent.busy or session.agent.inbox:
+                        nursery.start_soon(self._dispose, session)
+            await self.host.stop()
+
+    @staticmethod
+    async def _dispose(session: Session) -> None:
+        await session.agent.cancel(DisposedCause())
+
+    # -- events and host notifications ---------------------------------------------------
+
+    def _announce(self, session_id: str, event: AnnouncedEvent) -> None:
+        if self._client is not None:
+            self._client.notify("session.event", SessionEventParams(session_id, event))
+
+    def _on_tool_output(self, params: ToolsOutputParams) -> None:
+        session_id = params.session_id
+        try:
+            session = self.sessions.get(session_id)
+        except RpcError:
+            return
+        if not session.agent.on_output(params):
+            log.debug("dropped output of %s (no longer listened to)", params.call_id)
+
+    def _tools_factory(self, session_id: str) -> ToolsFactory:
+        def make(turn_id: str) -> tuple[ToolRegistry, list[Any],
+                                        Callable[[ToolsOutputParams], bool]]:
+            journal = self.sessions.get(session_id).agent.journal
+
+            def on_progress(call_id: str, stream: str, text: str) -> None:
+                journal.announce(lambda seq: ToolProgressEvent(seq, turn_id, call_id, stream,
+                                                               text))
+
+            def on_abort(call_id: str, tool: str, answer: ToolsAbortResult) -> None:
+                journal.announce(lambda seq: ToolAbortEvent(seq, turn_id, call_id, tool,
+                                                            answer.state, answer.body_invoked))
+
+            tools = HostTools(self.host, session_id, turn_id, on_progress=on_progress,
+                              on_abort=on_abort, process_grace=self.process_grace)
+            definitions = tools.definitions()
+            return ToolRegistry(definitions), definitions, tools.on_output
+
+        return make
+
+    def _provider(self, config: ProviderConfig | None) -> tuple[ProviderConfig, Provider]:
+        chosen = config or self.default_provider
+        if chosen is None:
+            raise RpcError(ErrorCode.INVALID_PARAMS,
+                           "no provider: pass one in session.new or start the daemon with "
+                           "--provider")
+        try:
+            return chosen, make_provider(chosen)
+        except ProviderConfigError as exc:
+            raise RpcError(ErrorCode.INVALID_PARAMS, str(exc)) from exc
+
+    def _start_agent(self, session: Session) -> None:
+        assert self._nursery is not None
+        self._nursery.start_soon(session.agent.run)
 
     # -- client methods -------------------------------------------------------------
 
@@ -89,7 +201,8 @@ class Daemon:
             PROTOCOL_VERSION,
             PeerInfo("quiesce", VERSION),
             {"host": {"pid": self.host.pid,
-                      "tools": host_info.capabilities.get("tools", {}) if host_info else {}}},
+                      "tools": host_info.capabilities.get("tools", {}) if host_info else {}},
+             "dataDir": str(self.data_dir)},
         )
 
     def _require_initialized(self) -> None:
@@ -98,15 +211,53 @@ class Daemon:
 
     async def session_new(self, params: SessionNewParams) -> SessionNewResult:
         self._require_initialized()
-        session = self.sessions.create(params.workspace, params.permission_mode)
+        config, provider = self._provider(params.provider)
+        session = self.sessions.create(params.workspace, params.permission_mode, config,
+                                       provider, self._announce, self._tools_factory)
         await self.host.request("session.open", SessionOpenParams(
             session.session_id, session.workspace, session.permission_mode))
+        self._start_agent(session)
         log.info("session %s opened on %s", session.session_id, session.workspace)
         return SessionNewResult(session.session_id)
 
     async def session_list(self, params: Empty) -> SessionListResult:
         self._require_initialized()
         return SessionListResult(tuple(s.info() for s in self.sessions.all()))
+
+    async def session_load(self, params: SessionLoadParams) -> SessionLoadResult:
+        self._require_initialized()
+        known = params.session_id in {s.session_id for s in self.sessions.all()}
+
+        def provider(saved: dict[str, Any]) -> Provider:
+            try:
+                config = msgspec.convert(saved, ProviderConfig) if saved else None
+            except msgspec.ValidationError:
+                config = None
+            return self._provider(config or self.default_provider
+                                  or ScriptedProviderConfig(script=[]))[1]
+
+        loaded = await self.sessions.load(params.session_id, provider=provider,
+                                          announce=self._announce, tools=self._tools_factory)
+        session = loaded.session
+        if not known:
+            await self.host.request("session.open", SessionOpenParams(
+                session.session_id, session.workspace, session.permission_mode))
+            self._start_agent(session)
+        session.agent.journal.replay()
+        return SessionLoadResult(session.session_id, session.workspace,
+                                 len(session.agent.journal.events), loaded.recovered)
+
+    async def agent_prompt(self, params: AgentPromptParams) -> AgentPromptResult:
+        self._require_initialized()
+        pending = self.sessions.get(params.session_id).agent.prompt(params.text)
+        await pending.done.wait()
+        assert pending.result is not None
+        return pending.result
+
+    async def agent_abort(self, params: AgentAbortParams) -> AgentAbortResult:
+        self._require_initialized()
+        agent = self.sessions.get(params.session_id).agent
+        return await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox)
 
     async def debug_run_tool(self, params: DebugRunToolParams) -> DebugRunToolResult:
         self._require_initialized()
@@ -117,6 +268,6 @@ class Daemon:
         return DebugRunToolResult(call_id, result)
 
     async def shutdown(self, params: Empty) -> Empty:
-        await self.host.stop()
+        await self._quiesce()
         self._shutdown.set()
         return Empty()

@@ -2,17 +2,37 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
+
+import msgspec
 
 from protocol.messages.common import Struct
+from protocol.messages.events import AnnouncedEvent, Cause, StopReason
 from protocol.tools import ToolResult
 
 PermissionMode = Literal["ask", "accept-edits", "auto"]
 
 
+class ScriptedProviderConfig(Struct, frozen=True, tag_field="kind", tag="scripted"):
+    """Model responses from a script (inline, or a JSON file on the daemon's machine)."""
+
+    script: list[list[dict[str, Any]]] | None = None
+    path: str | None = None
+
+
+class OpenAIProviderConfig(Struct, frozen=True, tag_field="kind", tag="openai"):
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+
+
+ProviderConfig = ScriptedProviderConfig | OpenAIProviderConfig
+
+
 class SessionNewParams(Struct, frozen=True):
     workspace: str
     permission_mode: PermissionMode = "ask"
+    provider: ProviderConfig | None = None
 
 
 class SessionNewResult(Struct, frozen=True):
@@ -41,3 +61,50 @@ class DebugRunToolParams(Struct, frozen=True):
 class DebugRunToolResult(Struct, frozen=True):
     call_id: str
     result: ToolResult
+
+
+class SessionLoadParams(Struct, frozen=True):
+    session_id: str
+
+
+class SessionLoadResult(Struct, frozen=True):
+    session_id: str
+    workspace: str
+    events: int
+    recovered: bool
+
+
+class AgentPromptParams(Struct, frozen=True):
+    session_id: str
+    text: str
+
+
+class AgentPromptResult(Struct, frozen=True):
+    turn_id: str | None
+    stop_reason: StopReason
+
+
+class AgentAbortParams(Struct, frozen=True):
+    session_id: str
+    cause: Cause = Cause("user")
+    keep_inbox: bool = False
+
+
+class AbortedCall(Struct, frozen=True):
+    call_id: str
+    tool: str
+    tool_class: str = msgspec.field(name="class")
+    code: str | None = None
+
+
+class AgentAbortResult(Struct, frozen=True):
+    outcome: Literal["aborted", "idle"]
+    turn_id: str | None = None
+    cause: Cause | None = None
+    settled_ms: float = 0.0
+    tool_calls: tuple[AbortedCall, ...] = ()
+
+
+class SessionEventParams(Struct, frozen=True):
+    session_id: str
+    event: AnnouncedEvent

@@ -98,3 +98,15 @@ SessionEvent = (SessionMeta | TurnStart | UserMessageEvent | AssistantMessageEve
                 | ToolCallEvent | ToolProgressEvent | ToolResultEvent | TurnEnd)
 DurableEvent = (SessionMeta | TurnStart | UserMessageEvent | AssistantMessageEvent
                 | ToolCallEvent | ToolResultEvent | TurnEnd)
+
+
+class ToolAbortEvent(_Event, frozen=True, tag="tool/abort"):
+    """A stop reached a call: what the host said when asked to abort it (not logged)."""
+
+    call_id: str
+    tool: str
+    host_state: str
+    body_invoked: bool
+
+
+AnnouncedEvent = SessionEvent | ToolAbortEvent

@@ -35,8 +35,11 @@ class ToolsAbortParams(Struct, frozen=True):
 
 
 class ToolsAbortResult(Struct, frozen=True):
+    """``state`` is the call's phase when the (first) abort reached it."""
+
     found: bool
     state: CallState
+    body_invoked: bool = False
 
 
 class ToolsOutputParams(Struct, frozen=True):

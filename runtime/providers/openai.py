@@ -38,15 +38,18 @@ import functools
 import logging
 import os
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
-from contextlib import AsyncExitStack, aclosing, asynccontextmanager, contextmanager
+from collections import deque
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
 import httpx
 import msgspec
+import trio
 
+from protocol.messages.client import OpenAIProviderConfig
 from runtime.providers.base import (
     AssistantMessage,
     ModelRequest,
@@ -66,6 +69,7 @@ __all__ = [
     "OpenAIConfig",
     "OpenAIProvider",
     "encode_request",
+    "provider_from_config",
 ]
 
 _log = logging.getLogger(__name__)
@@ -135,20 +139,28 @@ class OpenAIConfig:
             raw = msgspec.convert(dict(data), _ConfigDict)
         except msgspec.ValidationError as exc:
             raise ValueError(f"openai: invalid provider config: {exc}") from exc
+        return cls.resolve(base_url=raw.base_url, model=raw.model, api_key_env=raw.api_key_env,
+                           timeout=raw.timeout, connect_timeout=raw.connect_timeout,
+                           headers=raw.headers, environ=environ)
+
+    @classmethod
+    def resolve(cls, *, base_url: str | None = None, model: str | None = None,
+                api_key_env: str | None = None, timeout: float = 600.0,
+                connect_timeout: float = 10.0, headers: Mapping[str, str] | None = None,
+                environ: Mapping[str, str] | None = None) -> OpenAIConfig:
+        """Fill what a config leaves out from the environment (see :meth:`from_dict`)."""
         env = os.environ if environ is None else environ
-        model = raw.model or env.get("OPENAI_MODEL", "")
+        model = model or env.get("OPENAI_MODEL", "")
         if not model:
             raise ValueError("openai: no model in the provider config and OPENAI_MODEL is unset")
-        key_env = raw.api_key_env or "OPENAI_API_KEY"
+        key_env = api_key_env or "OPENAI_API_KEY"
         api_key = env.get(key_env) or None
-        if raw.api_key_env is not None and api_key is None:
+        if api_key_env is not None and api_key is None:
             raise ValueError(f"openai: apiKeyEnv names {key_env}, which is not set")
         return cls(model=model,
-                   base_url=raw.base_url or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
-                   api_key=api_key,
-                   timeout=raw.timeout,
-                   connect_timeout=raw.connect_timeout,
-                   headers=raw.headers)
+                   base_url=base_url or env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+                   api_key=api_key, timeout=timeout, connect_timeout=connect_timeout,
+                   headers=headers or {})
 
 
 class _ConfigDict(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
@@ -454,6 +466,68 @@ def _http_errors(url: str) -> Iterator[None]:
                             f"{_excerpt(str(exc)) or 'no detail'}") from exc
 
 
+async def _unwind(body: AsyncIterator[bytes]) -> None:
+    """Finish a response body iterator that was left part-read.
+
+    httpx 0.28 and httpcore 1.0 read a body through a chain of nested async
+    generators; ``aclose()`` reaches only the outermost, and the inner ones,
+    left suspended, are finalized later by trio's garbage-collection hook, which
+    warns (encode/httpx#3686). Resuming the chain inside a cancelled scope runs
+    it to its next checkpoint, where ``Cancelled`` unwinds every layer and
+    httpcore closes the unfinished connection on the way out (shielded). Data
+    already buffered is consumed without a checkpoint, hence the loop; if the
+    body had in fact ended, the connection is released normally.
+    """
+    with trio.CancelScope() as scope:
+        scope.cancel()
+        try:
+            while True:
+                await body.__anext__()
+        except StopAsyncIteration:
+            pass
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            _log.debug("openai: discarding the rest of a response failed: %r", exc)
+
+
+class _ChunkStream:
+    """The stream a step consumes: body bytes pulled on demand and decoded.
+
+    An async iterator, not an async generator, so that nothing of ours is left
+    for a finalizer either: :meth:`aclose` (run when the stream's context is
+    left) unwinds the body."""
+
+    def __init__(self, body: AsyncIterator[bytes], decoder: ChatStreamDecoder,
+                 url: str) -> None:
+        self._body = body
+        self._decoder = decoder
+        self._url = url
+        self._ready: deque[StreamChunk] = deque()
+        self._ended = False
+
+    def __aiter__(self) -> _ChunkStream:
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        while not self._ready:
+            if self._ended:
+                raise StopAsyncIteration
+            try:
+                with _http_errors(self._url):
+                    data = await self._body.__anext__()
+            except StopAsyncIteration:
+                self._ended = True
+                self._ready.extend(self._decoder.end())
+                continue
+            self._ready.extend(self._decoder.feed(data))
+            self._ended = self._decoder.done
+        return self._ready.popleft()
+
+    async def aclose(self) -> None:
+        self._ended = True
+        self._ready.clear()
+        await _unwind(self._body)
+
+
 class OpenAIProvider:
     """Streams steps from an OpenAI-compatible server.
 
@@ -495,10 +569,13 @@ class OpenAIProvider:
                 client = await stack.enter_async_context(
                     httpx.AsyncClient(verify=_ssl_context(), timeout=self._timeout))
             with _http_errors(url):
-                response = await stack.enter_async_context(client.stream(
-                    "POST", url, content=body, headers=self._headers, timeout=self._timeout))
+                response = await client.send(client.build_request(
+                    "POST", url, content=body, headers=self._headers, timeout=self._timeout), stream=True)
+            chunks = _ChunkStream(response.aiter_bytes(),
+                                  ChatStreamDecoder(self._max_event_bytes), url)
+            # Unwound before the response closes (an exit stack runs last in, first out).
             await self._check(response)
-            yield await stack.enter_async_context(aclosing(self._chunks(response)))
+            yield chunks
 
     async def _check(self, response: httpx.Response) -> None:
         url = self._config.url
@@ -513,12 +590,17 @@ class OpenAIProvider:
         raise ProviderError(f"openai: {url} answered {media}, not an event stream: {detail}")
 
     async def _error_detail(self, response: httpx.Response) -> str:
+        """What an unusable answer says, from at most the first 64 KiB of its body."""
         body = bytearray()
-        with _http_errors(self._config.url):
-            async for piece in response.aiter_bytes():
-                body += piece
-                if len(body) >= _ERROR_BODY_BYTES:
-                    break
+        pieces = response.aiter_bytes()
+        try:
+            with _http_errors(self._config.url):
+                while len(body) < _ERROR_BODY_BYTES:
+                    body += await pieces.__anext__()
+        except StopAsyncIteration:
+            pass
+        finally:
+            await _unwind(pieces)
         try:
             error = msgspec.json.decode(bytes(body), type=_Event).error
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -529,13 +611,13 @@ class OpenAIProvider:
             text = text.replace(self._config.api_key, "***")
         return text
 
-    async def _chunks(self, response: httpx.Response) -> AsyncGenerator[StreamChunk, None]:
-        decoder = ChatStreamDecoder(self._max_event_bytes)
-        with _http_errors(self._config.url):
-            async for data in response.aiter_bytes():
-                for chunk in decoder.feed(data):
-                    yield chunk
-                if decoder.done:
-                    return
-        for chunk in decoder.end():
-            yield chunk
+
+def provider_from_config(config: OpenAIProviderConfig,
+                         environ: Mapping[str, str] | None = None) -> OpenAIProvider:
+    """The provider a session's (or the daemon's) ``{"kind": "openai", ...}`` names.
+
+    Raises :class:`ValueError` when the config and environment name no model or
+    name an unset key variable."""
+    return OpenAIProvider(OpenAIConfig.resolve(
+        base_url=config.base_url, model=config.model, api_key_env=config.api_key_env,
+        environ=environ))

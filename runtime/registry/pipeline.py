@@ -21,7 +21,8 @@ stages once and returns the one frozen, authoritative result:
    result shares nothing with the stages and is exactly what the log will hold;
    a snapshot failure becomes ``TOOL_FAILED``), deferred contexts attached, the
    final-content callback applied;
-8. published; then observers look at it.
+8. published; then observers look at it (only if the call reached step 3: a
+   call that ends before its stages skips every stage, observers included).
 
 ``run()`` is shielded from trio cancellation: once a call runs, only its signal
 can stop it, and the registry waits for every stage it started.
@@ -113,6 +114,7 @@ class ToolCall:
         self._state: _State = "ready"
         self._result: ToolResult | None = None
         self._stop_driven = False
+        self._entered = False  # passed the pre-abort check: the stages (and observers) run
         self._early: ToolResult | None = None
         self._run: _Run | None = None
         if definition is None:
@@ -176,7 +178,8 @@ class ToolCall:
             self._state = "settled"
             if self._run is not None:
                 self._run.published = True
-                await self._observe(self._run, result)
+                if self._entered:
+                    await self._observe(self._run, result)
         return result
 
     async def _outcome(self) -> ToolResult:
@@ -186,6 +189,7 @@ class ToolCall:
         assert run is not None
         if self._caller.aborted:
             return outcomes.aborted(body_invoked=False)
+        self._entered = True
         refused = await self._pre_policies(run)
         if refused is not None:
             return refused

@@ -31,9 +31,12 @@ async def stop_when_streamed(h: Harness, needle: str) -> None:
 async def test_output_exit_status_cwd_and_marker(harness: Harness) -> None:
     result = await bash(harness, 'pwd; echo "$QUIESCE_TEST_MARKER"; cat; echo err >&2; exit 3')
     assert not result.is_error and result.body_invoked
+    # Two pipes: stdout and stderr interleave in arrival order, each in its own order.
+    assert harness.streamed("stdout") == f"{harness.root}\n{harness.marker[1]}\n"
+    assert harness.streamed("stderr") == "err\n"
     lines = text(result).splitlines()
-    assert lines[0] == str(harness.root) and lines[1] == harness.marker[1]
-    assert "err" in lines and lines[-1] == "[exit status 3]"
+    assert sorted(lines[:3]) == sorted([str(harness.root), harness.marker[1], "err"])
+    assert lines[-1] == "[exit status 3]"
     assert result.details["exitStatus"] == 3 and result.details["signal"] is None
     assert (await bash(harness, "true")).content == (TextContent("(no output)"),)
 

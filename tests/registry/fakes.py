@@ -19,6 +19,8 @@ from runtime.registry import (
     ToolDefinition,
     ToolExecution,
     ToolExecutionInput,
+    ToolRegistry,
+    UserCause,
     cancel_on_abort,
     define_tool,
 )
@@ -41,9 +43,11 @@ class BodyLog:
     max_running: int = 0
     exclusive_overlap: bool = False
     exclusive_running: int = 0
+    started_at: dict[str, float] = field(default_factory=dict)
 
     def enter(self, call: ToolExecution, *, exclusive: bool) -> None:
         self.invoked.append(call.call_id)
+        self.started_at[call.call_id] = trio.current_time()
         self.signals[call.call_id] = call.signal
         self.running += 1
         self.max_running = max(self.max_running, self.running)
@@ -149,10 +153,29 @@ def code(result: ToolResult) -> str | None:
 def all_tasks() -> set[trio.lowlevel.Task]:
     """Every task of the current trio run."""
     found: set[trio.lowlevel.Task] = set()
-    pending = [trio.lowlevel.current_root_task()]
+    root = trio.lowlevel.current_root_task()
+    assert root is not None
+    pending = [root]
     while pending:
         task = pending.pop()
         found.add(task)
         for nursery in task.child_nurseries:
             pending.extend(nursery.child_tasks)
     return found
+
+
+async def execute_with_stop(registry: ToolRegistry, at: float, *, tool: str = "T",
+                            controller: AbortController | None = None) -> ToolResult:
+    """Execute call ``c1`` of ``tool`` while the caller stops (cause ``user``) at time ``at``."""
+    controller = controller or AbortController()
+    result: list[ToolResult] = []
+    async with trio.open_nursery() as nursery:
+
+        async def stop() -> None:
+            await trio.sleep(at)
+            controller.abort(UserCause())
+
+        nursery.start_soon(stop)
+        result.append(await registry.execute(request("c1", tool, controller.signal)))
+        nursery.cancel_scope.cancel()
+    return result[0]

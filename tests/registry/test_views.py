@@ -11,6 +11,7 @@ from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, ok_result
 from runtime.registry import (
     AbortController,
+    Allow,
     Delegate,
     ToolDispatchExecution,
     ToolExecution,
@@ -29,7 +30,7 @@ async def test_views_refuse_writes_and_the_dispatch_view_refuses_deletion() -> N
     other = AbortController().signal
     seen: dict[str, Any] = {}
 
-    async def pre(call: ToolExecution) -> Any:
+    async def pre(call: ToolExecution) -> Allow:
         with pytest.raises(AttributeError):
             call.signal = other  # type: ignore[misc]
         with pytest.raises(AttributeError):
@@ -37,7 +38,6 @@ async def test_views_refuse_writes_and_the_dispatch_view_refuses_deletion() -> N
         with pytest.raises(AttributeError):
             call.extra = 1  # type: ignore[attr-defined]
         seen["pre"] = True
-        from runtime.registry import Allow
         return Allow()
 
     async def wrapper(call: ToolDispatchExecution, delegate: Delegate) -> ToolResult:

@@ -1,0 +1,167 @@
+"""One session's agent: the phase table, the inbox, turns, and stops that settle.
+
+A prompt accepted while idle starts its turn's phase at once (with its
+controller), so a stop that arrives before the turn's first step still stops
+that turn. Prompts accepted while a turn runs wait in the inbox and start the
+next turns. ``cancel`` aborts the current phase's controller (first cause
+wins), clears the inbox unless asked to keep it, and returns only when the
+turn's ``turn/end`` is on disk; concurrent cancels join the same settlement.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from protocol.messages.client import AbortedCall, AgentAbortResult, AgentPromptResult
+from protocol.messages.events import (
+    StopReason,
+    ToolCallEvent,
+    ToolResultEvent,
+    TurnEnd,
+    TurnOutcome,
+    TurnStart,
+)
+from protocol.messages.host import ToolsOutputParams
+from runtime.agent.journal import Journal
+from runtime.agent.phase import PhaseEvent, PhaseKind, PhaseMachine
+from runtime.agent.turn import Turn, TurnConfig, wire_cause
+from runtime.providers.base import Provider
+from runtime.registry import Cause, ToolDefinition, ToolRegistry
+
+log = logging.getLogger(__name__)
+
+ToolsFactory = Callable[[str], tuple[ToolRegistry, list[ToolDefinition[Any]],
+                                     Callable[[ToolsOutputParams], bool]]]
+
+
+@dataclass
+class PendingPrompt:
+    text: str
+    done: trio.Event = field(default_factory=trio.Event)
+    result: AgentPromptResult | None = None
+
+    def resolve(self, turn_id: str | None, stop_reason: StopReason) -> None:
+        self.result = AgentPromptResult(turn_id, stop_reason)
+        self.done.set()
+
+
+@dataclass
+class _TurnSlot:
+    turn_id: str
+    prompt: PendingPrompt
+    settled: trio.Event = field(default_factory=trio.Event)
+    end: TurnOutcome | None = None
+
+
+class Agent:
+    def __init__(self, session_id: str, journal: Journal, provider: Provider,
+                 tools: ToolsFactory, config: TurnConfig | None = None) -> None:
+        self.session_id = session_id
+        self.journal = journal
+        self._provider = provider
+        self._tools = tools
+        self._config = config or TurnConfig()
+        self.machine = PhaseMachine()
+        self.inbox: collections.deque[PendingPrompt] = collections.deque()
+        self._current: _TurnSlot | None = None
+        self._wake = trio.Event()
+        self._turn_ids = itertools.count(_turn_count(journal) + 1)
+        self._route_output: Callable[[ToolsOutputParams], bool] | None = None
+
+    # -- prompts ----------------------------------------------------------------------
+
+    def prompt(self, text: str) -> PendingPrompt:
+        pending = PendingPrompt(text)
+        if self.machine.phase.kind is PhaseKind.IDLE:
+            self._begin(pending)
+        else:
+            self.inbox.append(pending)
+        return pending
+
+    def _begin(self, pending: PendingPrompt) -> None:
+        turn_id = f"t{next(self._turn_ids)}"
+        self.machine.fire(PhaseEvent.START_TURN, turn_id=turn_id)
+        self._current = _TurnSlot(turn_id, pending)
+        self._wake.set()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run turns as prompts arrive, forever (cancel the task to stop serving)."""
+        task_status.started()
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            while self._current is not None:
+                await self._run_turn(self._current)
+
+    async def _run_turn(self, slot: _TurnSlot) -> None:
+        controller = self.machine.phase.controller
+        assert controller is not None
+        registry, definitions, route = self._tools(slot.turn_id)
+        self._route_output = route
+        turn = Turn(turn_id=slot.turn_id, prompt=slot.prompt.text, journal=self.journal,
+                    provider=self._provider, registry=registry, definitions=definitions,
+                    config=self._config)
+        with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
+            ending = await turn.run(controller.signal)
+            self._route_output = None
+            slot.end = ending.outcome
+            await self.journal.append_durably(lambda seq: TurnEnd(
+                seq, slot.turn_id, ending.outcome, ending.stop_reason))
+        log.info("session %s turn %s ended %s", self.session_id, slot.turn_id,
+                 ending.outcome.kind)
+        self.machine.fire(PhaseEvent.END_TURN)
+        self._current = None
+        slot.prompt.resolve(slot.turn_id, ending.stop_reason)
+        slot.settled.set()
+        if self.inbox:
+            self._begin(self.inbox.popleft())
+
+    def on_output(self, params: ToolsOutputParams) -> bool:
+        return self._route_output(params) if self._route_output is not None else False
+
+    # -- stops ------------------------------------------------------------------------
+
+    async def cancel(self, cause: Cause, *, keep_inbox: bool = False) -> AgentAbortResult:
+        started = time.perf_counter()
+        if not keep_inbox:
+            while self.inbox:
+                self.inbox.popleft().resolve(None, "cancelled")
+        phase, slot = self.machine.phase, self._current
+        if phase.kind is PhaseKind.IDLE or phase.controller is None or slot is None:
+            return AgentAbortResult("idle")
+        phase.controller.abort(cause)
+        await slot.settled.wait()
+        if slot.end is None or slot.end.kind != "aborted":
+            return AgentAbortResult("idle", slot.turn_id)  # it ended on its own first
+        return AgentAbortResult(
+            "aborted", slot.turn_id, wire_cause(phase.controller.signal.cause),
+            round((time.perf_counter() - started) * 1000, 3), self.calls_of(slot.turn_id))
+
+    def calls_of(self, turn_id: str) -> tuple[AbortedCall, ...]:
+        calls: dict[str, AbortedCall] = {}
+        for event in self.journal.events:
+            if event.turn_id != turn_id:
+                continue
+            if isinstance(event, ToolCallEvent):
+                calls[event.call_id] = AbortedCall(event.call_id, event.tool, event.tool_class)
+            elif isinstance(event, ToolResultEvent) and event.call_id in calls:
+                call = calls[event.call_id]
+                calls[event.call_id] = AbortedCall(call.call_id, call.tool, call.tool_class,
+                                                   event.code)
+        return tuple(calls.values())
+
+    @property
+    def busy(self) -> bool:
+        return self.machine.phase.kind is not PhaseKind.IDLE
+
+
+def _turn_count(journal: Journal) -> int:
+    return sum(1 for e in journal.events if isinstance(e, TurnStart))

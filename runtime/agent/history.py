@@ -1,0 +1,63 @@
+"""The model's view of a session: its durable events as provider messages.
+
+Within a step, calls start and results commit interleaved (a rolling pool), but
+a model expects one assistant message carrying every call of the step,
+followed by the results; so events are grouped by (turn, step).
+"""
+
+from __future__ import annotations
+
+from protocol.messages.events import (
+    AssistantMessageEvent,
+    DurableEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    UserMessageEvent,
+)
+from protocol.tools import TextContent
+from runtime.providers.base import (
+    AssistantMessage,
+    ModelMessage,
+    ToolCallChunk,
+    ToolMessage,
+    UserMessage,
+)
+
+
+def model_messages(events: list[DurableEvent]) -> list[ModelMessage]:
+    messages: list[ModelMessage] = []
+    step: tuple[str, int] | None = None
+    text = reasoning = ""
+    calls: list[ToolCallChunk] = []
+    results: list[ToolMessage] = []
+
+    def flush() -> None:
+        nonlocal step, text, reasoning
+        if step is not None and (text or reasoning or calls):
+            messages.append(AssistantMessage(text, reasoning, tuple(calls)))
+        messages.extend(results)
+        step, text, reasoning = None, "", ""
+        calls.clear()
+        results.clear()
+
+    for event in events:
+        if isinstance(event, UserMessageEvent):
+            flush()
+            messages.append(UserMessage(event.text))
+            continue
+        if not isinstance(event, AssistantMessageEvent | ToolCallEvent | ToolResultEvent):
+            continue
+        key = (event.turn_id, event.step)
+        if key != step:
+            flush()
+            step = key
+        if isinstance(event, AssistantMessageEvent):
+            text += "".join(b.text for b in event.blocks if b.type == "text")
+            reasoning += "".join(b.text for b in event.blocks if b.type == "reasoning")
+        elif isinstance(event, ToolCallEvent):
+            calls.append(ToolCallChunk(event.call_id, event.tool, dict(event.args)))
+        else:
+            body = "\n".join(c.text for c in event.content if isinstance(c, TextContent))
+            results.append(ToolMessage(event.call_id, body, event.is_error))
+    flush()
+    return messages

@@ -1,0 +1,209 @@
+"""Host tools as registry bodies: ``tools.execute`` out, and the per-class stop policy.
+
+The body sends ``tools.execute`` and waits for the host's result or a stop. On
+a stop it sends ``tools.abort`` (so does the scheduler's stop walk, through the
+definition's stop handler; the abort is sent once either way) and then, by the
+tool's class:
+
+- read-only: stops waiting at once; a late host result is dropped and logged.
+- process: waits up to ``process_grace`` for the host's result (the output the
+  host collected before it killed the tree); past it, ``ABORTED`` with the
+  progress output already received, marked ``unconfirmed``.
+- mutating and plugin: awaits the host's result, with no deadline.
+
+``ABORTED_BEFORE_DISPATCH`` is reported only when the host says the body never
+started: its own result says so, or its answer to ``tools.abort`` found the call
+before its body (or not at all, so the tombstone will stop it). A link that
+dies under a call gives ``HOST_CRASHED``: the body may have run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+import trio
+
+from protocol.errors import ErrorCode, RemoteError
+from protocol.messages.host import (
+    AbortCause,
+    ToolsAbortParams,
+    ToolsAbortResult,
+    ToolsExecuteParams,
+    ToolsOutputParams,
+)
+from protocol.toolclass import TOOL_CLASSES, ToolClass
+from protocol.tools import TOOL_ARGS, ToolResult, aborted_result, error_result
+from runtime.registry import (
+    AbortSignal,
+    Cause,
+    ToolDefinition,
+    ToolExecution,
+    cancel_on_abort,
+    define_tool,
+)
+from runtime.rpc import ConnectionClosed
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PROCESS_GRACE = 10.0
+BEFORE_BODY_STATES = frozenset({"tombstoned", "admission", "permission-pending"})
+
+
+class HostPort(Protocol):
+    async def request(self, method: str, params: msgspec.Struct) -> Any: ...
+
+
+ProgressSink = Callable[[str, str, str], None]  # (call id, stream, text)
+AbortSink = Callable[[str, str, ToolsAbortResult], None]  # (call id, tool, host answer)
+
+
+def _wire_cause(cause: Cause | None) -> tuple[AbortCause, str | None]:
+    if cause is None:
+        return "user", None
+    return cause.kind, getattr(cause, "reason", None)
+
+
+@dataclass
+class _HostCall:
+    call_id: str
+    host_call_id: str
+    tool: str
+    tool_class: ToolClass
+    progress: list[str] = field(default_factory=list)
+    abandoned: bool = False
+    abort_answer: ToolsAbortResult | None = None
+    abort_done: trio.Event = field(default_factory=trio.Event)
+    abort_started: bool = False
+
+
+class HostTools:
+    """The host tools of one session's turn, and the routing of their progress."""
+
+    def __init__(self, host: HostPort, session_id: str, turn_id: str, *,
+                 on_progress: ProgressSink, on_abort: AbortSink,
+                 process_grace: float = DEFAULT_PROCESS_GRACE) -> None:
+        self._host = host
+        self._session_id = session_id
+        self._turn_id = turn_id
+        self._on_progress = on_progress
+        self._on_abort = on_abort
+        self._grace = process_grace
+        self._calls: dict[str, _HostCall] = {}  # by host call id
+
+    def definitions(self) -> list[ToolDefinition[Any]]:
+        return [
+            define_tool(name, args=args_type, tool_class=TOOL_CLASSES[name], body=self._body,
+                        stop=self._stop_handler,
+                        description=f"{name} ({TOOL_CLASSES[name].value}), run by the host")
+            for name, args_type in TOOL_ARGS.items()
+        ]
+
+    def host_call_id(self, call_id: str) -> str:
+        # Unique per turn, so a late abort or tombstone can never meet a later turn's call.
+        return f"{self._turn_id}.{call_id}"
+
+    def on_output(self, params: ToolsOutputParams) -> bool:
+        """Route a ``tools.output`` notification; False if the call is not (or no longer) ours."""
+        call = self._calls.get(params.call_id)
+        if call is None or call.abandoned:
+            return False
+        call.progress.append(params.text)
+        self._on_progress(call.call_id, params.stream, params.text)
+        return True
+
+    async def _stop_handler(self, execution: ToolExecution) -> None:
+        call = self._calls.get(self.host_call_id(execution.call_id))
+        if call is not None:
+            await self._abort(call, execution.signal)
+
+    async def _abort(self, call: _HostCall, signal: AbortSignal) -> ToolsAbortResult | None:
+        """Send ``tools.abort`` once; every caller waits for the one answer."""
+        if not call.abort_started:
+            call.abort_started = True
+            kind, reason = _wire_cause(signal.cause)
+            try:
+                answer: ToolsAbortResult = await self._host.request("tools.abort", ToolsAbortParams(
+                    self._session_id, call.host_call_id, call.tool, kind, reason))
+                call.abort_answer = answer
+                self._on_abort(call.call_id, call.tool, answer)
+            except (ConnectionClosed, RemoteError) as exc:
+                log.warning("tools.abort %s failed: %s", call.host_call_id, exc)
+            finally:
+                call.abort_done.set()
+        await call.abort_done.wait()
+        return call.abort_answer
+
+    async def _body(self, args: msgspec.Struct, execution: ToolExecution) -> ToolResult:
+        call = _HostCall(execution.call_id, self.host_call_id(execution.call_id), execution.tool,
+                         execution.tool_class)
+        self._calls[call.host_call_id] = call
+        try:
+            return await self._run(call, args, execution.signal)
+        finally:
+            del self._calls[call.host_call_id]
+
+    async def _run(self, call: _HostCall, args: msgspec.Struct,
+                   signal: AbortSignal) -> ToolResult:
+        outcome: list[ToolResult] = []
+        done = trio.Event()
+
+        async def execute() -> None:
+            params = ToolsExecuteParams(self._session_id, call.host_call_id, call.tool,
+                                        msgspec.to_builtins(args))
+            try:
+                result: ToolResult = await self._host.request("tools.execute", params)
+            except ConnectionClosed:
+                result = error_result(ErrorCode.HOST_CRASHED, "the host exited during the call",
+                                      body_invoked=True)
+            except RemoteError as exc:
+                result = error_result(ErrorCode.TOOL_FAILED, f"host refused the call: {exc}",
+                                      body_invoked=True)
+            outcome.append(result)
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(execute)
+            with cancel_on_abort(signal):
+                await done.wait()
+            if done.is_set():
+                return outcome[0]
+            stopped_at = time.monotonic()
+            answer = await self._abort(call, signal)
+            if call.tool_class is ToolClass.READ_ONLY:
+                result = self._abandon(call, answer, "read-only: stopped waiting at once")
+            elif call.tool_class is ToolClass.PROCESS:
+                with trio.move_on_after(max(0.0, self._grace - (time.monotonic() - stopped_at))):
+                    await done.wait()
+                result = outcome[0] if done.is_set() else self._abandon(
+                    call, answer, f"no host result within the {self._grace:g} s grace window",
+                    unconfirmed=True)
+            else:
+                await done.wait()  # mutating and plugin calls are never abandoned
+                result = outcome[0]
+            nursery.cancel_scope.cancel()
+        return result
+
+    def _abandon(self, call: _HostCall, answer: ToolsAbortResult | None, why: str, *,
+                 unconfirmed: bool = False) -> ToolResult:
+        call.abandoned = True  # progress stops here
+        log.info("call %s (%s) abandoned: %s; a late host result is dropped", call.host_call_id,
+                 call.tool, why)
+        details: dict[str, Any] = {"abandoned": why}
+        if answer is not None:
+            details["hostState"] = answer.state
+            if answer.state in BEFORE_BODY_STATES and not answer.body_invoked:
+                return aborted_result(before_dispatch=True, details=details)
+        if unconfirmed:
+            details["unconfirmed"] = True
+        output = "".join(call.progress)
+        if output:
+            details["output"] = output[-8192:]
+        return aborted_result(before_dispatch=False, details=details,
+                              extra_text=f"Output before the stop:\n{output[-8192:]}"
+                              if output else "")
+

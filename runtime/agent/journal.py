@@ -1,0 +1,53 @@
+"""A session's durable events: numbered, appended to the log, then announced.
+
+The order is the contract: an event reaches the client only after it is in
+the log; ``turn/end`` only after the log is fsynced. Progress events are
+announced, never logged; they carry the seq of the last durable event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from protocol.messages.events import AnnouncedEvent, DurableEvent
+from runtime.sessionlog import SessionLog
+
+Announce = Callable[[AnnouncedEvent], None]
+
+
+class Journal:
+    def __init__(self, log: SessionLog, announce: Announce,
+                 events: tuple[DurableEvent, ...] = ()) -> None:
+        self._log = log
+        self._announce = announce
+        self.events: list[DurableEvent] = list(events)
+
+    @property
+    def last_seq(self) -> int:
+        return self.events[-1].seq if self.events else -1
+
+    def append(self, make: Callable[[int], DurableEvent]) -> DurableEvent:
+        event = make(self._log.next_seq())
+        self._log.append(event)
+        self.events.append(event)
+        self._announce(event)
+        return event
+
+    async def append_durably(self, make: Callable[[int], DurableEvent]) -> DurableEvent:
+        """Append, fsync, then announce: for ``turn/end``."""
+        event = make(self._log.next_seq())
+        self._log.append(event)
+        self.events.append(event)
+        await self._log.sync()
+        self._announce(event)
+        return event
+
+    def announce(self, make: Callable[[int], AnnouncedEvent]) -> None:
+        self._announce(make(self.last_seq))
+
+    def replay(self) -> None:
+        for event in self.events:
+            self._announce(event)
+
+    def close(self) -> None:
+        self._log.close()

@@ -1,0 +1,62 @@
+"""The agent's phase as a state table: ``idle``, ``maintenance``, ``running``.
+
+Every non-idle phase owns exactly one ``AbortController``; a transition into a
+non-idle phase makes a fresh one, a transition to ``idle`` drops it. A stop is
+applied to the current phase's controller, so a stop while idle has nothing to
+abort and arms nothing for later.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from runtime.registry import AbortController
+
+
+class PhaseKind(enum.Enum):
+    IDLE = "idle"
+    MAINTENANCE = "maintenance"
+    RUNNING = "running"
+
+
+class PhaseEvent(enum.Enum):
+    START_TURN = "start-turn"
+    END_TURN = "end-turn"
+    START_MAINTENANCE = "start-maintenance"
+    END_MAINTENANCE = "end-maintenance"
+
+
+TRANSITIONS: dict[tuple[PhaseKind, PhaseEvent], PhaseKind] = {
+    (PhaseKind.IDLE, PhaseEvent.START_TURN): PhaseKind.RUNNING,
+    (PhaseKind.RUNNING, PhaseEvent.END_TURN): PhaseKind.IDLE,
+    (PhaseKind.IDLE, PhaseEvent.START_MAINTENANCE): PhaseKind.MAINTENANCE,
+    (PhaseKind.MAINTENANCE, PhaseEvent.END_MAINTENANCE): PhaseKind.IDLE,
+}
+
+
+class InvalidTransition(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Phase:
+    kind: PhaseKind
+    controller: AbortController | None
+    turn_id: str | None = None
+
+
+IDLE = Phase(PhaseKind.IDLE, None)
+
+
+class PhaseMachine:
+    def __init__(self) -> None:
+        self.phase = IDLE
+
+    def fire(self, event: PhaseEvent, *, turn_id: str | None = None) -> Phase:
+        target = TRANSITIONS.get((self.phase.kind, event))
+        if target is None:
+            raise InvalidTransition(f"{event.value} is not allowed in {self.phase.kind.value}")
+        controller = None if target is PhaseKind.IDLE else AbortController()
+        self.phase = Phase(target, controller, turn_id if target is PhaseKind.RUNNING else None)
+        return self.phase

@@ -1,0 +1,177 @@
+"""One turn: steps of (assemble the prompt, stream the model, run the step's tool calls).
+
+Checkpoints, where a stop is observed: after the prompt is assembled, at every
+step boundary, before the stream starts and on every stream chunk; inside a
+step's tool calls the scheduler applies the stop contract. A stopped stream
+keeps its visible text and reasoning as an ``interrupted`` assistant message;
+its half-streamed tool calls are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from protocol.messages.events import (
+    AssistantMessageEvent,
+    Block,
+    Cause,
+    StopReason,
+    ToolCallEvent,
+    ToolResultEvent,
+    TurnOutcome,
+    TurnStart,
+    UserMessageEvent,
+)
+from protocol.tools import ToolResult
+from runtime.agent.assembler import Assembler
+from runtime.agent.history import model_messages
+from runtime.agent.journal import Journal
+from runtime.providers.base import ModelRequest, Provider, ProviderError, ToolSchema
+from runtime.registry import (
+    AbortError,
+    AbortSignal,
+    ToolCallRequest,
+    ToolDefinition,
+    ToolRegistry,
+    cancel_on_abort,
+    run_tool_calls,
+)
+from runtime.registry import Cause as RegistryCause
+
+log = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = ("You are a coding agent. Tools run in the user's workspace through the quiesce "
+                 "host; a stopped tool call says so in its result.")
+
+
+@dataclass(frozen=True)
+class TurnConfig:
+    max_steps: int = 16
+    max_parallel: int = 4
+
+
+@dataclass(frozen=True)
+class TurnEnding:
+    outcome: TurnOutcome
+    stop_reason: StopReason
+
+
+def wire_cause(cause: RegistryCause | None) -> Cause | None:
+    if cause is None:
+        return None
+    kind = cause.kind
+    if kind == "timeout":
+        return Cause("hook", "timeout")
+    return Cause(kind, getattr(cause, "reason", None))
+
+
+_schemas: dict[type[Any], dict[str, Any]] = {}
+
+
+def _schema(args_type: type[Any]) -> dict[str, Any]:
+    """The JSON schema of a tool's arguments, computed once per type."""
+    cached = _schemas.get(args_type)
+    if cached is None:
+        schema: dict[str, Any] = msgspec.json.schema(args_type)
+        defs = schema.pop("$defs", {})
+        ref = schema.get("$ref", "")
+        cached = _schemas[args_type] = dict(defs.get(ref.rsplit("/", 1)[-1], schema))
+    return cached
+
+
+def tool_schemas(definitions: list[ToolDefinition[Any]]) -> tuple[ToolSchema, ...]:
+    return tuple(ToolSchema(d.name, d.description, _schema(d.args_type)) for d in definitions)
+
+
+class _StepRecorder:
+    """The scheduler's records, as durable session events."""
+
+    def __init__(self, journal: Journal, registry: ToolRegistry, turn_id: str,
+                 step: int) -> None:
+        self._journal = journal
+        self._registry = registry
+        self._turn_id = turn_id
+        self._step = step
+
+    async def record_call(self, call: ToolCallRequest) -> None:
+        definition = self._registry.definition(call.tool)
+        tool_class = definition.tool_class.value if definition is not None else "unknown"
+        args = call.args if isinstance(call.args, dict) else {"raw": call.args}
+        self._journal.append(lambda seq: ToolCallEvent(
+            seq, self._turn_id, self._step, call.call_id, call.tool, tool_class, args))
+
+    async def record_result(self, call: ToolCallRequest, result: ToolResult) -> None:
+        self._journal.append(lambda seq: ToolResultEvent(
+            seq, self._turn_id, self._step, call.call_id, result.is_error, result.code,
+            result.content, result.details))
+
+
+class Turn:
+    def __init__(self, *, turn_id: str, prompt: str, journal: Journal, provider: Provider,
+                 registry: ToolRegistry, definitions: list[ToolDefinition[Any]],
+                 config: TurnConfig) -> None:
+        self.turn_id = turn_id
+        self._prompt = prompt
+        self._journal = journal
+        self._provider = provider
+        self._registry = registry
+        self._schemas = tool_schemas(definitions)
+        self._config = config
+
+    async def run(self, signal: AbortSignal) -> TurnEnding:
+        """Run to an ending; the caller records ``turn/end``."""
+        turn_id = self.turn_id
+        self._journal.append(lambda seq: TurnStart(seq, turn_id))
+        self._journal.append(lambda seq: UserMessageEvent(seq, turn_id, self._prompt))
+        try:
+            for step in range(self._config.max_steps):
+                signal.raise_if_aborted()  # step boundary
+                request = ModelRequest(SYSTEM_PROMPT, tuple(model_messages(self._journal.events)),
+                                       self._schemas)
+                signal.raise_if_aborted()  # after prompt assembly
+                assembler = await self._stream(request, step, signal)
+                self._record_message(assembler, step, interrupted=False)
+                if not assembler.tool_calls:
+                    return self._ending(signal)
+                calls = [ToolCallRequest(c.call_id, c.name, c.args) for c in assembler.tool_calls]
+                await run_tool_calls(
+                    calls, registry=self._registry, signal=signal,
+                    recorder=_StepRecorder(self._journal, self._registry, turn_id, step),
+                    max_parallel=self._config.max_parallel)
+            signal.raise_if_aborted()
+            return TurnEnding(TurnOutcome("completed"), "max_steps")
+        except AbortError as stop:
+            return TurnEnding(TurnOutcome("aborted", wire_cause(stop.cause)), "cancelled")
+        except ProviderError as exc:
+            log.warning("turn %s: provider failed: %s", turn_id, exc)
+            return TurnEnding(TurnOutcome("error", error=str(exc)), "error")
+
+    def _ending(self, signal: AbortSignal) -> TurnEnding:
+        # The last checkpoint: a stop that came while the step finished still wins.
+        signal.raise_if_aborted()
+        return TurnEnding(TurnOutcome("completed"), "end_turn")
+
+    async def _stream(self, request: ModelRequest, step: int, signal: AbortSignal) -> Assembler:
+        assembler = Assembler()
+        async with self._provider.stream(request) as chunks:
+            signal.raise_if_aborted()  # before the stream starts
+            with cancel_on_abort(signal):
+                async for chunk in chunks:
+                    if signal.aborted:  # on every chunk
+                        break
+                    assembler.add(chunk)
+        if signal.aborted:
+            self._record_message(assembler, step, interrupted=True)
+            signal.raise_if_aborted()
+        return assembler
+
+    def _record_message(self, assembler: Assembler, step: int, *, interrupted: bool) -> None:
+        blocks = tuple(Block(kind, text) for kind, text in assembler.visible_blocks())
+        if not blocks:  # no visible content: absence itself says the stream showed nothing
+            return
+        self._journal.append(lambda seq: AssistantMessageEvent(
+            seq, self.turn_id, step, blocks, interrupted, assembler.chunks))

@@ -1,0 +1,55 @@
+"""Permission prompts from the host, relayed to the client, and withdrawn on a stop.
+
+The host asks (``permission.request``); the runtime asks the client the same
+question. When the host withdraws a prompt (its call was stopped, or the
+prompt timed out), the runtime stops waiting for the client and tells it the
+prompt is withdrawn; the client's late answer is a response to a forgotten
+request and is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from protocol.errors import ErrorCode, RemoteError, RpcError
+from protocol.messages.host import (
+    PermissionRequestParams,
+    PermissionRequestResult,
+    PermissionWithdrawnParams,
+)
+from runtime.rpc import ConnectionClosed, Endpoint
+
+log = logging.getLogger(__name__)
+
+
+class PermissionRelay:
+    def __init__(self) -> None:
+        self.client: Endpoint | None = None
+        self._pending: dict[str, trio.CancelScope] = {}
+
+    async def request(self, params: PermissionRequestParams) -> PermissionRequestResult:
+        client = self.client
+        if client is None:
+            return PermissionRequestResult("deny")
+        with trio.CancelScope() as scope:
+            self._pending[params.request_id] = scope
+            try:
+                answer: PermissionRequestResult = await client.request("permission.request",
+                                                                       params)
+                return answer
+            except (RemoteError, ConnectionClosed) as exc:
+                log.info("permission %s: client could not answer (%s): deny",
+                         params.request_id, exc)
+                return PermissionRequestResult("deny")
+            finally:
+                self._pending.pop(params.request_id, None)
+        raise RpcError(ErrorCode.PERMISSION_WITHDRAWN, f"{params.request_id} was withdrawn")
+
+    def withdrawn(self, params: PermissionWithdrawnParams) -> None:
+        scope = self._pending.pop(params.request_id, None)
+        if scope is not None:
+            scope.cancel()
+        if self.client is not None:
+            self.client.notify("permission.withdrawn", params)

@@ -1,0 +1,37 @@
+"""Choosing a session's provider: its own config, or the daemon's default."""
+
+from __future__ import annotations
+
+from protocol.messages.client import OpenAIProviderConfig, ProviderConfig, ScriptedProviderConfig
+from runtime.providers.base import Provider
+from runtime.providers.scripted import ScriptedProvider, load_script, parse_script
+
+
+class ProviderConfigError(ValueError):
+    pass
+
+
+def parse_provider_option(option: str) -> ProviderConfig:
+    """``scripted:FILE`` or ``openai`` (the ``--provider`` option of ``quiesce serve``)."""
+    kind, _, rest = option.partition(":")
+    if kind == "scripted" and rest:
+        return ScriptedProviderConfig(path=rest)
+    if kind == "openai" and not rest:
+        return OpenAIProviderConfig()
+    raise ProviderConfigError(f"--provider must be scripted:FILE or openai, not {option!r}")
+
+
+def make_provider(config: ProviderConfig) -> Provider:
+    if isinstance(config, ScriptedProviderConfig):
+        if (config.script is None) == (config.path is None):
+            raise ProviderConfigError("a scripted provider needs exactly one of script, path")
+        try:
+            responses = (load_script(config.path) if config.path is not None
+                         else parse_script(config.script or []))
+        except ValueError as exc:
+            raise ProviderConfigError(str(exc)) from exc
+        return ScriptedProvider(responses)
+    from runtime.providers.openai import OpenAIProvider, provider_from_config
+
+    provider: OpenAIProvider = provider_from_config(config)
+    return provider
