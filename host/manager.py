@@ -20,8 +20,8 @@ separates ``ABORTED`` from ``ABORTED_BEFORE_DISPATCH``.
 from __future__ import annotations
 
 import itertools
-import os
 import logging
+import os
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from typing import Any, Protocol

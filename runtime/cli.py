@@ -12,8 +12,8 @@ import trio
 
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from protocol.messages.client import ProviderConfig
-from runtime.providers.factory import ProviderConfigError, parse_provider_option
 from runtime.logs import setup_logging
+from runtime.providers.factory import ProviderConfigError, parse_provider_option
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,6 @@ from protocol.messages.client import (
     DebugRunToolParams,
     DebugRunToolResult,
     ProviderConfig,
-    ScriptedProviderConfig,
     SessionEventParams,
     SessionListResult,
     SessionLoadParams,
@@ -176,12 +175,9 @@ class Daemon:
 
         return make
 
-    def _provider(self, config: ProviderConfig | None) -> tuple[ProviderConfig, Provider]:
+    def _provider(self, config: ProviderConfig | None
+                  ) -> tuple[ProviderConfig | None, Provider]:
         chosen = config or self.default_provider
-        if chosen is None:
-            raise RpcError(ErrorCode.INVALID_PARAMS,
-                           "no provider: pass one in session.new or start the daemon with "
-                           "--provider")
         try:
             return chosen, make_provider(chosen)
         except ProviderConfigError as exc:
@@ -233,8 +229,7 @@ class Daemon:
                 config = msgspec.convert(saved, ProviderConfig) if saved else None
             except msgspec.ValidationError:
                 config = None
-            return self._provider(config or self.default_provider
-                                  or ScriptedProviderConfig(script=[]))[1]
+            return self._provider(config)[1]
 
         loaded = await self.sessions.load(params.session_id, provider=provider,
                                           announce=self._announce, tools=self._tools_factory)

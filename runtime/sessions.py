@@ -69,7 +69,8 @@ class SessionStore:
             raise RpcError(ErrorCode.INVALID_PARAMS, f"malformed session id {session_id!r}")
         return self.dir / f"{session_id}.jsonl"
 
-    def create(self, workspace: str, mode: PermissionMode, provider_config: ProviderConfig,
+    def create(self, workspace: str, mode: PermissionMode,
+               provider_config: ProviderConfig | None,
                provider: Provider, announce: Callable[[str, AnnouncedEvent], None],
                tools: Callable[[str], ToolsFactory]) -> Session:
         if not os.path.isabs(workspace):
@@ -83,7 +84,8 @@ class SessionStore:
         slog = SessionLog.create(self.path_of(session_id))
         journal = Journal(slog, lambda event: announce(session_id, event))
         meta = journal.append(lambda seq: SessionMeta(
-            seq, "", session_id, real, mode, time.time(), msgspec.to_builtins(provider_config)))
+            seq, "", session_id, real, mode, time.time(),
+            msgspec.to_builtins(provider_config) if provider_config else {}))
         assert isinstance(meta, SessionMeta)
         return self._add(meta, journal, provider, tools)
 

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from protocol.messages.client import OpenAIProviderConfig, ProviderConfig, ScriptedProviderConfig
-from runtime.providers.base import Provider
+from runtime.providers.base import (
+    ModelRequest,
+    Provider,
+    ProviderError,
+    StreamChunk,
+)
 from runtime.providers.scripted import ScriptedProvider, load_script, parse_script
 
 
@@ -21,7 +29,19 @@ def parse_provider_option(option: str) -> ProviderConfig:
     raise ProviderConfigError(f"--provider must be scripted:FILE or openai, not {option!r}")
 
 
-def make_provider(config: ProviderConfig) -> Provider:
+class UnconfiguredProvider:
+    """A session opened with no provider: every model call fails, saying how to fix it."""
+
+    @asynccontextmanager
+    async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[StreamChunk]]:
+        raise ProviderError("no model provider is configured: pass `provider` in session.new "
+                            "or start quiesce serve with --provider")
+        yield  # pragma: no cover
+
+
+def make_provider(config: ProviderConfig | None) -> Provider:
+    if config is None:
+        return UnconfiguredProvider()
     if isinstance(config, ScriptedProviderConfig):
         if (config.script is None) == (config.path is None):
             raise ProviderConfigError("a scripted provider needs exactly one of script, path")
@@ -33,5 +53,8 @@ def make_provider(config: ProviderConfig) -> Provider:
         return ScriptedProvider(responses)
     from runtime.providers.openai import OpenAIProvider, provider_from_config
 
-    provider: OpenAIProvider = provider_from_config(config)
+    try:
+        provider: OpenAIProvider = provider_from_config(config)
+    except ValueError as exc:
+        raise ProviderConfigError(f"openai provider: {exc}") from exc
     return provider

@@ -23,10 +23,13 @@ write (empty arguments mean ``{}``). A stream that ends before a
 ``finish_reason`` or ``[DONE]`` is an error, not a short answer.
 
 Leaving :meth:`OpenAIProvider.stream`'s context, normally or because a stop
-cancelled the consumer, closes the response and its connection: httpx/httpcore
-close an unfinished HTTP/1.1 connection instead of pooling it, under a shield,
+cancelled the consumer, closes the response and its connection at once: the
+part-read body is unwound by cancellation (:func:`_unwind`), httpcore closes an
+unfinished HTTP/1.1 connection instead of pooling it (under its own shield),
 and closing a trio socket (or a TLS stream, which httpcore opens in
-``https_compatible`` mode) does not wait on the peer.
+``https_compatible`` mode) does not wait on the peer. A stop that lands while
+the consumer awaits the next chunk is a ``Cancelled`` inside httpcore's read,
+which closes the connection the same way.
 
 The API key goes only into the ``Authorization`` header; it is kept out of
 reprs and log lines, and masked if an HTTP error body echoes it.
@@ -569,12 +572,13 @@ class OpenAIProvider:
                 client = await stack.enter_async_context(
                     httpx.AsyncClient(verify=_ssl_context(), timeout=self._timeout))
             with _http_errors(url):
-                response = await client.send(client.build_request(
-                    "POST", url, content=body, headers=self._headers, timeout=self._timeout), stream=True)
+                response = await stack.enter_async_context(client.stream(
+                    "POST", url, content=body, headers=self._headers, timeout=self._timeout))
+            await self._check(response)
             chunks = _ChunkStream(response.aiter_bytes(),
                                   ChatStreamDecoder(self._max_event_bytes), url)
             # Unwound before the response closes (an exit stack runs last in, first out).
-            await self._check(response)
+            stack.push_async_callback(chunks.aclose)
             yield chunks
 
     async def _check(self, response: httpx.Response) -> None:

@@ -44,7 +44,10 @@ class RawClient:
         if params is not None:
             message["params"] = params
         await self.send(message)
-        answer = await self.receive()
+        while True:
+            answer = await self.receive()
+            if "method" not in answer:  # skip notifications (session.event)
+                break
         assert answer.get("id") == self._next_id, answer
         return answer
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 
 import trio
+import trio.lowlevel
 
 from protocol.messages.events import (
     AssistantMessageEvent,
@@ -170,7 +171,7 @@ async def test_stop_racing_the_prompt_is_consistent(tmp_path: pathlib.Path,
                 prompts.append(await agent.prompt("one"))
 
             nursery.start_soon(prompt)
-            await trio.sleep(0)
+            await trio.lowlevel.checkpoint()
             aborted = await agent.abort("hook", reason="policy")
         (result,) = prompts
         turn_end = agent.turn_end_on_disk(result.turn_id or "")

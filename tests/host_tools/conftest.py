@@ -30,7 +30,7 @@ TEST_GRACE = 0.3
 async def wait_until(predicate: Callable[[], object], within: float = 5.0) -> None:
     """Poll external state (files, processes, recorded output) until ``predicate`` holds."""
     with trio.fail_after(within):
-        while not predicate():  # noqa: ASYNC110 - polling state no task signals
+        while not predicate():
             await trio.sleep(0.01)
 
 
