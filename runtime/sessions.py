@@ -112,7 +112,8 @@ class SessionStore:
         except ValueError as exc:
             raise RpcError(ErrorCode.INTERNAL, f"session log unreadable: {exc}") from exc
         slog = SessionLog.reopen(path, contents)
-        journal = Journal(slog, lambda event: announce(session_id, event), contents.events)
+        # Repairs are announced with the replay that follows the load, not twice.
+        journal = Journal(slog, lambda event: None, contents.events)
         recovered = False
         open_turn = contents.open_turn()
         if open_turn is not None:
@@ -126,6 +127,7 @@ class SessionStore:
                 TurnOutcome("interrupted", error="the runtime stopped during this turn"),
                 "error"))
             log.info("session %s: closed interrupted turn %s", session_id, open_turn.turn_id)
+        journal = Journal(slog, lambda event: announce(session_id, event), tuple(journal.events))
         return Loaded(self._add(meta, journal, provider(meta.provider), tools), recovered)
 
     def get(self, session_id: str) -> Session:
