@@ -112,7 +112,8 @@ class Agent:
 
 @asynccontextmanager
 async def agent_daemon(marked: Marked, *, answer: Answer = never,
-                       extra_args: tuple[str, ...] = ()) -> AsyncIterator[Agent]:
+                       extra_args: tuple[str, ...] = (),
+                       env_extra: dict[str, str] | None = None) -> AsyncIterator[Agent]:
     holder: list[Agent] = []
 
     async def on_permission(params: PermissionRequestParams) -> PermissionRequestResult:
@@ -128,7 +129,7 @@ async def agent_daemon(marked: Marked, *, answer: Answer = never,
 
     from runtime.client import serve_command
 
-    async with spawn_daemon(serve_command(*extra_args), env=marked.env(),
+    async with spawn_daemon(serve_command(*extra_args), env=marked.env(**(env_extra or {})),
                             handlers={"permission.request": on_permission},
                             notification_handlers={"session.event": on_event,
                                                    "permission.withdrawn": on_withdrawn},

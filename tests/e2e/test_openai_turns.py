@@ -1,0 +1,77 @@
+"""Turns through ``quiesce serve`` with the openai provider against a local streaming server."""
+
+from __future__ import annotations
+
+import pathlib
+
+import trio
+
+from protocol.messages.client import OpenAIProviderConfig, SessionNewParams
+from protocol.messages.events import AssistantMessageEvent, ToolCallEvent, TurnStart
+from tests.conftest import Marked
+from tests.e2e.agent_harness import Agent, agent_daemon
+from tests.providers.fakeserver import FakeServer, Reply
+from tests.providers.recorded import call, event, sse
+
+
+async def open_session(agent: Agent, workspace: pathlib.Path, server: FakeServer) -> None:
+    result = await agent.daemon.request("session.new", SessionNewParams(
+        str(workspace), "auto",
+        OpenAIProviderConfig(base_url=server.base_url, model="test-model",
+                             api_key_env="QUIESCE_TEST_KEY")))
+    agent.session_id = result.session_id
+
+
+async def test_openai_turn_with_a_tool_call(tmp_path: pathlib.Path, marked: Marked) -> None:
+    (tmp_path / "a.txt").write_text("from the workspace\n")
+    server = FakeServer()
+    server.queue(
+        Reply(body=(sse(event({"role": "assistant", "content": "Reading."}),
+                        event(call(0, id="call_1", name="Read", args='{"path":')),
+                        event(call(0, args=' "a.txt"}')), event({}, "tool_calls")),)),
+        Reply(body=(sse(event({"content": "It says hello."}), event({}, "stop")),)),
+    )
+    async with trio.open_nursery() as nursery:
+        await server.start(nursery)
+        async with agent_daemon(marked, env_extra={"QUIESCE_TEST_KEY": "sk-local"}) as agent:
+            await open_session(agent, tmp_path, server)
+            with trio.fail_after(20):
+                result = await agent.prompt("what is in a.txt?")
+            assert result.stop_reason == "end_turn"
+            agent.assert_balanced()
+            second = server.requests[1].json()
+            tool_message = [m for m in second["messages"] if m["role"] == "tool"][0]
+            assert tool_message["tool_call_id"] == "call_1"
+            assert "from the workspace" in tool_message["content"]
+            assert server.requests[0].headers["authorization"] == "Bearer sk-local"
+        nursery.cancel_scope.cancel()
+
+
+async def test_stop_mid_stream_closes_the_http_stream(tmp_path: pathlib.Path,
+                                                      marked: Marked) -> None:
+    server = FakeServer()
+    server.queue(Reply(body=(sse(event({"role": "assistant", "content": "Partial ans"}),
+                                 done=False),),
+                       forever=b": keep-alive\n\n"))
+    async with trio.open_nursery() as nursery:
+        await server.start(nursery)
+        async with agent_daemon(marked, env_extra={"QUIESCE_TEST_KEY": "k"}) as agent:
+            await open_session(agent, tmp_path, server)
+            async with trio.open_nursery() as turn:
+                turn.start_soon(agent.prompt, "hi")
+                await agent.wait_for(lambda e: isinstance(e, TurnStart))
+                with trio.fail_after(10):
+                    await server.received.wait()
+                await trio.sleep(0.3)
+                stopped_at = trio.current_time()
+                with trio.fail_after(10):
+                    aborted = await agent.abort()
+            assert aborted.outcome == "aborted"
+            with trio.fail_after(5):
+                await server.gone.wait()
+            assert server.gone_at is not None and server.gone_at - stopped_at < 2.0
+            messages = [e for e in agent.log() if isinstance(e, AssistantMessageEvent)]
+            assert len(messages) == 1 and messages[0].interrupted
+            assert messages[0].blocks[0].text == "Partial ans"
+            assert not any(isinstance(e, ToolCallEvent) for e in agent.log())
+        nursery.cancel_scope.cancel()
