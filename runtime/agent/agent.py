@@ -22,6 +22,7 @@ import trio
 
 from protocol.messages.client import AbortedCall, AgentAbortResult, AgentPromptResult
 from protocol.messages.events import (
+    AssistantMessageEvent,
     StopReason,
     ToolCallEvent,
     ToolResultEvent,
@@ -32,9 +33,10 @@ from protocol.messages.events import (
 from protocol.messages.host import ToolsOutputParams
 from runtime.agent.journal import Journal
 from runtime.agent.phase import PhaseEvent, PhaseKind, PhaseMachine
+from runtime.agent.task import TaskTool
 from runtime.agent.turn import Turn, TurnConfig, wire_cause
 from runtime.providers.base import Provider
-from runtime.registry import Cause, ToolDefinition, ToolRegistry
+from runtime.registry import AbortController, Cause, ToolDefinition, ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +76,7 @@ class Agent:
         self._current: _TurnSlot | None = None
         self._wake = trio.Event()
         self._turn_ids = itertools.count(_turn_count(journal) + 1)
-        self._route_output: Callable[[ToolsOutputParams], bool] | None = None
+        self._routes: list[Callable[[ToolsOutputParams], bool]] = []
 
     # -- prompts ----------------------------------------------------------------------
 
@@ -105,13 +107,17 @@ class Agent:
         controller = self.machine.phase.controller
         assert controller is not None
         registry, definitions, route = self._tools(slot.turn_id)
-        self._route_output = route
+        task = TaskTool(slot.turn_id, self._run_child).definition()
+        registry.register(task)
+        self._routes.append(route)
         turn = Turn(turn_id=slot.turn_id, prompt=slot.prompt.text, journal=self.journal,
-                    provider=self._provider, registry=registry, definitions=definitions,
-                    config=self._config)
+                    provider=self._provider, registry=registry,
+                    definitions=[*definitions, task], config=self._config)
         with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
-            ending = await turn.run(controller.signal)
-            self._route_output = None
+            try:
+                ending = await turn.run(controller.signal)
+            finally:
+                self._routes.remove(route)
             slot.end = ending.outcome
             await self.journal.append_durably(lambda seq: TurnEnd(
                 seq, slot.turn_id, ending.outcome, ending.stop_reason))
@@ -124,8 +130,28 @@ class Agent:
         if self.inbox:
             self._begin(self.inbox.popleft())
 
+    async def _run_child(self, turn_id: str, prompt: str,
+                         controller: AbortController) -> tuple[TurnEnd, str]:
+        """One subagent turn in this session's log, under its own controller."""
+        registry, definitions, route = self._tools(turn_id)
+        self._routes.append(route)
+        try:
+            turn = Turn(turn_id=turn_id, prompt=prompt, journal=self.journal,
+                        provider=self._provider, registry=registry, definitions=definitions,
+                        config=self._config, child=True)
+            ending = await turn.run(controller.signal)
+        finally:
+            self._routes.remove(route)
+        end = await self.journal.append_durably(lambda seq: TurnEnd(
+            seq, turn_id, ending.outcome, ending.stop_reason))
+        assert isinstance(end, TurnEnd)
+        texts = [e for e in self.journal.events
+                 if isinstance(e, AssistantMessageEvent) and e.turn_id == turn_id]
+        text = "".join(b.text for b in texts[-1].blocks if b.type == "text") if texts else ""
+        return end, text
+
     def on_output(self, params: ToolsOutputParams) -> bool:
-        return self._route_output(params) if self._route_output is not None else False
+        return any(route(params) for route in self._routes)
 
     # -- stops ------------------------------------------------------------------------
 

@@ -239,3 +239,44 @@ async def test_keep_inbox_both_ways(tmp_path: pathlib.Path, marked: Marked) -> N
         assert p4.stop_reason == "cancelled" and p4.turn_id is None  # type: ignore[attr-defined]
         turn_ends = [e for e in agent.log() if isinstance(e, TurnEnd)]
         assert [e.turn_id for e in turn_ends] == ["t1", "t2", "t3"]
+
+
+async def test_a_parent_stop_stops_the_subagent(tmp_path: pathlib.Path, marked: Marked) -> None:
+    script = [
+        [text("delegating"), call("task1", "Task", prompt="run the long job")],
+        [call("b1", "Bash", command="echo child-running; sleep 60 & sleep 60")],
+    ]
+    async with agent_daemon(marked) as agent:
+        await agent.new_session(tmp_path, script)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "go")
+            await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent)
+                                 and "child-running" in e.text)
+            with trio.fail_after(15):
+                aborted = await agent.abort()
+        assert [(c.tool, c.code) for c in aborted.tool_calls] == [("Task", "ABORTED")]
+        ends = {e.turn_id: e for e in agent.log() if isinstance(e, TurnEnd)}
+        child = ends[f"{aborted.turn_id}~task1"]
+        assert child.end.kind == "aborted" and child.end.reason is not None
+        assert child.end.reason.kind == "parent"
+        assert ends[aborted.turn_id or ""].end.reason.kind == "user"  # type: ignore[union-attr]
+        child_results = agent.results(f"{aborted.turn_id}~task1")
+        assert child_results["b1"].code == "ABORTED"
+        agent.assert_balanced()
+
+
+async def test_a_subagent_answer_becomes_the_task_result(tmp_path: pathlib.Path,
+                                                         marked: Marked) -> None:
+    script = [
+        [call("task1", "Task", prompt="say hi")],
+        [text("hi from the child")],
+        [text("the child said hi")],
+    ]
+    async with agent_daemon(marked) as agent:
+        await agent.new_session(tmp_path, script)
+        with trio.fail_after(15):
+            result = await agent.prompt("go")
+        assert result.stop_reason == "end_turn"
+        task = agent.results(result.turn_id or "")["task1"]
+        assert task.code is None and "hi from the child" in str(task.content)
+        agent.assert_balanced()

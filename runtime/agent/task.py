@@ -1,0 +1,83 @@
+"""The runtime-local ``Task`` tool: a child agent turn on the same host.
+
+The child runs one turn (its own turn id, ``<parent turn>~<call id>``, in the
+same session log) with the host tools and its own controller. A stop of the
+parent reaches it twice, as every stop must: through the call's signal, and
+through the stop handler the scheduler's stop walk drives; either aborts the
+child with cause ``parent``. The Task result is the child's final text, or an
+``ABORTED`` result saying how the child ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+import trio
+
+from protocol.errors import ErrorCode
+from protocol.messages.events import TurnEnd
+from protocol.toolclass import ToolClass
+from protocol.tools import ToolResult, aborted_result, error_result, ok_result
+from runtime.registry import (
+    AbortController,
+    ParentCause,
+    ToolDefinition,
+    ToolExecution,
+    define_tool,
+)
+
+CHILD_SEPARATOR = "~"
+
+
+class TaskArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    prompt: str
+    description: str = ""
+
+
+# Runs one child turn under the given controller; returns its durable turn/end and text.
+ChildRunner = Callable[[str, str, AbortController], Awaitable[tuple[TurnEnd, str]]]
+
+
+class TaskTool:
+    def __init__(self, parent_turn_id: str, run_child: ChildRunner) -> None:
+        self._parent = parent_turn_id
+        self._run_child = run_child
+        self._children: dict[str, AbortController] = {}
+
+    def definition(self) -> ToolDefinition[TaskArgs]:
+        return define_tool(
+            "Task", args=TaskArgs, tool_class=ToolClass.LOCAL, body=self._body,
+            stop=self._stop,
+            description="Run a subagent on a self-contained task; returns its final answer.")
+
+    async def _stop(self, execution: ToolExecution) -> None:
+        child = self._children.get(execution.call_id)
+        if child is not None:
+            child.abort(ParentCause())
+
+    async def _body(self, args: TaskArgs, execution: ToolExecution) -> ToolResult:
+        child_turn = f"{self._parent}{CHILD_SEPARATOR}{execution.call_id}"
+        controller = AbortController()
+        self._children[execution.call_id] = controller
+        try:
+            async with trio.open_nursery() as nursery:
+                async def follow_parent() -> None:
+                    await execution.signal.wait()
+                    controller.abort(ParentCause())
+
+                nursery.start_soon(follow_parent)
+                end, text = await self._run_child(child_turn, args.prompt, controller)
+                nursery.cancel_scope.cancel()
+        finally:
+            del self._children[execution.call_id]
+        details: dict[str, Any] = {"childTurnId": child_turn, "childEnd": end.end.kind}
+        if end.end.kind == "aborted":
+            return aborted_result(before_dispatch=False, details=details,
+                                  extra_text=f"The subagent was stopped. Its partial answer:\n"
+                                             f"{text}" if text else "")
+        if end.end.kind == "error":
+            return error_result(ErrorCode.TOOL_FAILED, f"subagent failed: {end.end.error}",
+                                body_invoked=True, details=details)
+        return ok_result(text or "(the subagent gave no answer)", details=details)

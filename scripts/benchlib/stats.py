@@ -1,0 +1,89 @@
+"""Samples and their summary: median, percentiles, min, max (all in milliseconds)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+P99_MIN_SAMPLES = 50
+"""Below this many samples a p99 is just the maximum; it is not quoted."""
+P90_MIN_SAMPLES = 10
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0..100), linear interpolation between closest ranks."""
+    if not values:
+        raise ValueError("no samples")
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+@dataclass(frozen=True)
+class Goal:
+    """An upper bound on a scenario's samples, in milliseconds, and where it comes from."""
+
+    limit_ms: float
+    text: str
+
+
+@dataclass
+class Series:
+    """The samples of one scenario, plus what was observed along the way."""
+
+    key: str
+    title: str
+    samples: list[float] = field(default_factory=list)
+    goal: Goal | None = None
+    extra: dict[str, list[float]] = field(default_factory=dict)
+    """Other per-repetition figures (e.g. the daemon's ``settledMs``), in ms."""
+    anomalies: list[str] = field(default_factory=list)
+    """Anything that makes a repetition not measure what it claims (wrong code, survivors)."""
+    notes: list[str] = field(default_factory=list)
+
+    def add_extra(self, name: str, value: float) -> None:
+        self.extra.setdefault(name, []).append(value)
+
+    @property
+    def n(self) -> int:
+        return len(self.samples)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples) if self.samples else math.nan
+
+    def p(self, q: float) -> float | None:
+        need = P99_MIN_SAMPLES if q > 90 else P90_MIN_SAMPLES
+        if len(self.samples) < need:
+            return None
+        return percentile(self.samples, q)
+
+    @property
+    def within_goal(self) -> int:
+        if self.goal is None:
+            return 0
+        return sum(1 for s in self.samples if s <= self.goal.limit_ms)
+
+    @property
+    def goal_met(self) -> bool | None:
+        """Whether the median meets the goal (``None``: no goal, or no samples)."""
+        if self.goal is None or not self.samples:
+            return None
+        return self.median <= self.goal.limit_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key, "title": self.title, "samplesMs": self.samples,
+            "goalMs": self.goal.limit_ms if self.goal else None,
+            "extraMs": self.extra, "anomalies": self.anomalies, "notes": self.notes,
+        }
+
+
+def median_of(values: list[float]) -> float:
+    return statistics.median(values) if values else math.nan
