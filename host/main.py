@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 
 import msgspec
 import trio
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", help="host configuration as JSON")
     args = parser.parse_args(argv)
     setup_logging("host")
+    # Abandoned read-only workers (a Grep's regex) hold the GIL in long slices; a short
+    # switch interval keeps the event loop, and so tools.abort, answering promptly.
+    sys.setswitchinterval(0.0005)
     become_subreaper()
     trio.run(_serve, parse_config(args.config))
     log.info("host exiting")
