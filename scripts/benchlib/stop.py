@@ -1,0 +1,399 @@
+"""Stop latency: ``agent.abort`` sent until its answer, per tool class, with floors beside it.
+
+Every repetition is a fresh prompt in one session of the same daemon (the
+session's script holds one response per repetition). The abort is sent only
+once the tool is provably running: for Bash, once its progress output says the
+tree is up *and* the expected members are seen with psutil; for Grep, on its
+``tool/call`` event plus a short delay (and the host's answer to
+``tools.abort``, reported in the ``tool/abort`` event, must say the body was
+running, or the repetition is flagged). After each process-tree repetition,
+every process carrying the run's marker (other than daemon and host) is a
+survivor and is reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+import trio
+
+from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms
+from benchlib.stats import Goal, Series
+from host.tools.context import HostToolConfig
+from protocol.messages.client import AgentAbortResult, AgentPromptResult
+from protocol.messages.common import Empty
+from protocol.messages.events import (
+    ToolAbortEvent,
+    ToolCallEvent,
+    ToolProgressEvent,
+    TurnEnd,
+)
+
+GREP_LINES = 40_000
+GREP_LINE = "a" * 22
+GREP_PATTERN = "(a|aa)*c"
+GREP_DELAY = 0.2
+"""Seconds between the Grep's ``tool/call`` event and the abort (the call reaches the host)."""
+
+# A TERM-honouring tree: a background job, a setsid'd member, a double fork (orphaned to
+# the host, a subreaper), a nohup'd job, and the foreground member. The progress marker
+# is printed once every member has been started.
+HONOURING_TREE = ("sleep 60 & setsid sleep 60 & ( sleep 60 & ) ; "
+                  "nohup sleep 60 >/dev/null 2>&1 & echo tree-started; sleep 60")
+HONOURING_SLEEPS = 5
+# A tree with one member that ignores TERM (the ignored disposition survives its exec).
+IGNORING_TREE = ("( trap '' TERM; exec sleep 60 ) & sleep 60 & setsid sleep 60 & "
+                 "echo tree-started; sleep 60")
+IGNORING_SLEEPS = 4
+
+READ_ONLY_GOAL = Goal(10.0, "median < 10 ms (issue 5)")
+HONOURING_GOAL = Goal(50.0, "< 50 ms incl. reaping every descendant (issue 5)")
+SIBLINGS_GOAL = Goal(5.0, "< 5 ms (issue 8)")
+
+
+def kill_grace() -> float:
+    """The host's kill grace: ``quiesce serve`` starts its host with the default config."""
+    return HostToolConfig().kill_grace
+
+
+@dataclass
+class Rep:
+    """One stopped turn: the client's round trip and what the daemon answered."""
+
+    rtt_ms: float
+    answer: AgentAbortResult
+    prompt: AgentPromptResult | None
+
+
+async def stop_one(bench: Bench, session: Session, text: str,
+                   ready: Callable[[], Awaitable[None]]) -> Rep:
+    """Prompt; once ``ready`` returns, send ``agent.abort`` and time it; await the prompt."""
+    prompts: list[AgentPromptResult] = []
+
+    async def prompt() -> None:
+        prompts.append(await bench.prompt(session, text))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(prompt)
+        await ready()
+        try:
+            with trio.fail_after(ABORT_TIMEOUT):
+                rtt, answer = await bench.timed("agent.abort", bench.abort_params(session))
+        except trio.TooSlowError:
+            raise TimeoutError(f"agent.abort did not answer within {ABORT_TIMEOUT:g} s") from None
+        with trio.move_on_after(ABORT_TIMEOUT):
+            while not prompts:
+                await bench.changed.wait()
+        nursery.cancel_scope.cancel()
+    return Rep(rtt, answer, prompts[0] if prompts else None)
+
+
+def check_answer(series: Series, rep: Rep, i: int, expected: dict[str, str]) -> None:
+    """Record an anomaly if the stop did not do what the scenario claims to measure."""
+    answer = rep.answer
+    if answer.outcome != "aborted":
+        series.anomalies.append(f"rep {i}: outcome {answer.outcome!r}, not 'aborted'")
+        return
+    codes = {c.call_id: c.code for c in answer.tool_calls}
+    if codes != expected:
+        series.anomalies.append(f"rep {i}: call codes {codes}, expected {expected}")
+    if rep.prompt is not None and rep.prompt.stop_reason != "cancelled":
+        series.anomalies.append(f"rep {i}: the prompt answered {rep.prompt.stop_reason!r}")
+
+
+def host_states(session: Session, turn_id: str | None) -> dict[str, tuple[str, bool]]:
+    return {e.call_id: (e.host_state, e.body_invoked) for e in session.events
+            if isinstance(e, ToolAbortEvent) and e.turn_id == turn_id}
+
+
+def turn_end_seen(session: Session, turn_id: str | None) -> bool:
+    return any(isinstance(e, TurnEnd) and e.turn_id == turn_id for e in session.events)
+
+
+# -- floors ------------------------------------------------------------------------
+
+
+async def floor_session_list(bench: Bench, n: int, warmup: int) -> Series:
+    series = Series("floor-session-list", "floor: `session.list` round trip (client link)")
+    for i in range(warmup + n):
+        rtt, _ = await bench.timed("session.list", Empty())
+        if i >= warmup:
+            series.samples.append(rtt)
+    return series
+
+
+async def floor_host_tool(bench: Bench, n: int, warmup: int) -> Series:
+    """``debug.runTool`` Read of a one-line file: client -> runtime -> host and back."""
+    from protocol.messages.client import DebugRunToolParams
+
+    series = Series("floor-host-tool",
+                    "floor: host tool round trip (`debug.runTool` Read of a 6-byte file)")
+    workspace = bench.workdir / "ws-floor-tool"
+    workspace.mkdir()
+    (workspace / "tiny.txt").write_text("hello\n")
+    session = await bench.new_session(workspace, [])
+    for i in range(warmup + n):
+        rtt, result = await bench.timed("debug.runTool", DebugRunToolParams(
+            session.session_id, "Read", {"path": "tiny.txt"}))
+        if result.result.is_error:
+            series.anomalies.append(f"rep {i}: Read failed: {result.result.code}")
+        if i >= warmup:
+            series.samples.append(rtt)
+    return series
+
+
+async def floor_noop_turn(bench: Bench, n: int, warmup: int) -> Series:
+    """A completed turn with no tool call (its ``turn/end`` is fsynced, as a stop's is)."""
+    series = Series("floor-noop-turn", "floor: completed no-op turn (`agent.prompt`, "
+                    "one text chunk)")
+    workspace = bench.workdir / "ws-noop"
+    workspace.mkdir()
+    session = await bench.new_session(workspace, [[{"text": "ok"}]] * (warmup + n))
+    for i in range(warmup + n):
+        start = now_ms()
+        result = await bench.prompt(session, f"noop {i}")
+        rtt = now_ms() - start
+        if result.stop_reason != "end_turn":
+            series.anomalies.append(f"rep {i}: stop reason {result.stop_reason!r}")
+        if i >= warmup:
+            series.samples.append(rtt)
+    return series
+
+
+async def floor_bash_turn(bench: Bench, n: int, warmup: int) -> Series:
+    """A completed turn running Bash ``true``: spawn, exit, tree check, reap, two steps."""
+    series = Series("floor-bash-turn", "floor: completed turn running Bash `true` (two steps)")
+    workspace = bench.workdir / "ws-bash-true"
+    workspace.mkdir()
+    script: list[list[dict[str, Any]]] = []
+    for i in range(warmup + n):
+        script += [[{"toolCall": {"id": f"t{i}", "name": "Bash", "args": {"command": "true"}}}],
+                   [{"text": "ok"}]]
+    session = await bench.new_session(workspace, script)
+    for i in range(warmup + n):
+        start = now_ms()
+        result = await bench.prompt(session, f"true {i}")
+        rtt = now_ms() - start
+        if result.stop_reason != "end_turn":
+            series.anomalies.append(f"rep {i}: stop reason {result.stop_reason!r}")
+        if i >= warmup:
+            series.samples.append(rtt)
+    return series
+
+
+def _scan_process_table() -> int:
+    """What one listing of a tree costs the host: every process, and its environment."""
+    count = 0
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            proc.environ().get("QUIESCE_HOST_CALL")
+            proc.status()
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+        count += 1
+    return count
+
+
+async def floor_process_scan(bench: Bench, n: int, warmup: int) -> Series:
+    series = Series("floor-process-scan", "floor: one process-table scan with environments "
+                    "(psutil, in the bench process)")
+    sizes: list[int] = []
+    for i in range(warmup + n):
+        start = now_ms()
+        sizes.append(_scan_process_table())
+        elapsed = now_ms() - start
+        if i >= warmup:
+            series.samples.append(elapsed)
+        await trio.sleep(0)
+    series.notes.append(f"{min(sizes)}–{max(sizes)} processes on the machine during the scans")
+    return series
+
+
+# -- stop scenarios -------------------------------------------------------------------
+
+
+async def stop_read_only(bench: Bench, n: int, warmup: int) -> Series:
+    series = Series("stop-read-only", "stop: stuck read-only call (Grep `(a|aa)*c`, "
+                    f"{GREP_LINES:,} lines of 22 'a')", goal=READ_ONLY_GOAL)
+    workspace = bench.workdir / "ws-grep"
+    workspace.mkdir()
+    (workspace / "big.txt").write_text((GREP_LINE + "\n") * GREP_LINES)
+    script = [[{"toolCall": {"id": f"g{i}", "name": "Grep",
+                             "args": {"pattern": GREP_PATTERN, "path": "big.txt"}}}]
+              for i in range(warmup + n)]
+    session = await bench.new_session(workspace, script)
+    for i in range(warmup + n):
+        call_id = f"g{i}"
+
+        async def ready(call_id: str = call_id) -> None:
+            await bench.wait_for(lambda: any(
+                isinstance(e, ToolCallEvent) and e.call_id == call_id for e in session.events),
+                what=f"tool/call {call_id}")
+            await trio.sleep(GREP_DELAY)
+
+        rep = await stop_one(bench, session, f"grep {i}", ready)
+        check_answer(series, rep, i, {call_id: "ABORTED"})
+        state = host_states(session, rep.answer.turn_id).get(call_id)
+        if state is None or not state[1]:
+            series.anomalies.append(f"rep {i}: the host did not report the Grep body running "
+                                    f"({state})")
+        if not turn_end_seen(session, rep.answer.turn_id):
+            series.anomalies.append(f"rep {i}: agent.abort answered before turn/end")
+        if i >= warmup:
+            series.samples.append(rep.rtt_ms)
+            series.add_extra("settledMs", rep.answer.settled_ms)
+    return series
+
+
+def _sleeps(count: int) -> Callable[[list[Member]], bool]:
+    def enough(members: list[Member]) -> bool:
+        return sum(1 for m in members if m.name == "sleep" and m.status != "zombie") >= count
+    return enough
+
+
+def _has_term_ignoring(count: int) -> Callable[[list[Member]], bool]:
+    def enough(members: list[Member]) -> bool:
+        return _sleeps(count)(members) and any(m.term_ignored for m in members)
+    return enough
+
+
+async def _stop_tree(bench: Bench, series: Series, n: int, warmup: int, *, name: str,
+                     command: str, members_ready: Callable[[list[Member]], bool]) -> None:
+    workspace = bench.workdir / f"ws-{name}"
+    workspace.mkdir()
+    script = [[{"toolCall": {"id": f"b{i}", "name": "Bash", "args": {"command": command}}}]
+              for i in range(warmup + n)]
+    session = await bench.new_session(workspace, script)
+    survivors_total = 0
+    for i in range(warmup + n):
+        call_id = f"b{i}"
+        seen: list[int] = []
+
+        async def ready(call_id: str = call_id, seen: list[int] = seen) -> None:
+            await bench.wait_for(lambda: "tree-started" in "".join(
+                e.text for e in session.events
+                if isinstance(e, ToolProgressEvent) and e.call_id == call_id),
+                what=f"tree-started from {call_id}")
+            members = await bench.wait_members(members_ready, what=f"the tree of {call_id}")
+            seen.append(len(members))
+
+        rep = await stop_one(bench, session, f"{name} {i}", ready)
+        after = await trio.to_thread.run_sync(bench.members)
+        check_answer(series, rep, i, {call_id: "ABORTED"})
+        if not turn_end_seen(session, rep.answer.turn_id):
+            series.anomalies.append(f"rep {i}: agent.abort answered before turn/end")
+        if after:
+            survivors_total += len(after)
+            series.anomalies.append(f"rep {i}: {len(after)} tree member(s) present right after "
+                                    f"agent.abort answered: {[m.describe() for m in after]}")
+            kill_all(after)
+        result = session.tool_result(rep.answer.turn_id, call_id)
+        details = result.details if result is not None else {}
+        if details.get("survivors"):
+            series.anomalies.append(f"rep {i}: the host reported survivors {details['survivors']}")
+        if i >= warmup:
+            series.samples.append(rep.rtt_ms)
+            series.add_extra("settledMs", rep.answer.settled_ms)
+            series.add_extra("members", float(seen[0] if seen else 0))
+            for key in ("killMs", "processesKilled", "killedAfterGrace"):
+                value = details.get(key)
+                if isinstance(value, int | float):
+                    series.add_extra(key, float(value))
+    series.notes.append(f"survivors seen by psutil right after the answers: {survivors_total}")
+
+
+async def stop_term_honouring(bench: Bench, n: int, warmup: int) -> Series:
+    series = Series("stop-tree-term", "stop: TERM-honouring process tree (Bash: `&`, setsid, "
+                    "double fork, nohup)", goal=HONOURING_GOAL)
+    await _stop_tree(bench, series, n, warmup, name="tree-term", command=HONOURING_TREE,
+                     members_ready=_sleeps(HONOURING_SLEEPS))
+    return series
+
+
+async def stop_term_ignoring(bench: Bench, n: int, warmup: int) -> Series:
+    grace = kill_grace()
+    goal = Goal(grace * 1000 + 50.0, f"kill grace ({grace:g} s) + 50 ms (issue 5)")
+    series = Series("stop-tree-ignoring", "stop: process tree with a TERM-ignoring member "
+                    "(`trap '' TERM`)", goal=goal)
+    series.notes.append(f"kill grace: {grace:g} s (the host's default `HostToolConfig."
+                        "kill_grace`; `quiesce serve` passes no host config)")
+    await _stop_tree(bench, series, n, warmup, name="tree-ignoring", command=IGNORING_TREE,
+                     members_ready=_has_term_ignoring(IGNORING_SLEEPS))
+    series.extra["overGraceMs"] = [s - grace * 1000 for s in series.samples]
+    return series
+
+
+async def stop_permission_siblings(bench: Bench, n: int, warmup: int) -> Series:
+    """A Write pending permission, with a Write and a Read behind it never dispatched."""
+    series = Series("stop-undispatched", "stop: permission-pending Write + 2 undispatched "
+                    "siblings (mode `ask`)", goal=SIBLINGS_GOAL)
+    workspace = bench.workdir / "ws-permission"
+    workspace.mkdir()
+    script = [[{"toolCall": {"id": f"w{i}", "name": "Write",
+                             "args": {"path": f"x{i}.txt", "content": "no"}}},
+               {"toolCall": {"id": f"v{i}", "name": "Write",
+                             "args": {"path": f"y{i}.txt", "content": "no"}}},
+               {"toolCall": {"id": f"r{i}", "name": "Read", "args": {"path": f"x{i}.txt"}}}]
+              for i in range(warmup + n)]
+    session = await bench.new_session(workspace, script, mode="ask")
+    for i in range(warmup + n):
+        asked = len(session.permission_requests)
+
+        async def ready(asked: int = asked) -> None:
+            await bench.wait_for(lambda: len(session.permission_requests) > asked,
+                                 what="a permission request")
+
+        rep = await stop_one(bench, session, f"write {i}", ready)
+        check_answer(series, rep, i, {f"w{i}": "ABORTED_BEFORE_DISPATCH",
+                                      f"v{i}": "ABORTED_BEFORE_DISPATCH",
+                                      f"r{i}": "ABORTED_BEFORE_DISPATCH"})
+        withdrawn = session.permission_requests[asked].request_id
+        with trio.move_on_after(5):
+            while withdrawn not in session.withdrawn:
+                await bench.changed.wait()
+        if withdrawn not in session.withdrawn:
+            series.anomalies.append(f"rep {i}: permission request {withdrawn} never withdrawn")
+        if any((workspace / f"{p}{i}.txt").exists() for p in ("x", "y")):
+            series.anomalies.append(f"rep {i}: a Write ran")
+        if i >= warmup:
+            series.samples.append(rep.rtt_ms)
+            series.add_extra("settledMs", rep.answer.settled_ms)
+    return series
+
+
+Scenario = Callable[[Bench, int, int], Awaitable[Series]]
+
+
+@dataclass(frozen=True)
+class Spec:
+    run: Scenario
+    floor: bool
+    """Floors are cheap and get more repetitions."""
+
+
+SCENARIOS: dict[str, Spec] = {
+    "floor-session-list": Spec(floor_session_list, True),
+    "floor-host-tool": Spec(floor_host_tool, True),
+    "floor-noop-turn": Spec(floor_noop_turn, True),
+    "floor-bash-turn": Spec(floor_bash_turn, True),
+    "floor-process-scan": Spec(floor_process_scan, True),
+    "stop-read-only": Spec(stop_read_only, False),
+    "stop-tree-term": Spec(stop_term_honouring, False),
+    "stop-tree-ignoring": Spec(stop_term_ignoring, False),
+    "stop-undispatched": Spec(stop_permission_siblings, False),
+}
+
+RATIOS: list[tuple[str, str, str]] = [
+    # (numerator, denominator, what it says)
+    ("stop-read-only", "floor-session-list", "read-only stop vs. a bare client round trip"),
+    ("stop-read-only", "floor-noop-turn", "read-only stop vs. a completed no-op turn"),
+    ("stop-tree-term", "floor-noop-turn", "tree stop vs. a completed no-op turn"),
+    ("stop-tree-term", "floor-bash-turn", "tree stop vs. a completed Bash `true` turn"),
+    ("stop-tree-term", "floor-process-scan", "tree stop vs. one process-table scan"),
+    ("stop-undispatched", "floor-noop-turn", "undispatched stop vs. a completed no-op turn"),
+    ("floor-noop-turn", "floor-session-list", "no-op turn vs. a bare client round trip"),
+    ("floor-host-tool", "floor-session-list", "host tool round trip vs. a bare round trip"),
+]
