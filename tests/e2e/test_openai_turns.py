@@ -40,7 +40,7 @@ async def test_openai_turn_with_a_tool_call(tmp_path: pathlib.Path, marked: Mark
             assert result.stop_reason == "end_turn"
             agent.assert_balanced()
             second = server.requests[1].json()
-            tool_message = [m for m in second["messages"] if m["role"] == "tool"][0]
+            tool_message = next(m for m in second["messages"] if m["role"] == "tool")
             assert tool_message["tool_call_id"] == "call_1"
             assert "from the workspace" in tool_message["content"]
             assert server.requests[0].headers["authorization"] == "Bearer sk-local"

@@ -122,7 +122,7 @@ async def test_stream_stop_keeps_interrupted_prefix_and_first_cause_wins(
     assert len(kinds) == 1 and len(answers) == 2  # both joined one settlement, one cause
     message = [e for e in announced if isinstance(e, AssistantMessageEvent)]
     assert len(message) == 1 and message[0].interrupted and message[0].chunks == 2
-    end = [e for e in announced if isinstance(e, TurnEnd)][0]
+    end = next(e for e in announced if isinstance(e, TurnEnd))
     assert end.end.kind == "aborted" and end.stop_reason == "cancelled"
     assert end.end.reason is not None and {end.end.reason.kind} == kinds
 
