@@ -280,3 +280,46 @@ async def test_a_subagent_answer_becomes_the_task_result(tmp_path: pathlib.Path,
         task = agent.results(result.turn_id or "")["task1"]
         assert task.code is None and "hi from the child" in str(task.content)
         agent.assert_balanced()
+
+
+async def test_stop_image_generation_returns_what_was_written(tmp_path: pathlib.Path,
+                                                             marked: Marked) -> None:
+    script = [[call("img1", "GenerateImages", prompt="a red square", count=8)]]
+    async with agent_daemon(marked, env_extra={"QUIESCE_IMAGE_DELAY_MS": "300"}) as agent:
+        await agent.new_session(tmp_path, script)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "draw")
+            # Two images reported as progress: the backend is mid-way.
+            with trio.fail_after(20):
+                while sum(isinstance(e, ToolProgressEvent) for e in agent.events) < 2:
+                    await agent.changed.wait()
+            aborted = await agent.abort()
+        assert [c.code for c in aborted.tool_calls] == ["ABORTED"]
+        result = agent.results(aborted.turn_id or "")["img1"]
+        written = result.details["written"]
+        assert 2 <= len(written) < 8
+        for path in written:
+            assert (tmp_path / path).is_file()
+        images = list((tmp_path / "images").glob("*.png"))
+        assert len(images) == len(written)  # nothing half-written left behind
+
+
+async def test_process_grace_exceeded_is_reported_unconfirmed(tmp_path: pathlib.Path,
+                                                              marked: Marked) -> None:
+    # A TERM-ignoring tree takes the host's kill grace (2 s) to die; the runtime waits
+    # only 0.2 s for the host's result, then reports what it has, marked unconfirmed.
+    command = "echo stubborn; trap '' TERM; sleep 60 & trap '' TERM; sleep 60"
+    script = [[call("b1", "Bash", command=command)]]
+    async with agent_daemon(marked, extra_args=("--process-grace", "0.2")) as agent:
+        await agent.new_session(tmp_path, script)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "go")
+            await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
+            started = trio.current_time()
+            aborted = await agent.abort()
+            elapsed = trio.current_time() - started
+        result = agent.results(aborted.turn_id or "")["b1"]
+        assert result.code == "ABORTED" and result.details["unconfirmed"]
+        assert "stubborn" in result.details["output"]
+        assert elapsed < 1.5, elapsed
+        agent.assert_balanced()

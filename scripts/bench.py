@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Benchmarks of quiesce through real `quiesce serve` subprocesses; writes docs/benchmarks.md.
+
+Measures agent.abort to settled per tool class (stuck read-only call, TERM-honouring
+and TERM-ignoring process trees, permission-pending with undispatched siblings),
+with floors measured side by side in the same run (a bare client round trip, a host
+tool round trip, a completed no-op turn, a completed Bash turn, a process-table
+scan) and their ratios. Exit status 1 if a scenario failed, a repetition did not
+measure what it claims (wrong code, a survivor) or a process was left behind;
+a missed goal is reported, not an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import shlex
+import sys
+import tempfile
+import time
+
+import trio
+
+from benchlib.harness import kill_all, marked, open_bench
+from benchlib.machine import Machine
+from benchlib.report import Report
+from benchlib.stats import Series
+from benchlib.stop import RATIOS, SCENARIOS
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "benchmarks.md"
+FULL_REPEAT = 15
+QUICK_REPEAT = 5
+FLOOR_FACTOR = 3
+"""Floors are cheap: they get this many times the repetitions (at least ``MIN_FLOOR``)."""
+MIN_FLOOR = 5
+LEFTOVER_WAIT = 5.0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help=f"CI smoke: {QUICK_REPEAT} repetitions, no warm-up; writes "
+                             "docs/benchmarks.md only if --out names it")
+    parser.add_argument("--repeat", type=int, default=None,
+                        help=f"repetitions per stop scenario (default {FULL_REPEAT}, "
+                             f"{QUICK_REPEAT} with --quick); floors get {FLOOR_FACTOR}x")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="unrecorded repetitions before each scenario "
+                             "(default 1, 0 with --quick)")
+    parser.add_argument("--only", action="append", choices=sorted(SCENARIOS), default=None,
+                        help="run only this scenario (repeatable)")
+    parser.add_argument("--out", type=pathlib.Path, default=None,
+                        help="where to write the report (default docs/benchmarks.md; with "
+                             "--quick, a temporary file)")
+    parser.add_argument("--json", type=pathlib.Path, default=None,
+                        help="also write every sample as JSON here")
+    args = parser.parse_args(argv)
+    if args.repeat is None:
+        args.repeat = QUICK_REPEAT if args.quick else FULL_REPEAT
+    if args.warmup is None:
+        args.warmup = 0 if args.quick else 1
+    if args.repeat < 1 or args.warmup < 0:
+        parser.error("--repeat must be at least 1 and --warmup at least 0")
+    return args
+
+
+async def run_all(args: argparse.Namespace, workdir: pathlib.Path
+                  ) -> tuple[dict[str, Series], list[str], list[str]]:
+    """Run the scenarios in one daemon; return their series, failures and leftovers."""
+    results: dict[str, Series] = {}
+    failures: list[str] = []
+    names = [n for n in SCENARIOS if args.only is None or n in args.only]
+    floor_n = max(MIN_FLOOR, FLOOR_FACTOR * args.repeat)
+    mark = ""
+    async with open_bench(workdir) as bench:
+        mark = bench.mark
+        for name in names:
+            spec = SCENARIOS[name]
+            n = floor_n if spec.floor else args.repeat
+            print(f"  {name} (n={n}) ...", file=sys.stderr, flush=True)
+            try:
+                results[name] = await spec.run(bench, n, args.warmup)
+            except Exception as exc:  # noqa: BLE001 - reported, and the run fails
+                failures.append(f"{name}: {type(exc).__name__}: {exc}")
+                print(f"  {name} failed: {exc}", file=sys.stderr, flush=True)
+    # The daemon is gone (stdin closed, waited for): nothing it started may remain.
+    deadline = time.monotonic() + LEFTOVER_WAIT
+    left = marked(mark)
+    while left and time.monotonic() < deadline:
+        await trio.sleep(0.05)
+        left = marked(mark)
+    kill_all(left)
+    return results, failures, [m.describe() for m in left]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = "./scripts/bench" + "".join(f" {shlex.quote(a)}"
+                                          for a in (sys.argv[1:] if argv is None else argv))
+    out: pathlib.Path = args.out or (
+        pathlib.Path(tempfile.gettempdir()) / "quiesce-bench-quick.md" if args.quick else DOC)
+    machine = Machine.describe()
+    started = time.monotonic()
+    mode = "quick" if args.quick else "full"
+    print(f"quiesce bench ({mode}): {args.repeat} repetitions per stop scenario",
+          file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="quiesce-bench-") as tmp:
+        results, failures, leftovers = trio.run(run_all, args, pathlib.Path(tmp))
+    report = Report(machine, command, mode, results, RATIOS, failures, leftovers,
+                    Machine.load_now(), time.monotonic() - started)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report.markdown())
+    if args.json is not None:
+        args.json.write_text(json.dumps({
+            "command": command, "mode": mode, "date": machine.date,
+            "series": [s.to_json() for s in results.values()],
+            "failures": failures, "leftovers": leftovers}, indent=1))
+    print(report.summary())
+    print(f"wrote {out}")
+    bad = failures or leftovers or any(s.anomalies for s in results.values())
+    if leftovers:
+        print(f"FAIL: processes left behind: {leftovers}", file=sys.stderr)
+    if bad:
+        print("FAIL: see the anomalies in the report", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
