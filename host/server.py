@@ -17,6 +17,7 @@ from host.manager import CallManager, HostConfig
 from host.tools import TOOLS
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.messages.host import (
+    HostStatsResult,
     PermissionRequestParams,
     PermissionRequestResult,
     PermissionWithdrawnParams,
@@ -68,6 +69,7 @@ class HostServer:
             "session.open": self.session_open,
             "tools.execute": self.tools_execute,
             "tools.abort": self.tools_abort,
+            "host.stats": self.stats,
             "shutdown": self.shutdown,
         }
 
@@ -98,6 +100,11 @@ class HostServer:
 
     async def tools_abort(self, params: ToolsAbortParams) -> ToolsAbortResult:
         return self.manager.abort(params)
+
+    async def stats(self, params: Empty) -> HostStatsResult:
+        m = self.manager
+        return HostStatsResult(len(m.calls), len(m.tombstones), m.tombstones.expired,
+                               m.tombstones.evicted, m.admission.waiting, m.admission.running)
 
     async def shutdown(self, params: Empty) -> Empty:
         await self.manager.stop_all("disposed")

@@ -31,6 +31,7 @@ from protocol.messages.common import Empty, InitializeParams, InitializeResult
 from protocol.messages.host import (
     PermissionRequestParams,
     PermissionRequestResult,
+    HostStatsResult,
     PermissionWithdrawnParams,
     SessionOpenParams,
     ToolsAbortParams,
@@ -143,6 +144,8 @@ RUNTIME_TO_HOST = Direction("runtime → host", [
                "Run one tool call; always answers with exactly one tool result."),
     MethodSpec("tools.abort", ToolsAbortParams, ToolsAbortResult,
                "Stop one tool call; an abort for an unknown call leaves a tombstone."),
+    MethodSpec("host.stats", Empty, HostStatsResult,
+               "Counters: calls in flight, tombstones (live, expired, evicted), admission."),
     MethodSpec("shutdown", Empty, Empty, "Stop every call, kill every process tree, exit."),
 ])
 

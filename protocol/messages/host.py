@@ -66,3 +66,12 @@ class PermissionRequestResult(Struct, frozen=True):
 class PermissionWithdrawnParams(Struct, frozen=True):
     session_id: str
     request_id: str
+
+
+class HostStatsResult(Struct, frozen=True):
+    calls_in_flight: int
+    tombstones: int
+    tombstones_expired: int
+    tombstones_evicted: int
+    admission_waiting: int
+    admission_running: int

@@ -90,3 +90,21 @@ async def test_expired_tombstone_no_longer_stops(tmp_path: pathlib.Path,
         await trio.sleep(0.4)
         result = await host.execute("c1", "Bash", {"command": "echo ran"})
         assert not result.is_error and "ran" in str(result.content)
+
+
+async def test_tombstone_capacity_and_count_are_observable(tmp_path: pathlib.Path,
+                                                           marked: Marked) -> None:
+    from protocol.messages.common import Empty
+
+    async with running_host(str(tmp_path), marked.env(),
+                            config={"tombstone_capacity": 2}) as host:
+        for i in range(3):
+            await host.abort(f"early-{i}", "Bash")
+        stats = await host.link.request("host.stats", Empty())
+        assert stats.tombstones == 2 and stats.tombstones_evicted == 1
+        # The evicted (oldest) one no longer stops its call; the newest still does.
+        oldest = await host.execute("early-0", "Bash", {"command": "echo ran"})
+        newest = await host.execute("early-2", "Bash", {"command": "echo ran"})
+        assert not oldest.is_error and newest.code == "ABORTED_BEFORE_DISPATCH"
+        stats = await host.link.request("host.stats", Empty())
+        assert stats.tombstones == 1 and stats.calls_in_flight == 0
