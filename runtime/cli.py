@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 
 async def _serve(args: argparse.Namespace) -> None:
+    from host.proctree import become_subreaper
     from runtime.daemon import Daemon
     from runtime.stdio import take_stdio
 
@@ -27,7 +28,11 @@ async def _serve(args: argparse.Namespace) -> None:
         data_dir=pathlib.Path(args.data_dir) if args.data_dir else None,
         default_provider=args.provider,
         process_grace=args.process_grace,
+        ping_interval=args.ping_interval,
+        liveness_timeout=args.liveness_timeout,
     )
+    # Orphans of a crashed host are re-parented to us and killed by their marker.
+    become_subreaper()
     receive, send = take_stdio()
     await daemon.serve(receive, send)
 
@@ -55,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--process-grace", type=float, default=10.0,
                        help="seconds a stopped Bash/GenerateImages call may take to return "
                             "its output (default 10)")
+    serve.add_argument("--ping-interval", type=float, default=2.0,
+                       help="seconds between liveness pings of the host (default 2)")
+    serve.add_argument("--liveness-timeout", type=float, default=10.0,
+                       help="a host that does not answer a ping within this is killed and "
+                            "replaced (default 10)")
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
     demo = sub.add_parser("demo", help="run the demonstration in a temporary workspace")
     demo.add_argument("--keep", action="store_true", help="keep the workspace afterwards")

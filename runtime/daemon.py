@@ -48,7 +48,11 @@ from runtime.agent.agent import ToolsFactory
 from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE, HostTools
 from runtime.agent.turn import TurnConfig
 from runtime.causes import from_wire
-from runtime.host_link import HostLink
+from runtime.host_supervisor import (
+    DEFAULT_LIVENESS_TIMEOUT,
+    DEFAULT_PING_INTERVAL,
+    HostSupervisor,
+)
 from runtime.permission_relay import PermissionRelay
 from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, make_provider
@@ -70,18 +74,21 @@ class Daemon:
                  data_dir: pathlib.Path | None = None,
                  default_provider: ProviderConfig | None = None,
                  process_grace: float = DEFAULT_PROCESS_GRACE,
-                 turn_config: TurnConfig | None = None) -> None:
+                 turn_config: TurnConfig | None = None,
+                 ping_interval: float = DEFAULT_PING_INTERVAL,
+                 liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT) -> None:
         self.max_frame_size = max_frame_size
         self.data_dir = data_dir or default_data_dir()
         self.default_provider = default_provider
         self.process_grace = process_grace
         self.sessions = SessionStore(self.data_dir, turn_config)
         self.permissions = PermissionRelay()
-        self.host = HostLink(
+        self.host = HostSupervisor(
             command=host_command,
             handlers={"permission.request": self.permissions.request},
             notification_handlers={"permission.withdrawn": self.permissions.withdrawn,
                                    "tools.output": self._on_tool_output},
+            ping_interval=ping_interval, liveness_timeout=liveness_timeout,
         )
         self._client: Endpoint | None = None
         self._initialized = False
@@ -109,7 +116,7 @@ class Daemon:
         self._client = self.permissions.client = client
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            await self.host.start(nursery)
+            await nursery.start(self.host.run)
             async with trio.open_nursery() as client_nursery:
                 client_nursery.start_soon(client.run)
                 client_nursery.start_soon(self._shutdown_on_eof, client)
@@ -192,7 +199,8 @@ class Daemon:
     async def initialize(self, params: InitializeParams) -> InitializeResult:
         check_compatible(params.protocol_version)
         self._initialized = True
-        host_info = self.host.info
+        link = self.host.link
+        host_info = link.info if link is not None else None
         return InitializeResult(
             PROTOCOL_VERSION,
             PeerInfo("quiesce", VERSION),
@@ -210,7 +218,7 @@ class Daemon:
         config, provider = self._provider(params.provider)
         session = self.sessions.create(params.workspace, params.permission_mode, config,
                                        provider, self._announce, self._tools_factory)
-        await self.host.request("session.open", SessionOpenParams(
+        await self.host.open_session(SessionOpenParams(
             session.session_id, session.workspace, session.permission_mode))
         self._start_agent(session)
         log.info("session %s opened on %s", session.session_id, session.workspace)
@@ -235,7 +243,7 @@ class Daemon:
                                           announce=self._announce, tools=self._tools_factory)
         session = loaded.session
         if not known:
-            await self.host.request("session.open", SessionOpenParams(
+            await self.host.open_session(SessionOpenParams(
                 session.session_id, session.workspace, session.permission_mode))
             self._start_agent(session)
         session.agent.journal.replay()

@@ -20,7 +20,7 @@ from protocol.errors import RemoteError
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
 from protocol.version import PROTOCOL_VERSION, check_compatible
-from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler
+from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler, NotSent
 
 log = logging.getLogger(__name__)
 
@@ -88,10 +88,19 @@ class HostLink:
         log.info("host %d exited with %s", process.pid, code)
         self.exited.set()
 
+    @property
+    def closed(self) -> bool:
+        return self._endpoint is None or self._endpoint.closed.is_set()
+
     async def request(self, method: str, params: msgspec.Struct) -> Any:
         if self._endpoint is None:
-            raise ConnectionClosed("host not started")
+            raise NotSent("host not started")
         return await self._endpoint.request(method, params)
+
+    def kill(self) -> None:
+        """SIGKILL the host (a hung one); its exit then closes the link."""
+        if self._process is not None and self._process.returncode is None:
+            self._process.kill()
 
     async def stop(self) -> None:
         """Ask the host to shut down, close its stdin, and make sure it is gone."""

@@ -21,7 +21,6 @@ import tempfile
 import time
 
 import trio
-
 from benchlib.harness import kill_all, marked, open_bench
 from benchlib.machine import Machine
 from benchlib.report import Report

@@ -46,7 +46,7 @@ from runtime.registry import (
     cancel_on_abort,
     define_tool,
 )
-from runtime.rpc import ConnectionClosed
+from runtime.rpc import ConnectionClosed, NotSent
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +157,9 @@ class HostTools:
                                         msgspec.to_builtins(args))
             try:
                 result: ToolResult = await self._host.request("tools.execute", params)
+            except NotSent:
+                result = aborted_result(before_dispatch=True,
+                                        details={"hostUnavailable": "the request was never sent"})
             except ConnectionClosed:
                 result = error_result(ErrorCode.HOST_CRASHED, "the host exited during the call",
                                       body_invoked=True)

@@ -141,10 +141,15 @@ class Turn:
                 if not assembler.tool_calls:
                     return self._ending(signal)
                 calls = [ToolCallRequest(c.call_id, c.name, c.args) for c in assembler.tool_calls]
-                await run_tool_calls(
+                results = await run_tool_calls(
                     calls, registry=self._registry, signal=signal,
                     recorder=_StepRecorder(self._journal, self._registry, turn_id, step),
                     max_parallel=self._config.max_parallel)
+                crashed = [c.call_id for c, r in zip(calls, results, strict=True)
+                           if r.code == "HOST_CRASHED"]
+                if crashed:  # every call has its result; the turn cannot go on honestly
+                    return TurnEnding(TurnOutcome(
+                        "error", error=f"the host crashed under {', '.join(crashed)}"), "error")
             signal.raise_if_aborted()
             return TurnEnding(TurnOutcome("completed"), "max_steps")
         except AbortError as stop:

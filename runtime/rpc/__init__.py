@@ -5,6 +5,6 @@ its runtime link.
 """
 
 from runtime.rpc.dispatch import Handler, NotificationHandler
-from runtime.rpc.endpoint import ConnectionClosed, Endpoint
+from runtime.rpc.endpoint import ConnectionClosed, Endpoint, NotSent
 
-__all__ = ["ConnectionClosed", "Endpoint", "Handler", "NotificationHandler"]
+__all__ = ["ConnectionClosed", "Endpoint", "Handler", "NotSent", "NotificationHandler"]

@@ -50,6 +50,10 @@ class ConnectionClosed(Exception):
     """The link closed before the peer answered."""
 
 
+class NotSent(ConnectionClosed):
+    """The link was already closed: the request never left this process."""
+
+
 @dataclass
 class _Pending:
     done: trio.Event = field(default_factory=trio.Event)
@@ -122,7 +126,7 @@ class Endpoint:
         spec = self._outgoing.specs[method]
         assert not spec.is_notification, method
         if self.closed.is_set():
-            raise ConnectionClosed(f"{self.name}: link closed")
+            raise NotSent(f"{self.name}: link closed")
         request_id = next(self._ids)
         pending = _Pending()
         self._pending[request_id] = pending
@@ -147,7 +151,7 @@ class Endpoint:
         try:
             self._out_send.send_nowait(encode_frame(payload))
         except trio.ClosedResourceError:
-            raise ConnectionClosed(f"{self.name}: link closed") from None
+            raise NotSent(f"{self.name}: link closed") from None
 
     async def _write_loop(self) -> None:
         broken = False

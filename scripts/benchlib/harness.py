@@ -20,7 +20,6 @@ import trio
 
 from protocol.messages.client import (
     AgentAbortParams,
-    AgentAbortResult,
     AgentPromptParams,
     AgentPromptResult,
     ScriptedProviderConfig,
@@ -235,8 +234,9 @@ async def open_bench(workdir: pathlib.Path) -> AsyncIterator[Bench]:
     def on_withdrawn(params: PermissionWithdrawnParams) -> None:
         holder[0].on_withdrawn(params)
 
-    with open(workdir / "daemon.log", "wb") as log:
-        async with spawn_daemon(serve_command(), env=env, stderr=log.fileno(),
+    log = os.open(workdir / "daemon.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        async with spawn_daemon(serve_command(), env=env, stderr=log,
                                 handlers={"permission.request": on_permission},
                                 notification_handlers={"session.event": on_event,
                                                        "permission.withdrawn": on_withdrawn},
@@ -247,3 +247,5 @@ async def open_bench(workdir: pathlib.Path) -> AsyncIterator[Bench]:
             bench.host_pid = host.get("pid") if isinstance(host, dict) else None
             holder.append(bench)
             yield bench
+    finally:
+        os.close(log)

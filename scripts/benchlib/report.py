@@ -103,7 +103,7 @@ class Report:
             "p90 is quoted from 10 samples up, p99 from 50. What the daemon and host "
             "reported for the same stops (medians):",
             "",
-            "| scenario | daemon `settledMs` | client round trip − `settledMs` | tree "
+            "| scenario | daemon `settledMs` | client round trip minus `settledMs` | tree "
             "members at the stop | host `killMs` | members KILLed after grace |",
             "|---|---:|---:|---:|---:|---:|",
         ]
@@ -133,7 +133,7 @@ class Report:
         out += ["", "## Ratios (of medians, same run)", "", "| ratio | value |", "|---|---:|"]
         for top, bottom, what in self.ratios:
             value = self.ratio(top, bottom)
-            shown = "—" if value is None else f"{value:.1f}×"
+            shown = "—" if value is None else f"{value:.1f}x"
             out.append(f"| {what} (`{top}` / `{bottom}`) | {shown} |")
         notes = [f"- {s.key}: {note}" for s in self.series.values() for note in s.notes]
         anomalies = [f"- {s.key}: {a}" for s in self.series.values() for a in s.anomalies]

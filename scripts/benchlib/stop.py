@@ -19,6 +19,7 @@ from typing import Any
 
 import psutil
 import trio
+import trio.lowlevel
 
 from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms
 from benchlib.stats import Goal, Series
@@ -72,9 +73,11 @@ async def stop_one(bench: Bench, session: Session, text: str,
                    ready: Callable[[], Awaitable[None]]) -> Rep:
     """Prompt; once ``ready`` returns, send ``agent.abort`` and time it; await the prompt."""
     prompts: list[AgentPromptResult] = []
+    answered = trio.Event()
 
     async def prompt() -> None:
         prompts.append(await bench.prompt(session, text))
+        answered.set()
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(prompt)
@@ -85,8 +88,7 @@ async def stop_one(bench: Bench, session: Session, text: str,
         except trio.TooSlowError:
             raise TimeoutError(f"agent.abort did not answer within {ABORT_TIMEOUT:g} s") from None
         with trio.move_on_after(ABORT_TIMEOUT):
-            while not prompts:
-                await bench.changed.wait()
+            await answered.wait()
         nursery.cancel_scope.cancel()
     return Rep(rtt, answer, prompts[0] if prompts else None)
 
@@ -100,7 +102,9 @@ def check_answer(series: Series, rep: Rep, i: int, expected: dict[str, str]) -> 
     codes = {c.call_id: c.code for c in answer.tool_calls}
     if codes != expected:
         series.anomalies.append(f"rep {i}: call codes {codes}, expected {expected}")
-    if rep.prompt is not None and rep.prompt.stop_reason != "cancelled":
+    if rep.prompt is None:
+        series.anomalies.append(f"rep {i}: agent.prompt did not answer after the stop")
+    elif rep.prompt.stop_reason != "cancelled":
         series.anomalies.append(f"rep {i}: the prompt answered {rep.prompt.stop_reason!r}")
 
 
@@ -207,8 +211,8 @@ async def floor_process_scan(bench: Bench, n: int, warmup: int) -> Series:
         elapsed = now_ms() - start
         if i >= warmup:
             series.samples.append(elapsed)
-        await trio.sleep(0)
-    series.notes.append(f"{min(sizes)}–{max(sizes)} processes on the machine during the scans")
+        await trio.lowlevel.checkpoint()
+    series.notes.append(f"{min(sizes)} to {max(sizes)} processes on the machine during the scans")
     return series
 
 

@@ -1,0 +1,77 @@
+"""The ops link: an operator's tool (``quiesce ops``) talking to a running daemon."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from protocol.messages.common import Struct
+from protocol.messages.events import AnnouncedEvent
+
+OpsCallState = Literal["queued", "permission-pending", "running", "aborting", "draining"]
+
+
+class OpsCall(Struct, frozen=True):
+    call_id: str
+    tool: str
+    tool_class: str = msgspec.field(name="class")
+    state: OpsCallState = "running"
+    age_s: float = 0.0
+
+
+class OpsSession(Struct, frozen=True):
+    session_id: str
+    workspace: str
+    phase: Literal["idle", "maintenance", "running"]
+    turn_id: str | None = None
+    turn_age_s: float | None = None
+    stop_waiting_s: float | None = None  # how long a stop of this turn has been waiting
+    stuck: bool = False  # a stop has waited longer than the daemon's threshold
+    inbox: int = 0
+    calls: tuple[OpsCall, ...] = ()
+
+
+class OpsSessionsResult(Struct, frozen=True):
+    pid: int
+    sessions: tuple[OpsSession, ...]
+
+
+class OpsSessionParams(Struct, frozen=True):
+    session_id: str
+
+
+class OpsForceParams(Struct, frozen=True):
+    session_id: str
+    call_id: str
+
+
+class OpsForceResult(Struct, frozen=True):
+    forced: bool
+    detail: str = ""
+
+
+class OpsRestartHostResult(Struct, frozen=True):
+    old_pid: int | None
+    new_pid: int | None
+
+
+class OpsStatsResult(Struct, frozen=True):
+    pid: int
+    uptime_s: float
+    sessions: int
+    turns: int
+    stops: int
+    stop_latency_ms_median: float | None = None
+    stop_latency_ms_p90: float | None = None
+    stop_latency_ms_max: float | None = None
+    host_pid: int | None = None
+    host_restarts: int = 0
+    host_crashes: int = 0
+    tombstones: int = 0
+    calls_in_flight: int = 0
+
+
+class OpsEventParams(Struct, frozen=True):
+    session_id: str
+    event: AnnouncedEvent

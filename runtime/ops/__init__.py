@@ -1,0 +1,1 @@
+"""Operator tooling: a control socket on the runtime, and the ``quiesce ops`` client."""
