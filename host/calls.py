@@ -36,6 +36,7 @@ class Call:
     stop: trio.Event = field(default_factory=trio.Event)
     pre_body: trio.CancelScope = field(default_factory=trio.CancelScope)
     body: trio.CancelScope = field(default_factory=trio.CancelScope)
+    force_scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     started_at: float = field(default_factory=time.monotonic)
     output_seq: int = 0
     stopped_in: CallState | None = None  # the phase the first stop found the call in
@@ -87,6 +88,9 @@ class CallTable:
     def find(self, session_id: str, call_id: str, tool: str) -> Call | None:
         call = self._calls.get((session_id, call_id))
         return call if call is not None and call.tool == tool else None
+
+    def find_any(self, session_id: str, call_id: str) -> Call | None:
+        return self._calls.get((session_id, call_id))
 
     def was_settled(self, session_id: str, call_id: str, tool: str) -> bool:
         return (session_id, call_id, tool) in self._settled

@@ -98,6 +98,7 @@ class CallManager:
                                             capacity=config.tombstone_capacity)
         self.admission = Admission(config.admission)
         self._permission_ids = itertools.count(1)
+        self._background: trio.Nursery | None = None
         # The host pid: a runtime that outlives a crashed host can still find its trees.
         self.marker_value = str(os.getpid())
 
@@ -170,20 +171,53 @@ class CallManager:
             emit_output=lambda stream, text: self._emit(call, stream, text),
             env_marker={ENV_MARKER: f"{self.marker_value}:{call.session_id}:{call.call_id}"},
         )
+        if call.tool_class in (ToolClass.MUTATING, ToolClass.PLUGIN):
+            return await self._awaited(call, spec, args, ctx)
+        with call.body:
+            return await self._run_body(call, spec, args, ctx)
+        return None  # a read-only body abandoned by a stop
+
+    async def _run_body(self, call: Call, spec: ToolSpec, args: Any,
+                        ctx: ToolContext) -> ToolResult:
         try:
-            if call.tool_class is ToolClass.MUTATING:
-                # Started work completes atomically; a stop cannot tear it.
-                with trio.CancelScope(shield=True):
-                    return await spec.run(args, ctx)
-            with call.body:
-                return await spec.run(args, ctx)
-            return None  # a read-only body abandoned by a stop
+            return await spec.run(args, ctx)
         except Exception as exc:  # the one mapping of tool-body failures to TOOL_FAILED
             log.exception("tool %s failed", call.tool)
             return error_result(ErrorCode.TOOL_FAILED, f"{call.tool} failed: {exc}",
                                 body_invoked=True)
 
+    async def _awaited(self, call: Call, spec: ToolSpec, args: Any,
+                       ctx: ToolContext) -> ToolResult:
+        """A body that is never abandoned by a stop: only an operator's force stops waiting.
+
+        The body runs in the manager's background nursery, so a forced call's
+        result can be published while its body (whose effects are then unknown)
+        still runs; a mutating body is shielded: it completes atomically.
+        """
+        outcome: list[ToolResult] = []
+        done = trio.Event()
+
+        async def run() -> None:
+            with trio.CancelScope(shield=call.tool_class is ToolClass.MUTATING):
+                outcome.append(await self._run_body(call, spec, args, ctx))
+            done.set()
+
+        assert self._background is not None, "attach() the manager to a nursery first"
+        self._background.start_soon(run)
+        with call.force_scope:
+            await done.wait()
+        if done.is_set():
+            return outcome[0]
+        log.warning("call %s/%s (%s) forced by an operator; its body is abandoned",
+                    call.session_id, call.call_id, call.tool)
+        return aborted_result(before_dispatch=False, details={
+            "forced": True,
+            "note": "an operator stopped waiting for this operation; its effects are unknown",
+        })
+
     def _classify(self, call: Call, result: ToolResult | None) -> ToolResult:
+        if call.forced and result is not None and result.details.get("forced"):
+            return result
         if result is None:
             return aborted_result(before_dispatch=False, details={"discarded": True})
         result = msgspec.structs.replace(result, body_invoked=True)
@@ -241,6 +275,27 @@ class CallManager:
         assert call.stopped_in is not None
         return ToolsAbortResult(found=True, state=call.stopped_in,
                                 body_invoked=call.body_invoked)
+
+    def force(self, session_id: str, call_id: str, tool: str | None = None
+              ) -> tuple[bool, str]:
+        """Stop waiting for a stopped mutating or plugin call whose body is stuck."""
+        call = self.calls.find_any(session_id, call_id)
+        if call is None or (tool is not None and call.tool != tool):
+            return False, "no such call in flight"
+        if call.tool_class not in (ToolClass.MUTATING, ToolClass.PLUGIN):
+            return False, (f"{call.tool} is {call.tool_class.value}: a stop already ends it "
+                           "without waiting")
+        if not call.stop.is_set():
+            return False, "the call has not been stopped: stop it first"
+        if not call.body_invoked:
+            return False, "its body has not started: the stop ends it"
+        call.forced = True
+        call.force_scope.cancel()
+        return True, f"{call.tool} {call_id} forced"
+
+    def attach(self, nursery: trio.Nursery) -> None:
+        """Where bodies that outlive a forced call run."""
+        self._background = nursery
 
     async def stop_all(self, cause: AbortCause, *, within: float | None = None) -> None:
         """Stop every call and wait until none is left (the runtime is gone or leaving)."""

@@ -74,10 +74,13 @@ class HostServer:
         }
 
     async def serve(self) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._stop_on_eof)
-            await self.endpoint.run()
-            nursery.cancel_scope.cancel()
+        async with trio.open_nursery() as background:
+            self.manager.attach(background)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._stop_on_eof)
+                await self.endpoint.run()
+                nursery.cancel_scope.cancel()
+            background.cancel_scope.cancel()  # forced bodies still running are abandoned
 
     async def _stop_on_eof(self) -> None:
         await self.endpoint.closed.wait()

@@ -81,6 +81,21 @@ _VERSION = b'"2.0"'
 
 def parse_frame(data: bytes, incoming: Direction) -> Parsed:
     """Classify one frame received on a link whose peer sends ``incoming`` messages."""
+    if not data.isascii():
+        # The wire is UTF-8: a frame that is not is not JSON text. (msgspec checks UTF-8
+        # only in the strings it decodes, and raises UnicodeDecodeError, not DecodeError.)
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return InvalidMessage(None, ErrorCode.PARSE_ERROR,
+                                  f"invalid UTF-8 at byte {exc.start}")
+    try:
+        return _parse_frame(data, incoming)
+    except RecursionError:  # msgspec's nesting limit, before an id could be read
+        return InvalidMessage(None, ErrorCode.PARSE_ERROR, "JSON nested too deeply")
+
+
+def _parse_frame(data: bytes, incoming: Direction) -> Parsed:
     if data.lstrip()[:1] == b"[":
         try:
             members = _batch_decoder.decode(data)
@@ -108,7 +123,7 @@ def _parse_one(data: bytes, incoming: Direction) -> Incoming:
         except msgspec.ValidationError:
             return InvalidMessage(None, ErrorCode.INVALID_REQUEST,
                                   "id must be a string, an integer or null")
-    if env.jsonrpc is msgspec.UNSET or bytes(env.jsonrpc).strip() != _VERSION:
+    if env.jsonrpc is msgspec.UNSET or not _is_version(env.jsonrpc):
         return InvalidMessage(request_id, ErrorCode.INVALID_REQUEST, 'jsonrpc must be "2.0"')
 
     if env.method is msgspec.UNSET:
@@ -131,8 +146,11 @@ def _parse_one(data: bytes, incoming: Direction) -> Incoming:
         message = incoming.decoder.decode(data)
     except msgspec.ValidationError as exc:
         detail = str(exc)
-        code = (ErrorCode.INVALID_PARAMS if "params" in detail else ErrorCode.INVALID_REQUEST)
+        code = ErrorCode.INVALID_PARAMS if _about_params(detail) else ErrorCode.INVALID_REQUEST
         return InvalidMessage(request_id, code, detail, respond=not is_notification)
+    except RecursionError:
+        return InvalidMessage(request_id, ErrorCode.INVALID_REQUEST, "message nested too deeply",
+                              respond=not is_notification)
     if is_notification:
         return IncomingNotification(method, message.params)
     assert request_id is not None or message.id is not None
@@ -142,6 +160,11 @@ def _parse_one(data: bytes, incoming: Direction) -> Incoming:
 def _parse_response(env: _Envelope, request_id: RequestId | None) -> Incoming:
     has_result = env.result is not msgspec.UNSET
     has_error = env.error is not msgspec.UNSET
+    if request_id is None and (has_result or has_error):
+        # A response is never answered: the peer's error about a frame it could not
+        # attribute (id null) answered with our own id-null error would ping-pong forever.
+        return InvalidMessage(None, ErrorCode.INVALID_REQUEST, "response without an id",
+                              respond=False)
     if request_id is None or has_result == has_error:
         return InvalidMessage(request_id, ErrorCode.INVALID_REQUEST,
                               "not a request, a notification or a response")
@@ -153,6 +176,20 @@ def _parse_response(env: _Envelope, request_id: RequestId | None) -> Incoming:
                                   respond=False)
         return IncomingResponse(request_id, None, error)
     return IncomingResponse(request_id, env.result, None)  # type: ignore[arg-type]
+
+
+def _is_version(raw: msgspec.Raw) -> bool:
+    if bytes(raw).strip() == _VERSION:
+        return True
+    try:  # the same string spelt with escapes ("2.\\u0030")
+        return _str_decoder.decode(raw) == "2.0"
+    except msgspec.ValidationError:
+        return False
+
+
+def _about_params(detail: str) -> bool:
+    """Whether a validation error of a whole message is about its ``params`` member."""
+    return "`$.params" in detail or detail.endswith("field `params`")
 
 
 def decode_result(spec_decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw) -> Any:

@@ -29,15 +29,26 @@ from protocol.messages.client import (
 )
 from protocol.messages.common import Empty, InitializeParams, InitializeResult
 from protocol.messages.host import (
+    HostStatsResult,
     PermissionRequestParams,
     PermissionRequestResult,
-    HostStatsResult,
     PermissionWithdrawnParams,
     SessionOpenParams,
     ToolsAbortParams,
     ToolsAbortResult,
     ToolsExecuteParams,
     ToolsOutputParams,
+)
+from protocol.messages.ops import (
+    OpsEventParams,
+    OpsForceParams,
+    OpsForceResult,
+    OpsRestartHostResult,
+    OpsSessionParams,
+    OpsSessionsResult,
+    OpsStatsResult,
+    OpsTailParams,
+    OpsTailResult,
 )
 from protocol.tools import ToolResult
 
@@ -158,4 +169,33 @@ HOST_TO_RUNTIME = Direction("host → runtime", [
                "Ordered, bounded progress output of a running call."),
 ])
 
-DIRECTIONS = (CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT, RUNTIME_TO_HOST, HOST_TO_RUNTIME)
+OPS_TO_RUNTIME = Direction("ops → runtime", [
+    MethodSpec("initialize", InitializeParams, InitializeResult, INITIALIZE_DOC),
+    MethodSpec("ops.sessions", Empty, OpsSessionsResult,
+               "Every session of the daemon: phase, current turn and its age, how long a stop "
+               "has been waiting (`stuck` past the daemon's threshold), in-flight calls with "
+               "tool, class, state and age."),
+    MethodSpec("ops.abort", OpsSessionParams, AgentAbortResult,
+               "Stop the session's turn with cause `operator`; answers when settled, like "
+               "agent.abort. A client that stops waiting does not withdraw the stop."),
+    MethodSpec("ops.force", OpsForceParams, OpsForceResult,
+               "For a mutating or plugin call stuck after a stop: the host kills what backs "
+               "it and the call is recorded ABORTED with `forced: true`."),
+    MethodSpec("ops.restartHost", Empty, OpsRestartHostResult,
+               "Stop the host process and start a new one."),
+    MethodSpec("ops.stats", Empty, OpsStatsResult,
+               "Counters and stop-latency figures of the daemon."),
+    MethodSpec("ops.tail", OpsTailParams, OpsTailResult,
+               "Send every announced event (of one session, or all) as ops.event "
+               "notifications until the tail ends: the client closes its sending side, or "
+               "the daemon stops. Events a slow reader cannot take are counted and skipped."),
+])
+
+RUNTIME_TO_OPS = Direction("runtime → ops", [
+    MethodSpec("ops.event", OpsEventParams, None,
+               "One announced event of a session, while an ops.tail runs; `dropped` counts "
+               "the events skipped just before it."),
+])
+
+DIRECTIONS = (CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT, RUNTIME_TO_HOST, HOST_TO_RUNTIME,
+              OPS_TO_RUNTIME, RUNTIME_TO_OPS)

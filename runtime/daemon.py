@@ -226,7 +226,8 @@ class Daemon:
 
     async def session_list(self, params: Empty) -> SessionListResult:
         self._require_initialized()
-        return SessionListResult(tuple(s.info() for s in self.sessions.all()))
+        loaded = [s.info() for s in self.sessions.all()]
+        return SessionListResult(tuple(loaded + self.sessions.on_disk()))
 
     async def session_load(self, params: SessionLoadParams) -> SessionLoadResult:
         self._require_initialized()

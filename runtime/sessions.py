@@ -139,6 +139,27 @@ class SessionStore:
     def all(self) -> tuple[Session, ...]:
         return tuple(self._sessions.values())
 
+    def on_disk(self) -> list[SessionInfo]:
+        """Sessions in the data directory that this daemon has not loaded."""
+        found: list[SessionInfo] = []
+        if not self.dir.is_dir():
+            return found
+        for path in sorted(self.dir.glob("s-*.jsonl")):
+            session_id = path.stem
+            if session_id in self._sessions or not _SESSION_ID.match(session_id):
+                continue
+            try:
+                contents = read_log(path)
+                meta = contents.meta
+            except (OSError, ValueError) as exc:
+                log.warning("skipping unreadable session log %s: %s", path, exc)
+                continue
+            found.append(SessionInfo(meta.session_id, meta.workspace,
+                                     meta.permission_mode,  # type: ignore[arg-type]
+                                     meta.created_at, loaded=False,
+                                     interrupted=contents.open_turn() is not None))
+        return found
+
 
 def _synthetic_result(call: ToolCallEvent, result: ToolResult, seq: int) -> ToolResultEvent:
     return ToolResultEvent(seq, call.turn_id, call.step, call.call_id, True, result.code,

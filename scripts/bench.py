@@ -16,6 +16,7 @@ import argparse
 import json
 import pathlib
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -56,6 +57,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "--quick, a temporary file)")
     parser.add_argument("--json", type=pathlib.Path, default=None,
                         help="also write every sample as JSON here")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary directory (workspaces, session logs and the "
+                             "daemon's log) and print its path")
     args = parser.parse_args(argv)
     if args.repeat is None:
         args.repeat = QUICK_REPEAT if args.quick else FULL_REPEAT
@@ -106,8 +110,14 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     print(f"quiesce bench ({mode}): {args.repeat} repetitions per stop scenario",
           file=sys.stderr, flush=True)
-    with tempfile.TemporaryDirectory(prefix="quiesce-bench-") as tmp:
-        results, failures, leftovers = trio.run(run_all, args, pathlib.Path(tmp))
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="quiesce-bench-"))
+    try:
+        results, failures, leftovers = trio.run(run_all, args, tmp)
+    finally:
+        if args.keep:
+            print(f"kept {tmp} (daemon.log, data/sessions/)", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     report = Report(machine, command, mode, results, RATIOS, failures, leftovers,
                     Machine.load_now(), time.monotonic() - started)
     out.parent.mkdir(parents=True, exist_ok=True)

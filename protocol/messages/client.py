@@ -44,6 +44,8 @@ class SessionInfo(Struct, frozen=True):
     workspace: str
     permission_mode: PermissionMode
     created_at: float
+    loaded: bool = True  # open in this daemon; else only in the data directory
+    interrupted: bool = False  # its log ends inside a turn: session.load will close it
 
 
 class SessionListResult(Struct, frozen=True):

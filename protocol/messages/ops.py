@@ -75,3 +75,13 @@ class OpsStatsResult(Struct, frozen=True):
 class OpsEventParams(Struct, frozen=True):
     session_id: str
     event: AnnouncedEvent
+    dropped: int = 0  # events of this tail skipped just before this one (slow reader)
+
+
+class OpsTailParams(Struct, frozen=True):
+    session_id: str | None = None  # only this session's events; absent: every session
+
+
+class OpsTailResult(Struct, frozen=True):
+    events: int = 0  # events sent as ops.event
+    dropped: int = 0  # events skipped because the client read too slowly

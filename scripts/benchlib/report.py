@@ -104,16 +104,19 @@ class Report:
             "reported for the same stops (medians):",
             "",
             "| scenario | daemon `settledMs` | client round trip minus `settledMs` | tree "
-            "members at the stop | host `killMs` | members KILLed after grace |",
-            "|---|---:|---:|---:|---:|---:|",
+            "members seen at the stop | host `processesKilled` | host `killMs` | members "
+            "KILLed after grace |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for s in self.stops:
             settled = s.extra.get("settledMs", [])
             overhead = [r - d for r, d in zip(s.samples, settled, strict=False)]
             out.append(
                 f"| {s.key} | {ms(median_of(settled))} | {ms(median_of(overhead))} | "
-                f"{_count(s.extra.get('members'))} | {ms(median_of(s.extra.get('killMs', [])))}"
+                f"{_count(s.extra.get('members'))} | {_count(s.extra.get('processesKilled'))} | "
+                f"{ms(median_of(s.extra.get('killMs', [])))}"
                 f" | {_count(s.extra.get('killedAfterGrace'))} |")
+        out += self._grep_note()
         over = self.series.get("stop-tree-ignoring")
         if over is not None and over.extra.get("overGraceMs"):
             values = over.extra["overGraceMs"]
@@ -146,6 +149,22 @@ class Report:
                 + ("none" if not self.leftovers else ", ".join(self.leftovers)) + ".", ""]
         out += ["## How it is measured", "", _METHOD, ""]
         return "\n".join(out)
+
+    def _grep_note(self) -> list[str]:
+        names = ("stop-read-only", "stop-read-only-short", "floor-regex-22", "floor-regex-16")
+        found = [self.series.get(n) for n in names]
+        if any(s is None or not s.samples for s in found):
+            return []
+        long_stop, short_stop, long_re, short_re = (s.median for s in found if s is not None)
+        return ["", (
+            "Why the read-only stop depends on the Grep: the host runs Grep in a worker thread "
+            "of its own process, and Python's `re` holds the GIL for a whole `re.search` "
+            f"(measured here: {ms(long_re)} ms per 22-'a' line, {ms(short_re)} ms per 16-'a' "
+            "line). The host needs the GIL to read and answer `tools.abort`, and the runtime "
+            "awaits that answer before it settles a read-only call "
+            "(`runtime/agent/hosttools.py`), so the stop waits on the search in progress: "
+            f"median {ms(long_stop)} ms with 22-'a' lines against {ms(short_stop)} ms with "
+            "16-'a' lines in this run.")]
 
     def summary(self) -> str:
         lines = []

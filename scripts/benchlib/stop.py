@@ -13,6 +13,8 @@ survivor and is reported.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +38,8 @@ from protocol.messages.events import (
 GREP_LINES = 40_000
 GREP_LINE = "a" * 22
 GREP_PATTERN = "(a|aa)*c"
+SHORT_LINE = "a" * 16
+"""Diagnostic variant: still seconds of work, but far shorter searches per line."""
 GREP_DELAY = 0.2
 """Seconds between the Grep's ``tool/call`` event and the abort (the call reaches the host)."""
 
@@ -49,6 +53,9 @@ HONOURING_SLEEPS = 5
 IGNORING_TREE = ("( trap '' TERM; exec sleep 60 ) & sleep 60 & setsid sleep 60 & "
                  "echo tree-started; sleep 60")
 IGNORING_SLEEPS = 4
+
+Scenario = Callable[[Bench, int, int], Awaitable[Series]]
+"""A scenario: ``(bench, repetitions, warm-up repetitions) -> samples``."""
 
 READ_ONLY_GOAL = Goal(10.0, "median < 10 ms (issue 5)")
 HONOURING_GOAL = Goal(50.0, "< 50 ms incl. reaping every descendant (issue 5)")
@@ -216,15 +223,51 @@ async def floor_process_scan(bench: Bench, n: int, warmup: int) -> Series:
     return series
 
 
+async def floor_fsync(bench: Bench, n: int, warmup: int) -> Series:
+    """Append a line to a file in the data directory's file system and fsync it (as the
+    session log does for ``turn/end``), in the bench process."""
+    series = Series("floor-fsync", "floor: append one line and fsync, same file system as the "
+                    "session logs (in the bench process)")
+    path = bench.workdir / "data" / "fsync-floor.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for i in range(warmup + n):
+            start = now_ms()
+            os.write(fd, b'{"kind":"turn/end","seq":%d}\n' % i)
+            os.fsync(fd)
+            elapsed = now_ms() - start
+            if i >= warmup:
+                series.samples.append(elapsed)
+            await trio.lowlevel.checkpoint()
+    finally:
+        os.close(fd)
+    return series
+
+
+def _regex_floor(line: str) -> Scenario:
+    async def floor(bench: Bench, n: int, warmup: int) -> Series:
+        """One ``re.search`` of a Grep line: Python's ``re`` holds the GIL throughout."""
+        regex = re.compile(GREP_PATTERN)
+        series = Series(f"floor-regex-{len(line)}", "floor: one `re.search` of `(a|aa)*c` on "
+                        f"{len(line)} 'a' (GIL held throughout; in the bench process)")
+        for i in range(warmup + n):
+            start = now_ms()
+            regex.search(line)
+            elapsed = now_ms() - start
+            if i >= warmup:
+                series.samples.append(elapsed)
+            await trio.lowlevel.checkpoint()
+        return series
+    return floor
+
+
 # -- stop scenarios -------------------------------------------------------------------
 
 
-async def stop_read_only(bench: Bench, n: int, warmup: int) -> Series:
-    series = Series("stop-read-only", "stop: stuck read-only call (Grep `(a|aa)*c`, "
-                    f"{GREP_LINES:,} lines of 22 'a')", goal=READ_ONLY_GOAL)
-    workspace = bench.workdir / "ws-grep"
+async def _stop_grep(bench: Bench, series: Series, n: int, warmup: int, line: str) -> None:
+    workspace = bench.workdir / f"ws-{series.key}"
     workspace.mkdir()
-    (workspace / "big.txt").write_text((GREP_LINE + "\n") * GREP_LINES)
+    (workspace / "big.txt").write_text((line + "\n") * GREP_LINES)
     script = [[{"toolCall": {"id": f"g{i}", "name": "Grep",
                              "args": {"pattern": GREP_PATTERN, "path": "big.txt"}}}]
               for i in range(warmup + n)]
@@ -249,6 +292,21 @@ async def stop_read_only(bench: Bench, n: int, warmup: int) -> Series:
         if i >= warmup:
             series.samples.append(rep.rtt_ms)
             series.add_extra("settledMs", rep.answer.settled_ms)
+
+
+async def stop_read_only(bench: Bench, n: int, warmup: int) -> Series:
+    series = Series("stop-read-only", "stop: stuck read-only call (Grep `(a|aa)*c`, "
+                    f"{GREP_LINES:,} lines of {len(GREP_LINE)} 'a')", goal=READ_ONLY_GOAL)
+    await _stop_grep(bench, series, n, warmup, GREP_LINE)
+    return series
+
+
+async def stop_read_only_short(bench: Bench, n: int, warmup: int) -> Series:
+    """Diagnostic: the same stuck Grep, but each ``re.search`` holds the GIL ~20x shorter."""
+    series = Series("stop-read-only-short", "stop (diagnostic): the same Grep, lines of "
+                    f"{len(SHORT_LINE)} 'a'",
+                    goal=Goal(READ_ONLY_GOAL.limit_ms, "diagnostic; 10 ms for comparison"))
+    await _stop_grep(bench, series, n, warmup, SHORT_LINE)
     return series
 
 
@@ -368,8 +426,6 @@ async def stop_permission_siblings(bench: Bench, n: int, warmup: int) -> Series:
     return series
 
 
-Scenario = Callable[[Bench, int, int], Awaitable[Series]]
-
 
 @dataclass(frozen=True)
 class Spec:
@@ -384,7 +440,11 @@ SCENARIOS: dict[str, Spec] = {
     "floor-noop-turn": Spec(floor_noop_turn, True),
     "floor-bash-turn": Spec(floor_bash_turn, True),
     "floor-process-scan": Spec(floor_process_scan, True),
+    "floor-fsync": Spec(floor_fsync, True),
+    "floor-regex-22": Spec(_regex_floor(GREP_LINE), True),
+    "floor-regex-16": Spec(_regex_floor(SHORT_LINE), True),
     "stop-read-only": Spec(stop_read_only, False),
+    "stop-read-only-short": Spec(stop_read_only_short, False),
     "stop-tree-term": Spec(stop_term_honouring, False),
     "stop-tree-ignoring": Spec(stop_term_ignoring, False),
     "stop-undispatched": Spec(stop_permission_siblings, False),
@@ -394,10 +454,14 @@ RATIOS: list[tuple[str, str, str]] = [
     # (numerator, denominator, what it says)
     ("stop-read-only", "floor-session-list", "read-only stop vs. a bare client round trip"),
     ("stop-read-only", "floor-noop-turn", "read-only stop vs. a completed no-op turn"),
+    ("stop-read-only", "floor-regex-22", "read-only stop vs. one GIL-holding search of a line"),
+    ("stop-read-only", "stop-read-only-short", "read-only stop: 22-'a' vs. 16-'a' lines"),
     ("stop-tree-term", "floor-noop-turn", "tree stop vs. a completed no-op turn"),
     ("stop-tree-term", "floor-bash-turn", "tree stop vs. a completed Bash `true` turn"),
     ("stop-tree-term", "floor-process-scan", "tree stop vs. one process-table scan"),
     ("stop-undispatched", "floor-noop-turn", "undispatched stop vs. a completed no-op turn"),
+    ("stop-undispatched", "floor-fsync", "undispatched stop vs. one append + fsync"),
+    ("floor-noop-turn", "floor-fsync", "no-op turn vs. one append + fsync"),
     ("floor-noop-turn", "floor-session-list", "no-op turn vs. a bare client round trip"),
     ("floor-host-tool", "floor-session-list", "host tool round trip vs. a bare round trip"),
 ]

@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from protocol.messages.client import SessionLoadParams
+from protocol.messages.common import Empty
 from protocol.messages.events import ToolProgressEvent, ToolResultEvent, TurnEnd
 from runtime.rpc import ConnectionClosed
 from tests.conftest import Marked
@@ -43,6 +44,9 @@ async def test_load_after_the_runtime_was_killed_mid_turn(tmp_path: pathlib.Path
 
     async with agent_daemon(marked) as second:
         second.session_id = session_id
+        listed = await second.daemon.request("session.list", Empty())
+        (info,) = listed.sessions
+        assert info.session_id == session_id and info.interrupted and not info.loaded
         loaded = await second.daemon.request("session.load", SessionLoadParams(session_id))
         assert loaded.recovered
         # Every event was replayed before the answer.
@@ -58,3 +62,5 @@ async def test_load_after_the_runtime_was_killed_mid_turn(tmp_path: pathlib.Path
         # Loading again repairs nothing more.
         again = await second.daemon.request("session.load", SessionLoadParams(session_id))
         assert not again.recovered and again.events == loaded.events
+        listed = await second.daemon.request("session.list", Empty())
+        assert [(s.loaded, s.interrupted) for s in listed.sessions] == [(True, False)]

@@ -1,0 +1,190 @@
+"""Human-readable output of ``quiesce ops``: aligned plain-text tables and lines.
+
+``--json`` output does not come from here: it is the wire types, encoded as they are.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from protocol.messages.client import AgentAbortResult
+from protocol.messages.events import (
+    AnnouncedEvent,
+    AssistantMessageEvent,
+    SessionMeta,
+    ToolAbortEvent,
+    ToolCallEvent,
+    ToolProgressEvent,
+    ToolResultEvent,
+    TurnEnd,
+    TurnStart,
+    UserMessageEvent,
+)
+from protocol.messages.ops import (
+    OpsEventParams,
+    OpsForceResult,
+    OpsRestartHostResult,
+    OpsSession,
+    OpsStatsResult,
+)
+from runtime.ops.client import RunningDaemon
+
+SNIPPET = 60
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+    lines = [headers, *rows]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True))
+                     .rstrip() for line in lines)
+
+
+def _snippet(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= SNIPPET else text[:SNIPPET - 1] + "…"
+
+
+def sessions_table(listing: Sequence[tuple[int, Sequence[OpsSession]]]) -> str:
+    """One row per session of every daemon (a daemon without sessions gets one row)."""
+    rows = []
+    for pid, sessions in listing:
+        if not sessions:
+            rows.append([str(pid), "-", "(no sessions)", "", "", "", "", "", ""])
+        for s in sessions:
+            rows.append([str(pid), s.session_id, s.phase, s.turn_id or "-",
+                         duration(s.turn_age_s), str(len(s.calls)), str(s.inbox),
+                         duration(s.stop_waiting_s), "STUCK" if s.stuck else ""])
+    return table(["PID", "SESSION", "PHASE", "TURN", "AGE", "CALLS", "INBOX", "STOP WAIT",
+                  ""], rows)
+
+
+def session_detail(pid: int, s: OpsSession) -> str:
+    lines = [
+        f"session    {s.session_id}  (daemon {pid})",
+        f"workspace  {s.workspace}",
+        f"phase      {s.phase}",
+        f"turn       {s.turn_id or '-'}  age {duration(s.turn_age_s)}",
+        f"inbox      {s.inbox} queued prompt(s)",
+    ]
+    if s.stop_waiting_s is not None:
+        flag = "  STUCK: the stop has waited past the daemon's threshold" if s.stuck else ""
+        lines.append(f"stop       waiting {duration(s.stop_waiting_s)}{flag}")
+    if s.calls:
+        lines += ["", table(["CALL", "TOOL", "CLASS", "STATE", "AGE"],
+                            [[c.call_id, c.tool, c.tool_class, c.state, duration(c.age_s)]
+                             for c in s.calls])]
+    else:
+        lines.append("calls      none in flight")
+    return "\n".join(lines)
+
+
+def daemon_detail(daemon: RunningDaemon, sessions: Sequence[OpsSession]) -> str:
+    info = daemon.info
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.started_at))
+    lines = [f"daemon     {info.pid}", f"socket     {info.socket}",
+             f"started    {started}  (up {duration(time.time() - info.started_at)})"]
+    if info.data_dir:
+        lines.append(f"data dir   {info.data_dir}")
+    lines += ["", sessions_table([(info.pid, sessions)])]
+    for s in sessions:
+        if s.calls or s.stop_waiting_s is not None:
+            lines += ["", session_detail(info.pid, s)]
+    return "\n".join(lines)
+
+
+def stats_text(stats: OpsStatsResult) -> str:
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f} ms"
+
+    rows = [
+        ("daemon", str(stats.pid)), ("uptime", duration(stats.uptime_s)),
+        ("sessions", str(stats.sessions)), ("turns", str(stats.turns)),
+        ("stops", str(stats.stops)),
+        ("stop latency", f"median {ms(stats.stop_latency_ms_median)}, "
+                         f"p90 {ms(stats.stop_latency_ms_p90)}, "
+                         f"max {ms(stats.stop_latency_ms_max)}"),
+        ("calls in flight", str(stats.calls_in_flight)),
+        ("host", f"pid {stats.host_pid if stats.host_pid is not None else '-'}, "
+                 f"{stats.host_restarts} restart(s), {stats.host_crashes} crash(es)"),
+        ("tombstones", str(stats.tombstones)),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def abort_text(session_id: str, r: AgentAbortResult) -> str:
+    if r.outcome == "idle":
+        return f"{session_id}: idle, nothing to stop"
+    cause = r.cause.kind if r.cause else "?"
+    lines = [f"{session_id}: turn {r.turn_id or '?'} aborted (cause {cause}), settled in "
+             f"{r.settled_ms:.1f} ms"]
+    lines += [f"  {c.call_id}: {c.code}" for c in r.tool_calls]
+    return "\n".join(lines)
+
+
+def force_text(session_id: str, call_id: str, r: OpsForceResult) -> str:
+    what = "forced: recorded ABORTED, forced" if r.forced else "not forced"
+    return f"{session_id} {call_id}: {what}" + (f" ({r.detail})" if r.detail else "")
+
+
+def restart_text(pid: int, r: OpsRestartHostResult) -> str:
+    def show(p: int | None) -> str:
+        return str(p) if p is not None else "-"
+
+    return f"daemon {pid}: host restarted, pid {show(r.old_pid)} -> {show(r.new_pid)}"
+
+
+def event_line(pid: int, params: OpsEventParams, received: float) -> str:
+    millis = int(received * 1000) % 1000
+    stamp = f"{time.strftime('%H:%M:%S', time.localtime(received))}.{millis:03d}"
+    event = params.event
+    kind = type(event).__struct_config__.tag
+    head = f"{stamp}  {pid}  {params.session_id}  {event.turn_id or '-'}  {kind}"
+    text = f"{head}  {event_summary(event)}".rstrip()
+    if params.dropped:
+        text = f"{stamp}  ({params.dropped} event(s) dropped: this tail read too slowly)\n{text}"
+    return text
+
+
+def event_summary(event: AnnouncedEvent) -> str:
+    if isinstance(event, SessionMeta):
+        return f"workspace {event.workspace}"
+    if isinstance(event, TurnStart):
+        return ""
+    if isinstance(event, UserMessageEvent):
+        return repr(_snippet(event.text))
+    if isinstance(event, AssistantMessageEvent):
+        text = " ".join(b.text for b in event.blocks if b.type == "text")
+        mark = " INTERRUPTED" if event.interrupted else ""
+        return f"step {event.step}{mark} {_snippet(text)!r}"
+    if isinstance(event, ToolCallEvent):
+        return f"{event.call_id} {event.tool} ({event.tool_class})"
+    if isinstance(event, ToolProgressEvent):
+        return f"{event.call_id} {event.stream}: {_snippet(event.text)!r}"
+    if isinstance(event, ToolResultEvent):
+        forced = " forced" if event.details.get("forced") else ""
+        return f"{event.call_id} {event.code or ('error' if event.is_error else 'ok')}{forced}"
+    if isinstance(event, TurnEnd):
+        reason = f" ({event.end.reason.kind})" if event.end.reason else ""
+        error = f": {_snippet(event.end.error)}" if event.end.error else ""
+        return f"{event.end.kind}{reason}{error}, stop reason {event.stop_reason}"
+    assert isinstance(event, ToolAbortEvent)
+    body = "body invoked" if event.body_invoked else "body not invoked"
+    return f"{event.call_id} {event.tool}: host {event.host_state}, {body}"

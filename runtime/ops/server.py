@@ -1,0 +1,97 @@
+"""The ops control socket of a daemon: ``<run dir>/<pid>.sock`` and its pid file.
+
+``OpsServer.serve`` creates (or checks) the private run directory, listens on a 0600
+Unix socket in it, writes ``<pid>.json`` beside it, and serves each connection of the
+same user with an :class:`OpsConnection`; connections of other users are refused
+(``SO_PEERCRED``). When it ends, however it ends, the socket and the pid file are
+removed.
+
+Start it like any trio service::
+
+    path = await nursery.start(OpsServer(backend, data_dir=data_dir).serve)
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import pathlib
+import time
+
+import trio
+
+from runtime.ops.backend import OpsBackend
+from runtime.ops.connection import SERVER_VERSION, OpsConnection
+from runtime.ops.pidfile import PidFile, remove_daemon_files, socket_path, write_pid_file
+from runtime.ops.rundir import ensure_private_dir, run_dir
+from runtime.ops.unixsock import bind_unix_listener, peer_uid
+
+log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT = 1.0
+
+
+class OpsServer:
+    def __init__(self, backend: OpsBackend, *, data_dir: pathlib.Path | None = None,
+                 directory: pathlib.Path | None = None) -> None:
+        """``directory`` overrides the run directory (default: :func:`run_dir`)."""
+        self.backend = backend
+        self.data_dir = data_dir
+        self.directory = directory
+        self.socket_path: pathlib.Path | None = None  # set while serving
+        self.pid_file: pathlib.Path | None = None
+        self.connections = 0  # open now
+        self.refused = 0  # connections of other users
+        self._uid = os.getuid()
+        self._names = itertools.count(1)
+
+    async def serve(self, *,
+                    task_status: trio.TaskStatus[pathlib.Path] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        """Serve until cancelled; ``task_status.started`` gets the socket path.
+
+        Raises ``UnsafeRunDir`` (before listening) if the run directory exists but is
+        owned by another user or open to group or others.
+        """
+        directory = ensure_private_dir(self.directory or run_dir(self._uid), self._uid)
+        pid = os.getpid()
+        path = socket_path(directory, pid)
+        listener = bind_unix_listener(path)
+        try:
+            self.pid_file = write_pid_file(directory, PidFile(
+                pid, str(path), time.time(),
+                str(self.data_dir) if self.data_dir is not None else None, SERVER_VERSION))
+            self.socket_path = path
+            log.info("ops socket listening at %s", path)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(trio.serve_listeners, self._serve_connection, [listener])
+                task_status.started(path)
+        finally:
+            self.socket_path = self.pid_file = None
+            remove_daemon_files(directory, pid)  # synchronous: cancellation cannot skip it
+            with trio.CancelScope(shield=True):
+                await listener.aclose()  # idempotent; serve_listeners may have closed it
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
+        try:
+            try:
+                uid = peer_uid(stream)
+            except OSError as exc:
+                log.warning("ops: no peer credentials (%s); connection refused", exc)
+                return
+            if uid is not None and uid != self._uid:
+                self.refused += 1
+                log.warning("ops: refused a connection from uid %d (serving uid %d only)",
+                            uid, self._uid)
+                return
+            self.connections += 1
+            try:
+                conn = OpsConnection(f"ops#{next(self._names)}", self.backend, stream,
+                                     data_dir=self.data_dir)
+                await conn.run()
+            finally:
+                self.connections -= 1
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+                await stream.aclose()
