@@ -25,6 +25,8 @@ from protocol.messages.host import (
     ToolsAbortParams,
     ToolsAbortResult,
     ToolsExecuteParams,
+    ToolsForceParams,
+    ToolsForceResult,
     ToolsOutputParams,
 )
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
@@ -69,6 +71,7 @@ class HostServer:
             "session.open": self.session_open,
             "tools.execute": self.tools_execute,
             "tools.abort": self.tools_abort,
+            "tools.force": self.tools_force,
             "host.stats": self.stats,
             "shutdown": self.shutdown,
         }
@@ -103,6 +106,10 @@ class HostServer:
 
     async def tools_abort(self, params: ToolsAbortParams) -> ToolsAbortResult:
         return self.manager.abort(params)
+
+    async def tools_force(self, params: ToolsForceParams) -> ToolsForceResult:
+        forced, detail = self.manager.force(params.session_id, params.call_id, params.tool)
+        return ToolsForceResult(forced, detail)
 
     async def stats(self, params: Empty) -> HostStatsResult:
         m = self.manager

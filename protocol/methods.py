@@ -37,6 +37,8 @@ from protocol.messages.host import (
     ToolsAbortParams,
     ToolsAbortResult,
     ToolsExecuteParams,
+    ToolsForceParams,
+    ToolsForceResult,
     ToolsOutputParams,
 )
 from protocol.messages.ops import (
@@ -155,6 +157,9 @@ RUNTIME_TO_HOST = Direction("runtime → host", [
                "Run one tool call; always answers with exactly one tool result."),
     MethodSpec("tools.abort", ToolsAbortParams, ToolsAbortResult,
                "Stop one tool call; an abort for an unknown call leaves a tombstone."),
+    MethodSpec("tools.force", ToolsForceParams, ToolsForceResult,
+               "Stop waiting for a stopped mutating or plugin call whose body is stuck (an "
+               "operator's decision); the call ends ABORTED with details.forced."),
     MethodSpec("host.stats", Empty, HostStatsResult,
                "Counters: calls in flight, tombstones (live, expired, evicted), admission."),
     MethodSpec("shutdown", Empty, Empty, "Stop every call, kill every process tree, exit."),

@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
                        help="a host that does not answer a ping within this is killed and "
                             "replaced (default 10)")
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
+    sub.add_parser("ops", add_help=False,
+                   help="find running daemons and act on their sessions (quiesce ops --help)")
     demo = sub.add_parser("demo", help="run the demonstration in a temporary workspace")
     demo.add_argument("--keep", action="store_true", help="keep the workspace afterwards")
     args, rest = parser.parse_known_args(argv)
@@ -74,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
         from host.main import main as host_main
 
         return host_main(rest)
+    if args.command == "ops":
+        from runtime.ops.cli import main as ops_main
+
+        return ops_main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "serve":

@@ -48,6 +48,7 @@ from runtime.agent.agent import ToolsFactory
 from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE, HostTools
 from runtime.agent.turn import TurnConfig
 from runtime.causes import from_wire
+from runtime.daemon_ops import DaemonOps
 from runtime.host_supervisor import (
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_PING_INTERVAL,
@@ -90,6 +91,7 @@ class Daemon:
                                    "tools.output": self._on_tool_output},
             ping_interval=ping_interval, liveness_timeout=liveness_timeout,
         )
+        self.ops = DaemonOps(self)
         self._client: Endpoint | None = None
         self._initialized = False
         self._shutdown = trio.Event()
@@ -150,6 +152,7 @@ class Daemon:
     # -- events and host notifications ---------------------------------------------------
 
     def _announce(self, session_id: str, event: AnnouncedEvent) -> None:
+        self.ops.announce(session_id, event)
         if self._client is not None:
             self._client.notify("session.event", SessionEventParams(session_id, event))
 
@@ -178,6 +181,7 @@ class Daemon:
             tools = HostTools(self.host, session_id, turn_id, on_progress=on_progress,
                               on_abort=on_abort, process_grace=self.process_grace)
             definitions = tools.definitions()
+            self.ops.track_tools(session_id, turn_id, tools)
             return ToolRegistry(definitions), definitions, tools.on_output
 
         return make
@@ -261,7 +265,9 @@ class Daemon:
     async def agent_abort(self, params: AgentAbortParams) -> AgentAbortResult:
         self._require_initialized()
         agent = self.sessions.get(params.session_id).agent
-        return await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox)
+        result = await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox)
+        self.ops.record_stop(result)
+        return result
 
     async def debug_run_tool(self, params: DebugRunToolParams) -> DebugRunToolResult:
         self._require_initialized()

@@ -28,6 +28,7 @@ class PermissionRelay:
     def __init__(self) -> None:
         self.client: Endpoint | None = None
         self._pending: dict[str, trio.CancelScope] = {}
+        self._calls: dict[str, str] = {}  # request id -> host call id
 
     async def request(self, params: PermissionRequestParams) -> PermissionRequestResult:
         client = self.client
@@ -35,6 +36,7 @@ class PermissionRelay:
             return PermissionRequestResult("deny")
         with trio.CancelScope() as scope:
             self._pending[params.request_id] = scope
+            self._calls[params.request_id] = params.call_id
             try:
                 answer: PermissionRequestResult = await client.request("permission.request",
                                                                        params)
@@ -45,7 +47,12 @@ class PermissionRelay:
                 return PermissionRequestResult("deny")
             finally:
                 self._pending.pop(params.request_id, None)
+                self._calls.pop(params.request_id, None)
         raise RpcError(ErrorCode.PERMISSION_WITHDRAWN, f"{params.request_id} was withdrawn")
+
+    def pending_calls(self) -> set[str]:
+        """Host call ids whose permission prompt waits for the client."""
+        return set(self._calls.values())
 
     def withdrawn(self, params: PermissionWithdrawnParams) -> None:
         scope = self._pending.pop(params.request_id, None)

@@ -5,9 +5,11 @@ Measures agent.abort to settled per tool class (stuck read-only call, TERM-honou
 and TERM-ignoring process trees, permission-pending with undispatched siblings),
 with floors measured side by side in the same run (a bare client round trip, a host
 tool round trip, a completed no-op turn, a completed Bash turn, a process-table
-scan) and their ratios. Exit status 1 if a scenario failed, a repetition did not
-measure what it claims (wrong code, a survivor) or a process was left behind;
-a missed goal is reported, not an error.
+scan, an append + fsync, one GIL-holding regex search) and their ratios.
+
+Exit status 1 if a scenario failed, a repetition did not measure what it claims
+(wrong code, a survivor) or a process was left behind; a missed goal is reported
+in the tables, not an error.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="run only this scenario (repeatable)")
     parser.add_argument("--out", type=pathlib.Path, default=None,
                         help="where to write the report (default docs/benchmarks.md; with "
-                             "--quick, a temporary file)")
+                             "--quick or --only, a temporary file)")
     parser.add_argument("--json", type=pathlib.Path, default=None,
                         help="also write every sample as JSON here")
     parser.add_argument("--keep", action="store_true",
@@ -103,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     command = "./scripts/bench" + "".join(f" {shlex.quote(a)}"
                                           for a in (sys.argv[1:] if argv is None else argv))
+    partial = args.quick or args.only is not None
     out: pathlib.Path = args.out or (
-        pathlib.Path(tempfile.gettempdir()) / "quiesce-bench-quick.md" if args.quick else DOC)
+        pathlib.Path(tempfile.gettempdir()) / "quiesce-bench-partial.md" if partial else DOC)
     machine = Machine.describe()
     started = time.monotonic()
     mode = "quick" if args.quick else "full"

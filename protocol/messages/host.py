@@ -75,3 +75,14 @@ class HostStatsResult(Struct, frozen=True):
     tombstones_evicted: int
     admission_waiting: int
     admission_running: int
+
+
+class ToolsForceParams(Struct, frozen=True):
+    session_id: str
+    call_id: str
+    tool: str
+
+
+class ToolsForceResult(Struct, frozen=True):
+    forced: bool
+    detail: str = ""

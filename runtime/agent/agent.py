@@ -40,6 +40,8 @@ from runtime.registry import AbortController, Cause, ToolDefinition, ToolRegistr
 
 log = logging.getLogger(__name__)
 
+DEFAULT_STUCK_AFTER = 30.0
+
 ToolsFactory = Callable[[str], tuple[ToolRegistry, list[ToolDefinition[Any]],
                                      Callable[[ToolsOutputParams], bool]]]
 
@@ -61,6 +63,8 @@ class _TurnSlot:
     prompt: PendingPrompt
     settled: trio.Event = field(default_factory=trio.Event)
     end: TurnOutcome | None = None
+    started_at: float = field(default_factory=time.monotonic)
+    stop_requested_at: float | None = None
 
 
 class Agent:
@@ -77,6 +81,8 @@ class Agent:
         self._wake = trio.Event()
         self._turn_ids = itertools.count(_turn_count(journal) + 1)
         self._routes: list[Callable[[ToolsOutputParams], bool]] = []
+        self.stuck_after = DEFAULT_STUCK_AFTER
+        self.turns = 0
 
     # -- prompts ----------------------------------------------------------------------
 
@@ -121,6 +127,7 @@ class Agent:
             slot.end = ending.outcome
             await self.journal.append_durably(lambda seq: TurnEnd(
                 seq, slot.turn_id, ending.outcome, ending.stop_reason))
+        self.turns += 1
         log.info("session %s turn %s ended %s", self.session_id, slot.turn_id,
                  ending.outcome.kind)
         self.machine.fire(PhaseEvent.END_TURN)
@@ -164,7 +171,14 @@ class Agent:
         if phase.kind is PhaseKind.IDLE or phase.controller is None or slot is None:
             return AgentAbortResult("idle")
         phase.controller.abort(cause)
-        await slot.settled.wait()
+        if slot.stop_requested_at is None:
+            slot.stop_requested_at = time.monotonic()
+        with trio.move_on_after(self.stuck_after):
+            await slot.settled.wait()
+        if not slot.settled.is_set():
+            log.warning("session %s: the stop of turn %s has waited %.0f s: stuck (see "
+                        "quiesce ops)", self.session_id, slot.turn_id, self.stuck_after)
+            await slot.settled.wait()
         if slot.end is None or slot.end.kind != "aborted":
             return AgentAbortResult("idle", slot.turn_id)  # it ended on its own first
         return AgentAbortResult(
@@ -183,6 +197,16 @@ class Agent:
                 calls[event.call_id] = AbortedCall(call.call_id, call.tool, call.tool_class,
                                                    event.code)
         return tuple(calls.values())
+
+    @property
+    def current_turn(self) -> tuple[str, float, float | None] | None:
+        """(turn id, age in s, seconds a stop of it has waited) of the running turn."""
+        slot = self._current
+        if slot is None:
+            return None
+        now = time.monotonic()
+        waiting = now - slot.stop_requested_at if slot.stop_requested_at is not None else None
+        return slot.turn_id, now - slot.started_at, waiting
 
     @property
     def busy(self) -> bool:

@@ -79,6 +79,7 @@ class _HostCall:
     abort_answer: ToolsAbortResult | None = None
     abort_done: trio.Event = field(default_factory=trio.Event)
     abort_started: bool = False
+    started_at: float = field(default_factory=time.monotonic)
 
 
 class HostTools:
@@ -102,6 +103,18 @@ class HostTools:
                         description=f"{name} ({TOOL_CLASSES[name].value}), run by the host")
             for name, args_type in TOOL_ARGS.items()
         ]
+
+    def in_flight(self) -> list[tuple[str, str, str, ToolClass, str, float]]:
+        """(call id, host call id, tool, class, state, age in s) of every call waiting on
+        the host; state: running, aborting (abort sent), draining (abort answered)."""
+        now = time.monotonic()
+        out = []
+        for call in self._calls.values():
+            state = ("draining" if call.abort_done.is_set() else
+                     "aborting" if call.abort_started else "running")
+            out.append((call.call_id, call.host_call_id, call.tool, call.tool_class, state,
+                        now - call.started_at))
+        return out
 
     def host_call_id(self, call_id: str) -> str:
         # Unique per turn, so a late abort or tombstone can never meet a later turn's call.

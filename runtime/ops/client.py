@@ -147,7 +147,11 @@ class OpsClient:
 
 @asynccontextmanager
 async def connect(socket: pathlib.Path | str) -> AsyncIterator[OpsClient]:
-    """Connect and shake hands; on exit the connection is closed."""
+    """Connect and shake hands; on exit the connection is closed.
+
+    What the body raises comes out unwrapped: the endpoint's own task raises nothing
+    (it turns I/O errors into a closed link), so trio's group around it is dropped.
+    """
     stream = await trio.open_unix_socket(socket)
     try:
         endpoint = Endpoint(f"ops:{socket}", stream, stream, incoming=RUNTIME_TO_OPS,
@@ -158,6 +162,10 @@ async def connect(socket: pathlib.Path | str) -> AsyncIterator[OpsClient]:
             await client.initialize()
             yield client
             nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
     finally:
         with trio.CancelScope(shield=True):
             await stream.aclose()

@@ -426,7 +426,6 @@ async def stop_permission_siblings(bench: Bench, n: int, warmup: int) -> Series:
     return series
 
 
-
 @dataclass(frozen=True)
 class Spec:
     run: Scenario

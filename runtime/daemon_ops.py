@@ -1,0 +1,138 @@
+"""The daemon as operators see it: the ``OpsBackend`` behind ``quiesce ops``."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from protocol.errors import ErrorCode, RemoteError, RpcError
+from protocol.messages.client import AgentAbortResult
+from protocol.messages.common import Empty
+from protocol.messages.events import AnnouncedEvent
+from protocol.messages.host import HostStatsResult, ToolsForceParams, ToolsForceResult
+from protocol.messages.ops import (
+    OpsCall,
+    OpsForceResult,
+    OpsRestartHostResult,
+    OpsSession,
+    OpsSessionsResult,
+    OpsStatsResult,
+)
+from runtime.agent.hosttools import HostTools
+from runtime.registry import OperatorCause
+from runtime.rpc import ConnectionClosed
+
+if TYPE_CHECKING:
+    from runtime.daemon import Daemon
+
+EventListener = Callable[[str, AnnouncedEvent], None]
+
+
+class DaemonOps:
+    def __init__(self, daemon: Daemon) -> None:
+        self._daemon = daemon
+        self._listeners: list[EventListener] = []
+        self._started = time.monotonic()
+        self.stop_latencies_ms: deque[float] = deque(maxlen=1000)
+        self.stops = 0
+        # Host tools of each session's recent turns: where in-flight calls are seen.
+        self._tools: dict[str, dict[str, HostTools]] = {}
+
+    # -- fed by the daemon ------------------------------------------------------------
+
+    def track_tools(self, session_id: str, turn_id: str, tools: HostTools) -> None:
+        turns = self._tools.setdefault(session_id, {})
+        for old in [t for t, h in turns.items() if not h.in_flight()]:
+            del turns[old]
+        turns[turn_id] = tools
+
+    def record_stop(self, result: AgentAbortResult) -> None:
+        if result.outcome == "aborted":
+            self.stops += 1
+            self.stop_latencies_ms.append(result.settled_ms)
+
+    def announce(self, session_id: str, event: AnnouncedEvent) -> None:
+        for listener in list(self._listeners):
+            listener(session_id, event)
+
+    # -- OpsBackend -------------------------------------------------------------------
+
+    def add_event_listener(self, listener: EventListener) -> Callable[[], None]:
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return remove
+
+    def ops_sessions(self) -> OpsSessionsResult:
+        pending = self._daemon.permissions.pending_calls()
+        out = []
+        for session in self._daemon.sessions.all():
+            agent = session.agent
+            current = agent.current_turn
+            calls = []
+            for tools in self._tools.get(session.session_id, {}).values():
+                for call_id, host_id, tool, cls, state, age in tools.in_flight():
+                    shown = "permission-pending" if host_id in pending and state == "running" \
+                        else state
+                    calls.append(OpsCall(call_id, tool, cls.value, shown,  # type: ignore[arg-type]
+                                         round(age, 3)))
+            waiting = current[2] if current else None
+            out.append(OpsSession(
+                session.session_id, session.workspace,
+                agent.machine.phase.kind.value,
+                current[0] if current else None,
+                round(current[1], 3) if current else None,
+                round(waiting, 3) if waiting is not None else None,
+                waiting is not None and waiting > agent.stuck_after,
+                len(agent.inbox), tuple(calls)))
+        return OpsSessionsResult(os.getpid(), tuple(out))
+
+    async def ops_abort(self, session_id: str) -> AgentAbortResult:
+        result = await self._daemon.sessions.get(session_id).agent.cancel(OperatorCause())
+        self.record_stop(result)
+        return result
+
+    async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult:
+        self._daemon.sessions.get(session_id)
+        for tools in self._tools.get(session_id, {}).values():
+            for model_id, host_id, tool, _cls, _state, _age in tools.in_flight():
+                if model_id != call_id:
+                    continue
+                try:
+                    answer: ToolsForceResult = await self._daemon.host.request(
+                        "tools.force", ToolsForceParams(session_id, host_id, tool))
+                except (ConnectionClosed, RemoteError) as exc:
+                    return OpsForceResult(False, f"the host could not force it: {exc}")
+                return OpsForceResult(answer.forced, answer.detail)
+        raise RpcError(ErrorCode.NOT_FOUND, f"no call {call_id!r} waiting on the host in "
+                                            f"session {session_id}")
+
+    async def ops_restart_host(self) -> OpsRestartHostResult:
+        old, new = await self._daemon.host.restart()
+        return OpsRestartHostResult(old, new)
+
+    async def ops_stats(self) -> OpsStatsResult:
+        host = self._daemon.host
+        stats: HostStatsResult | None = None
+        if host.alive():
+            try:
+                stats = await host.request("host.stats", Empty())
+            except (ConnectionClosed, RemoteError):
+                stats = None
+        latencies = sorted(self.stop_latencies_ms)
+        return OpsStatsResult(
+            os.getpid(), round(time.monotonic() - self._started, 3),
+            len(self._daemon.sessions.all()),
+            sum(s.agent.turns for s in self._daemon.sessions.all()), self.stops,
+            round(statistics.median(latencies), 3) if latencies else None,
+            round(latencies[int(0.9 * (len(latencies) - 1))], 3) if latencies else None,
+            round(latencies[-1], 3) if latencies else None,
+            host.pid, host.restarts, host.crashes,
+            stats.tombstones if stats else 0, stats.calls_in_flight if stats else 0)

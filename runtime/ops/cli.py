@@ -1,0 +1,259 @@
+"""``quiesce ops``: find this user's running daemons and act on their sessions.
+
+Exit status: 0 done; 1 failed (no such daemon or session, an error from the daemon, a
+call not forced); 2 bad usage; 3 no answer within ``--timeout`` (a stop that reached
+the daemon stays requested).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import msgspec
+import trio
+
+from protocol.errors import RpcError
+from protocol.messages.ops import OpsEventParams
+from runtime.ops import render
+from runtime.ops.client import Discovery, RunningDaemon, connect, discover
+from runtime.ops.rundir import UnsafeRunDir
+from runtime.ops.targets import TargetError, locate_session, parse_target, pick_daemon
+from runtime.rpc import ConnectionClosed
+
+EXIT_OK, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 3
+DEFAULT_TIMEOUT = 30.0
+
+Command = Callable[[argparse.Namespace, Discovery], Coroutine[Any, Any, int]]
+
+
+def _emit(args: argparse.Namespace, human: str, data: Any) -> None:
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(data).decode() + "\n")
+    else:
+        sys.stdout.write(human + "\n")
+    sys.stdout.flush()
+
+
+def _daemon_json(daemon: RunningDaemon) -> dict[str, Any]:
+    out: dict[str, Any] = msgspec.to_builtins(daemon.info)
+    return out
+
+
+async def cmd_ls(args: argparse.Namespace, found: Discovery) -> int:
+    listing, data, status = [], [], EXIT_OK
+    for daemon in found.daemons:
+        entry = _daemon_json(daemon)
+        try:
+            with trio.fail_after(args.timeout):
+                async with connect(daemon.socket) as client:
+                    result = await client.sessions()
+        except (trio.TooSlowError, ConnectionClosed, OSError, RpcError) as exc:
+            why = "no answer" if isinstance(exc, trio.TooSlowError) else str(exc)
+            _note(f"daemon {daemon.pid}: {why}")
+            entry["error"] = why
+            status = EXIT_FAILED
+        else:
+            listing.append((daemon.pid, result.sessions))
+            entry["sessions"] = msgspec.to_builtins(result.sessions)
+        data.append(entry)
+    if not found.daemons:
+        human = f"no quiesce daemon is running (looked in {found.directory})"
+    else:
+        human = render.sessions_table(listing)
+    _emit(args, human, data)
+    return status
+
+
+async def cmd_show(args: argparse.Namespace, found: Discovery) -> int:
+    target = parse_target(args.target)
+    with trio.fail_after(args.timeout):
+        if isinstance(target, str):
+            daemon, session = await locate_session(found.daemons, target, found.directory)
+            _emit(args, render.session_detail(daemon.pid, session),
+                  {"pid": daemon.pid, "session": session})
+            return EXIT_OK
+        daemon = pick_daemon(found.daemons, target, found.directory)
+        async with connect(daemon.socket) as client:
+            result = await client.sessions()
+    data = _daemon_json(daemon)
+    data["sessions"] = msgspec.to_builtins(result.sessions)
+    _emit(args, render.daemon_detail(daemon, result.sessions), data)
+    return EXIT_OK
+
+
+async def cmd_abort(args: argparse.Namespace, found: Discovery) -> int:
+    with trio.fail_after(args.timeout):
+        daemon, _ = await locate_session(found.daemons, args.session, found.directory)
+        async with connect(daemon.socket) as client:
+            result = await client.abort(args.session)
+    _emit(args, render.abort_text(args.session, result), result)
+    return EXIT_OK
+
+
+async def cmd_force(args: argparse.Namespace, found: Discovery) -> int:
+    with trio.fail_after(args.timeout):
+        daemon, _ = await locate_session(found.daemons, args.session, found.directory)
+        async with connect(daemon.socket) as client:
+            result = await client.force(args.session, args.call)
+    _emit(args, render.force_text(args.session, args.call, result), result)
+    return EXIT_OK if result.forced else EXIT_FAILED
+
+
+async def cmd_restart_host(args: argparse.Namespace, found: Discovery) -> int:
+    daemon = pick_daemon(found.daemons, _pid(args.pid), found.directory)
+    with trio.fail_after(args.timeout):
+        async with connect(daemon.socket) as client:
+            result = await client.restart_host()
+    _emit(args, render.restart_text(daemon.pid, result), result)
+    return EXIT_OK
+
+
+async def cmd_stats(args: argparse.Namespace, found: Discovery) -> int:
+    daemon = pick_daemon(found.daemons, _pid(args.pid), found.directory)
+    with trio.fail_after(args.timeout):
+        async with connect(daemon.socket) as client:
+            result = await client.stats()
+    _emit(args, render.stats_text(result), result)
+    return EXIT_OK
+
+
+async def cmd_tail(args: argparse.Namespace, found: Discovery) -> int:
+    target = parse_target(args.target)
+    session_id = target if isinstance(target, str) else None
+    with trio.fail_after(args.timeout):
+        if session_id is not None:
+            daemon, _ = await locate_session(found.daemons, session_id, found.directory)
+        else:
+            daemon = pick_daemon(found.daemons, target if isinstance(target, int) else None,
+                                 found.directory)
+    seen = 0
+    with trio.CancelScope() as scope:
+
+        def on_event(params: OpsEventParams) -> None:
+            nonlocal seen
+            if args.json:
+                line = msgspec.json.encode({"pid": daemon.pid, **msgspec.to_builtins(params)})
+                sys.stdout.write(line.decode() + "\n")
+            else:
+                sys.stdout.write(render.event_line(daemon.pid, params, time.time()) + "\n")
+            seen += 1
+            if args.count is not None and seen >= args.count:
+                scope.cancel()
+
+        def on_event_safely(params: OpsEventParams) -> None:
+            # Runs inline in the connection's reader: a closed stdout (`| head`) ends the
+            # tail instead of crashing the reader.
+            try:
+                on_event(params)
+                sys.stdout.flush()
+            except BrokenPipeError:
+                _stdout_gone()
+                scope.cancel()
+
+        async with connect(daemon.socket) as client:
+            try:
+                await client.tail(on_event_safely, session_id)
+            except ConnectionClosed:
+                _note(f"daemon {daemon.pid} closed the connection")
+    return EXIT_OK
+
+
+def _pid(text: str | None) -> int | None:
+    if text is None:
+        return None
+    if not text.isdigit():
+        raise TargetError(f"{text!r} is not a pid")
+    return int(text)
+
+
+def _stdout_gone() -> None:
+    """Whoever read our output has gone: send the rest (and the final flush) nowhere."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def _note(message: str) -> None:
+    sys.stderr.write(f"quiesce ops: {message}\n")
+    sys.stderr.flush()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    common.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds to wait for an answer (default {DEFAULT_TIMEOUT:g})")
+    common.add_argument("--dir", type=pathlib.Path, default=None,
+                        help="run directory to look in (default $XDG_RUNTIME_DIR/quiesce, "
+                             "else <tmp>/quiesce-<uid>)")
+    parser = argparse.ArgumentParser(prog="quiesce ops", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, func: Command, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help, description=help)
+        p.set_defaults(func=func)
+        return p
+
+    add("ls", cmd_ls, "list running daemons of this user and their sessions")
+    add("show", cmd_show, "one daemon's sessions and calls, or one session").add_argument(
+        "target", nargs="?", metavar="PID|SESSION")
+    add("abort", cmd_abort, "stop a session's turn (cause operator); waits until settled"
+        ).add_argument("session", metavar="SESSION")
+    force = add("force", cmd_force, "force a mutating or plugin call stuck after a stop: "
+                "the host kills what backs it; recorded ABORTED, forced")
+    force.add_argument("session", metavar="SESSION")
+    force.add_argument("call", metavar="CALL")
+    add("restart-host", cmd_restart_host, "stop a daemon's host and start a new one"
+        ).add_argument("pid", nargs="?", metavar="PID")
+    tail = add("tail", cmd_tail, "print events as they happen (of a daemon or a session)")
+    tail.add_argument("target", nargs="?", metavar="PID|SESSION")
+    tail.add_argument("--count", type=int, default=None, help="stop after N events")
+    add("stats", cmd_stats, "counters and stop latencies of a daemon").add_argument(
+        "pid", nargs="?", metavar="PID")
+    return parser
+
+
+async def _run(args: argparse.Namespace) -> int:
+    try:
+        with trio.fail_after(args.timeout):
+            found = await discover(args.dir)
+        for pid, why in found.removed:
+            _note(f"removed the stale files of daemon {pid} ({why})")
+        command: Command = args.func
+        return await command(args, found)
+    except trio.TooSlowError:
+        extra = (" (a stop that reached the daemon stays requested; see `quiesce ops show "
+                 f"{args.session}`)") if args.command == "abort" else ""
+        _note(f"no answer within {args.timeout:g} s{extra}")
+        return EXIT_TIMEOUT
+    except (UnsafeRunDir, TargetError) as exc:
+        _note(str(exc))
+    except RpcError as exc:
+        _note(f"the daemon answered {exc.code.name}: {exc.message}")
+    except ConnectionClosed:
+        _note("the daemon closed the connection")
+    except BrokenPipeError:
+        _stdout_gone()
+    except OSError as exc:
+        _note(f"cannot reach the daemon: {exc}")
+    return EXIT_FAILED
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return trio.run(_run, args)
+    except KeyboardInterrupt:
+        return 130
+    except BaseExceptionGroup as group:
+        _, rest = group.split(KeyboardInterrupt)
+        if rest is None:
+            return 130
+        raise
