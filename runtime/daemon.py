@@ -179,7 +179,8 @@ class Daemon:
                                                             answer.state, answer.body_invoked))
 
             tools = HostTools(self.host, session_id, turn_id, on_progress=on_progress,
-                              on_abort=on_abort, process_grace=self.process_grace)
+                              on_abort=on_abort, process_grace=self.process_grace,
+                              background=self._nursery)
             definitions = tools.definitions()
             self.ops.track_tools(session_id, turn_id, tools)
             return ToolRegistry(definitions), definitions, tools.on_output
@@ -231,7 +232,9 @@ class Daemon:
     async def session_list(self, params: Empty) -> SessionListResult:
         self._require_initialized()
         loaded = [s.info() for s in self.sessions.all()]
-        return SessionListResult(tuple(loaded + self.sessions.on_disk()))
+        # Reading logs from disk must not hold up the event loop (and so agent.abort).
+        on_disk = await trio.to_thread.run_sync(self.sessions.on_disk)
+        return SessionListResult(tuple(loaded + on_disk))
 
     async def session_load(self, params: SessionLoadParams) -> SessionLoadResult:
         self._require_initialized()

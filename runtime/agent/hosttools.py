@@ -5,7 +5,8 @@ a stop it sends ``tools.abort`` (so does the scheduler's stop walk, through the
 definition's stop handler; the abort is sent once either way) and then, by the
 tool's class:
 
-- read-only: stops waiting at once; a late host result is dropped and logged.
+- read-only: stops waiting at once, without waiting for the host's answer to the
+  abort (``ABORTED``: the body may have started); a late host result is dropped.
 - process: waits up to ``process_grace`` for the host's result (the output the
   host collected before it killed the tree); past it, ``ABORTED`` with the
   progress output already received, marked ``unconfirmed``.
@@ -87,13 +88,16 @@ class HostTools:
 
     def __init__(self, host: HostPort, session_id: str, turn_id: str, *,
                  on_progress: ProgressSink, on_abort: AbortSink,
-                 process_grace: float = DEFAULT_PROCESS_GRACE) -> None:
+                 process_grace: float = DEFAULT_PROCESS_GRACE,
+                 background: trio.Nursery | None = None) -> None:
         self._host = host
         self._session_id = session_id
         self._turn_id = turn_id
         self._on_progress = on_progress
         self._on_abort = on_abort
         self._grace = process_grace
+        # Where a read-only call's abort finishes after the call has been abandoned.
+        self._background = background
         self._calls: dict[str, _HostCall] = {}  # by host call id
 
     def definitions(self) -> list[ToolDefinition[Any]]:
@@ -130,8 +134,13 @@ class HostTools:
         return True
 
     async def _stop_handler(self, execution: ToolExecution) -> None:
+        """Deliver the stop to the host; waiting for what it did is the body's business."""
         call = self._calls.get(self.host_call_id(execution.call_id))
-        if call is not None:
+        if call is None:
+            return
+        if self._background is not None:
+            self._background.start_soon(self._abort, call, execution.signal)
+        else:
             await self._abort(call, execution.signal)
 
     async def _abort(self, call: _HostCall, signal: AbortSignal) -> ToolsAbortResult | None:
@@ -189,6 +198,12 @@ class HostTools:
             if done.is_set():
                 return outcome[0]
             stopped_at = time.monotonic()
+            if call.tool_class is ToolClass.READ_ONLY and self._background is not None:
+                # Nothing to wait for: the abort goes out now, its answer is only logged.
+                # Without the host's word the body may have started: ABORTED, honestly.
+                self._background.start_soon(self._abort, call, signal)
+                nursery.cancel_scope.cancel()
+                return self._abandon(call, None, "read-only: stopped waiting at once")
             answer = await self._abort(call, signal)
             if call.tool_class is ToolClass.READ_ONLY:
                 result = self._abandon(call, answer, "read-only: stopped waiting at once")

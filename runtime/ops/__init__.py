@@ -1,1 +1,33 @@
-"""Operator tooling: a control socket on the runtime, and the ``quiesce ops`` client."""
+"""Operator tooling: a control socket on the runtime, and the ``quiesce ops`` client.
+
+| module | concept |
+|---|---|
+| ``backend`` | what the ops server needs from the daemon (``OpsBackend``) |
+| ``rundir`` | the private run directory: where it is, whether it is safe |
+| ``pidfile`` | ``<pid>.json`` beside each socket: write, read, list, remove |
+| ``unixsock`` | a 0600 listening Unix socket; the uid of a peer (``SO_PEERCRED``) |
+| ``server`` | ``OpsServer``: directory, socket, pid file, one connection per operator |
+| ``connection`` | one operator's connection: handshake, methods, bounded tails |
+| ``client`` | finding this user's daemons (stale ones cleaned); ``OpsClient`` |
+| ``targets`` | which daemon or session a command means |
+| ``render`` | the human-readable tables and lines of ``quiesce ops`` |
+| ``cli`` | the ``quiesce ops`` command |
+"""
+
+from runtime.ops.backend import EventListener, OpsBackend
+from runtime.ops.client import Discovery, OpsClient, RunningDaemon, connect, discover
+from runtime.ops.rundir import UnsafeRunDir, run_dir
+from runtime.ops.server import OpsServer
+
+__all__ = [
+    "Discovery",
+    "EventListener",
+    "OpsBackend",
+    "OpsClient",
+    "OpsServer",
+    "RunningDaemon",
+    "UnsafeRunDir",
+    "connect",
+    "discover",
+    "run_dir",
+]

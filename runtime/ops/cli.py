@@ -1,8 +1,8 @@
-"""``quiesce ops``: find this user's running daemons and act on their sessions.
+"""quiesce ops: find this user's running daemons and act on their sessions.
 
 Exit status: 0 done; 1 failed (no such daemon or session, an error from the daemon, a
-call not forced); 2 bad usage; 3 no answer within ``--timeout`` (a stop that reached
-the daemon stays requested).
+call not forced); 2 bad usage; 3 no answer within --timeout (a stop that reached the
+daemon stays requested).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import trio
 
 SOCKET_MODE = 0o600
 BACKLOG = 64
+MAX_PATH_BYTES = 107  # sun_path is 108 bytes on Linux, NUL included (104 on BSDs)
 
 _UCRED = struct.Struct("3i")  # struct ucred {pid_t pid; uid_t uid; gid_t gid;}
 
@@ -29,6 +30,8 @@ def bind_unix_listener(path: pathlib.Path) -> trio.SocketListener:
 
     Synchronous: binding a Unix socket neither resolves names nor blocks.
     """
+    if len(os.fsencode(path)) > MAX_PATH_BYTES:
+        raise OSError(f"socket path {path} is longer than {MAX_PATH_BYTES} bytes")
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISSOCK(os.lstat(path).st_mode):
             os.unlink(path)

@@ -157,14 +157,14 @@ class Report:
             return []
         long_stop, short_stop, long_re, short_re = (s.median for s in found if s is not None)
         return ["", (
-            "Why the read-only stop depends on the Grep: the host runs Grep in a worker thread "
-            "of its own process, and Python's `re` holds the GIL for a whole `re.search` "
-            f"(measured here: {ms(long_re)} ms per 22-'a' line, {ms(short_re)} ms per 16-'a' "
-            "line). The host needs the GIL to read and answer `tools.abort`, and the runtime "
-            "awaits that answer before it settles a read-only call "
-            "(`runtime/agent/hosttools.py`), so the stop waits on the search in progress: "
-            f"median {ms(long_stop)} ms with 22-'a' lines against {ms(short_stop)} ms with "
-            "16-'a' lines in this run.")]
+            "Why the read-only stop depends on what the Grep is doing: the host runs Grep in a "
+            "worker thread of its own process, and Python's `re` holds the GIL for a whole "
+            f"`re.search` (measured here: {ms(long_re)} ms per 22-'a' line, {ms(short_re)} ms "
+            "per 16-'a' line). The host needs the GIL to read and answer `tools.abort`, and "
+            "the runtime awaits that answer before it settles a read-only call "
+            "(`runtime/agent/hosttools.py`), so a stop can wait for the rest of the search in "
+            "progress (up to one whole search). Medians in this run: "
+            f"{ms(long_stop)} ms with 22-'a' lines, {ms(short_stop)} ms with 16-'a' lines.")]
 
     def summary(self) -> str:
         lines = []

@@ -219,7 +219,8 @@ async def floor_process_scan(bench: Bench, n: int, warmup: int) -> Series:
         if i >= warmup:
             series.samples.append(elapsed)
         await trio.lowlevel.checkpoint()
-    series.notes.append(f"{min(sizes)} to {max(sizes)} processes on the machine during the scans")
+    seen = f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)} to {max(sizes)}"
+    series.notes.append(f"{seen} processes on the machine during the scans")
     return series
 
 
@@ -283,7 +284,13 @@ async def _stop_grep(bench: Bench, series: Series, n: int, warmup: int, line: st
 
         rep = await stop_one(bench, session, f"grep {i}", ready)
         check_answer(series, rep, i, {call_id: "ABORTED"})
-        state = host_states(session, rep.answer.turn_id).get(call_id)
+        # A read-only stop does not wait for the host's answer to tools.abort; the
+        # tool/abort event that reports it follows the agent.abort answer.
+        turn_id = rep.answer.turn_id
+        with trio.move_on_after(2.0):
+            await bench.wait_for(lambda: call_id in host_states(session, turn_id),
+                                 what=f"tool/abort {call_id}")
+        state = host_states(session, turn_id).get(call_id)
         if state is None or not state[1]:
             series.anomalies.append(f"rep {i}: the host did not report the Grep body running "
                                     f"({state})")

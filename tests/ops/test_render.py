@@ -1,0 +1,46 @@
+"""The human-readable lines of ``quiesce ops``: every event kind, durations, tables."""
+
+from __future__ import annotations
+
+from protocol.messages.events import (
+    AssistantMessageEvent,
+    Block,
+    SessionMeta,
+    ToolAbortEvent,
+    ToolProgressEvent,
+    UserMessageEvent,
+)
+from protocol.messages.ops import OpsEventParams
+from runtime.ops.render import duration, event_line, event_summary, table
+from tests.ops.support import tool_call, turn_start
+
+
+def test_durations() -> None:
+    assert [duration(x) for x in (None, 0.0123, 4.25, 125.0, 7322.0)] == [
+        "-", "12ms", "4.2s", "2m05s", "2h02m"]
+
+
+def test_table_aligns_columns() -> None:
+    assert table(["A", "BB"], [["xxx", "y"], ["z", ""]]).splitlines() == [
+        "A    BB", "xxx  y", "z"]
+
+
+def test_every_event_kind_has_a_summary() -> None:
+    long = "word " * 40
+    assert event_summary(SessionMeta(0, "", "s-1", "/w", "ask", 0.0)) == "workspace /w"
+    assert event_summary(turn_start(1)) == ""
+    assert event_summary(UserMessageEvent(2, "t-1", long)).endswith("…'")
+    assert event_summary(AssistantMessageEvent(
+        3, "t-1", 1, (Block("reasoning", "hmm"), Block("text", "Hello")), interrupted=True)
+    ) == "step 1 INTERRUPTED 'Hello'"
+    assert event_summary(tool_call(4)) == "t-7.write-1 Write (mutating)"
+    assert event_summary(ToolProgressEvent(5, "t-7", "c", "stdout", "a\nb")) == "c stdout: 'a b'"
+    assert event_summary(ToolAbortEvent(6, "t-7", "c", "Bash", "running", True)) == (
+        "c Bash: host running, body invoked")
+
+
+def test_event_line_reports_drops() -> None:
+    line = event_line(42, OpsEventParams("s-1", turn_start(9), dropped=5), 0.5)
+    first, second = line.splitlines()
+    assert "(5 event(s) dropped" in first
+    assert second.split()[1:] == ["42", "s-1", "t-7", "turn/start"]
