@@ -288,8 +288,9 @@ async def _stop_grep(bench: Bench, series: Series, n: int, warmup: int, line: st
         # tool/abort event that reports it follows the agent.abort answer.
         turn_id = rep.answer.turn_id
         with trio.move_on_after(2.0):
-            await bench.wait_for(lambda: call_id in host_states(session, turn_id),
-                                 what=f"tool/abort {call_id}")
+            await bench.wait_for(
+                lambda c=call_id, t=turn_id: c in host_states(session, t),  # type: ignore[misc]
+                what=f"tool/abort {call_id}")
         state = host_states(session, turn_id).get(call_id)
         if state is None or not state[1]:
             series.anomalies.append(f"rep {i}: the host did not report the Grep body running "
