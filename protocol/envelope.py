@@ -112,6 +112,14 @@ def _parse_one(data: bytes, incoming: Direction) -> Incoming:
     try:
         env = _envelope_decoder.decode(data)
     except msgspec.ValidationError:
+        # msgspec refuses a non-object at its first token, before it reads the rest: the
+        # frame may not even be JSON ("2]5"), and that is a parse error.
+        try:
+            _any_decoder.decode(data)
+        except msgspec.DecodeError as exc:
+            return InvalidMessage(None, ErrorCode.PARSE_ERROR, str(exc))
+        except msgspec.ValidationError:
+            pass  # JSON, with a number out of any integer's range
         return InvalidMessage(None, ErrorCode.INVALID_REQUEST, "a message must be a JSON object")
     except msgspec.DecodeError as exc:
         return InvalidMessage(None, ErrorCode.PARSE_ERROR, str(exc))

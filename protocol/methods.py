@@ -184,8 +184,9 @@ OPS_TO_RUNTIME = Direction("ops → runtime", [
                "Stop the session's turn with cause `operator`; answers when settled, like "
                "agent.abort. A client that stops waiting does not withdraw the stop."),
     MethodSpec("ops.force", OpsForceParams, OpsForceResult,
-               "For a mutating or plugin call stuck after a stop: the host kills what backs "
-               "it and the call is recorded ABORTED with `forced: true`."),
+               "For a mutating or plugin call stuck after a stop: the host stops waiting for "
+               "it (its body is abandoned; a mutating one still completes atomically) and the "
+               "call is recorded ABORTED with details `forced: true`."),
     MethodSpec("ops.restartHost", Empty, OpsRestartHostResult,
                "Stop the host process and start a new one."),
     MethodSpec("ops.stats", Empty, OpsStatsResult,

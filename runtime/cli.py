@@ -30,6 +30,7 @@ async def _serve(args: argparse.Namespace) -> None:
         process_grace=args.process_grace,
         ping_interval=args.ping_interval,
         liveness_timeout=args.liveness_timeout,
+        stuck_after=args.stuck_after,
     )
     # Orphans of a crashed host are re-parented to us and killed by their marker.
     become_subreaper()
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--liveness-timeout", type=float, default=10.0,
                        help="a host that does not answer a ping within this is killed and "
                             "replaced (default 10)")
+    serve.add_argument("--stuck-after", type=float, default=30.0,
+                       help="a stop still unsettled after this many seconds is flagged "
+                            "stuck in ops and logged (default 30)")
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
     sub.add_parser("ops", add_help=False,
                    help="find running daemons and act on their sessions (quiesce ops --help)")

@@ -44,7 +44,7 @@ from protocol.messages.host import (
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.tools import ToolResult
 from protocol.version import PROTOCOL_VERSION, check_compatible
-from runtime.agent.agent import ToolsFactory
+from runtime.agent.agent import DEFAULT_STUCK_AFTER, ToolsFactory
 from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE, HostTools
 from runtime.agent.turn import TurnConfig
 from runtime.causes import from_wire
@@ -54,6 +54,8 @@ from runtime.host_supervisor import (
     DEFAULT_PING_INTERVAL,
     HostSupervisor,
 )
+from runtime.ops.rundir import UnsafeRunDir
+from runtime.ops.server import OpsServer
 from runtime.permission_relay import PermissionRelay
 from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, make_provider
@@ -77,7 +79,9 @@ class Daemon:
                  process_grace: float = DEFAULT_PROCESS_GRACE,
                  turn_config: TurnConfig | None = None,
                  ping_interval: float = DEFAULT_PING_INTERVAL,
-                 liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT) -> None:
+                 liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
+                 stuck_after: float = DEFAULT_STUCK_AFTER) -> None:
+        self.stuck_after = stuck_after
         self.max_frame_size = max_frame_size
         self.data_dir = data_dir or default_data_dir()
         self.default_provider = default_provider
@@ -92,6 +96,7 @@ class Daemon:
             ping_interval=ping_interval, liveness_timeout=liveness_timeout,
         )
         self.ops = DaemonOps(self)
+        self.ops_server = OpsServer(self.ops, data_dir=self.data_dir)
         self._client: Endpoint | None = None
         self._initialized = False
         self._shutdown = trio.Event()
@@ -119,6 +124,10 @@ class Daemon:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.host.run)
+            try:
+                await nursery.start(self.ops_server.serve)
+            except (UnsafeRunDir, OSError) as exc:  # raised before it listens
+                log.error("ops control socket disabled: %s", exc)
             async with trio.open_nursery() as client_nursery:
                 client_nursery.start_soon(client.run)
                 client_nursery.start_soon(self._shutdown_on_eof, client)
@@ -197,6 +206,7 @@ class Daemon:
 
     def _start_agent(self, session: Session) -> None:
         assert self._nursery is not None
+        session.agent.stuck_after = self.stuck_after
         self._nursery.start_soon(session.agent.run)
 
     # -- client methods -------------------------------------------------------------
@@ -206,13 +216,15 @@ class Daemon:
         self._initialized = True
         link = self.host.link
         host_info = link.info if link is not None else None
-        return InitializeResult(
-            PROTOCOL_VERSION,
-            PeerInfo("quiesce", VERSION),
-            {"host": {"pid": self.host.pid,
-                      "tools": host_info.capabilities.get("tools", {}) if host_info else {}},
-             "dataDir": str(self.data_dir)},
-        )
+        capabilities: dict[str, Any] = {
+            "host": {"pid": self.host.pid,
+                     "tools": host_info.capabilities.get("tools", {}) if host_info else {}},
+            "dataDir": str(self.data_dir),
+        }
+        if self.ops_server.socket_path is not None:
+            capabilities["ops"] = {"socket": str(self.ops_server.socket_path),
+                                   "pidFile": str(self.ops_server.pid_file)}
+        return InitializeResult(PROTOCOL_VERSION, PeerInfo("quiesce", VERSION), capabilities)
 
     def _require_initialized(self) -> None:
         if not self._initialized:

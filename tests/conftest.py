@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pathlib
+import shutil
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -9,19 +11,23 @@ from tests.support import marked_env, new_mark, wait_no_marked_processes
 
 
 class Marked:
-    def __init__(self, data_dir: pathlib.Path) -> None:
+    def __init__(self, data_dir: pathlib.Path, run_dir: pathlib.Path) -> None:
         self.mark = new_mark()
         self.data_dir = data_dir
+        self.run_dir = run_dir  # XDG_RUNTIME_DIR: where the ops socket goes
 
     def env(self, **extra: str) -> dict[str, str]:
-        return marked_env(self.mark, QUIESCE_DATA_DIR=str(self.data_dir), **extra)
+        return marked_env(self.mark, QUIESCE_DATA_DIR=str(self.data_dir),
+                          XDG_RUNTIME_DIR=str(self.run_dir), **extra)
 
 
 @pytest.fixture
 def marked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Marked]:
     """An environment for spawned processes (data kept in a temporary directory); the
     test fails if any process started with it survives the test."""
-    m = Marked(tmp_path_factory.mktemp("data"))
+    run_dir = pathlib.Path(tempfile.mkdtemp(prefix="qrun-"))  # short: socket paths are bounded
+    m = Marked(tmp_path_factory.mktemp("data"), run_dir)
     yield m
     survivors = wait_no_marked_processes(m.mark)
+    shutil.rmtree(run_dir, ignore_errors=True)
     assert not survivors, f"processes left alive: {[p.pid for p in survivors]}"

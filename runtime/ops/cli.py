@@ -207,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("abort", cmd_abort, "stop a session's turn (cause operator); waits until settled"
         ).add_argument("session", metavar="SESSION")
     force = add("force", cmd_force, "force a mutating or plugin call stuck after a stop: "
-                "the host kills what backs it; recorded ABORTED, forced")
+                "the host stops waiting for it; recorded ABORTED, forced")
     force.add_argument("session", metavar="SESSION")
     force.add_argument("call", metavar="CALL")
     add("restart-host", cmd_restart_host, "stop a daemon's host and start a new one"

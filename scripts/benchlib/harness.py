@@ -9,7 +9,7 @@ import os
 import pathlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,6 +130,8 @@ class Bench:
         self.sessions: dict[str, Session] = {}
         self.changed = trio.Event()
         self.host_pid: int | None = None
+        self.capabilities: dict[str, Any] = {}
+        """What the daemon's ``initialize`` answered (host, data directory, ops socket)."""
 
     # -- callbacks of the client link ---------------------------------------------
 
@@ -217,12 +219,14 @@ class Bench:
 
 
 @asynccontextmanager
-async def open_bench(workdir: pathlib.Path) -> AsyncIterator[Bench]:
-    """A daemon with its data directory, marker and log under ``workdir``."""
+async def open_bench(workdir: pathlib.Path, extra_env: Mapping[str, str] | None = None
+                     ) -> AsyncIterator[Bench]:
+    """A daemon with its data directory, marker and log under ``workdir``
+    (``extra_env`` is added to the daemon's environment)."""
     mark = uuid.uuid4().hex
     data_dir = workdir / "data"
     data_dir.mkdir()
-    env = {**os.environ, MARK_VAR: mark, "QUIESCE_DATA_DIR": str(data_dir)}
+    env = {**os.environ, **(extra_env or {}), MARK_VAR: mark, "QUIESCE_DATA_DIR": str(data_dir)}
     holder: list[Bench] = []
 
     async def on_permission(params: PermissionRequestParams) -> PermissionRequestResult:
@@ -243,6 +247,7 @@ async def open_bench(workdir: pathlib.Path) -> AsyncIterator[Bench]:
                                 ) as daemon:
             info = await daemon.initialize()
             bench = Bench(daemon, workdir, mark)
+            bench.capabilities = dict(info.capabilities)
             host = info.capabilities.get("host", {})
             bench.host_pid = host.get("pid") if isinstance(host, dict) else None
             holder.append(bench)

@@ -51,7 +51,7 @@ from tests.support import marked_processes
 # -- what an example is made of ------------------------------------------------------
 
 Mode = Literal["ask", "accept-edits", "auto"]
-Kind = Literal["read", "glob", "grep", "slow-grep", "write", "big-write", "edit",
+Kind = Literal["read", "glob", "grep", "slow-grep", "write", "big-write", "edit", "big-edit",
                "touch", "echo-sleep", "echo-sleep-touch"]
 Answer = Literal["allow-once", "allow-session", "deny", "never",
                  "late-allow-once", "late-allow-session"]
@@ -60,7 +60,7 @@ Target = Literal["same", "other-tool", "other-session"]
 
 TOOL_OF: dict[str, str] = {
     "read": "Read", "glob": "Glob", "grep": "Grep", "slow-grep": "Grep",
-    "write": "Write", "big-write": "Write", "edit": "Edit",
+    "write": "Write", "big-write": "Write", "edit": "Edit", "big-edit": "Edit",
     "touch": "Bash", "echo-sleep": "Bash", "echo-sleep-touch": "Bash",
 }
 CLASS_OF: dict[str, str] = {
@@ -73,9 +73,13 @@ OTHER_TOOL: dict[str, str] = {
     "Bash": "Write",
 }
 # Kinds whose side effect is observable in the workspace.
-EFFECT_KINDS = {"write", "big-write", "edit", "touch", "echo-sleep-touch"}
+EFFECT_KINDS = {"write", "big-write", "edit", "big-edit", "touch", "echo-sleep-touch"}
 ECHO_KINDS = {"echo-sleep", "echo-sleep-touch"}
-BIG_WRITE_BYTES = 2 * 1024 * 1024  # under the 8 MiB frame limit
+# Big enough that the body of a mutating call runs for tens of milliseconds, so a stop
+# can find it running; a Write's content crosses the link, so it stays well under the
+# 8 MiB frame limit.
+BIG_WRITE_BYTES = 2 * 1024 * 1024
+BIG_EDIT_BYTES = 12 * 1024 * 1024
 SLOW_GREP_LINES = 30  # ~12 ms of regex backtracking per line: ~0.4 s in all
 
 ABORT_CODES = {"ABORTED", "ABORTED_BEFORE_DISPATCH"}
@@ -150,7 +154,7 @@ class Scenario:
 # -- strategies -----------------------------------------------------------------------
 
 KINDS: list[Kind] = ["read", "glob", "grep", "slow-grep", "write", "big-write", "edit",
-                     "touch", "echo-sleep", "echo-sleep-touch"]
+                     "big-edit", "touch", "echo-sleep", "echo-sleep-touch"]
 _ANSWERS: list[Answer] = [*["allow-once"] * 6, "allow-session", "allow-session", "deny",
                           "never", "late-allow-once", "late-allow-session"]
 _WHENS: list[When] = ["before", "now", "now", "delay", "delay", "delay", "on-permission",
@@ -168,7 +172,7 @@ def aborts() -> st.SearchStrategy[Abort]:
         Abort,
         when=st.sampled_from(_WHENS),
         target=st.sampled_from(_TARGETS),
-        delay=st.sampled_from([0.0, 0.0, 0.005, 0.02, 0.05, 0.15, 0.4]),
+        delay=st.sampled_from([0.0, 0.0, 0.005, 0.02, 0.05, 0.1, 0.15, 0.4]),
         repeat=st.sampled_from([1, 1, 2, 3]),
         cause=st.sampled_from(["user", "parent", "hook", "operator"]),
     )
@@ -497,6 +501,11 @@ def _content(run: CallRun) -> str:
     return head + ("x" * BIG_WRITE_BYTES if run.spec.kind == "big-write" else "")
 
 
+def _edit_text(run: CallRun, word: str) -> str:
+    tail = "y" * BIG_EDIT_BYTES if run.spec.kind == "big-edit" else ""
+    return f"{word} {run.call_id}\n{tail}"
+
+
 def prepare(workspace: pathlib.Path, run: CallRun) -> None:
     cid = run.call_id
     kind = run.spec.kind
@@ -506,8 +515,8 @@ def prepare(workspace: pathlib.Path, run: CallRun) -> None:
         (workspace / f"grep-{cid}.txt").write_text(f"hello {cid}\n")
     elif kind == "slow-grep":
         (workspace / f"slow-{cid}.txt").write_text(("a" * 22 + "\n") * SLOW_GREP_LINES)
-    elif kind == "edit":
-        (workspace / f"edit-{cid}.txt").write_text(f"old {cid}\n")
+    elif kind in ("edit", "big-edit"):
+        (workspace / f"edit-{cid}.txt").write_text(_edit_text(run, "old"))
 
 
 def arguments(run: CallRun) -> dict[str, Any]:
@@ -523,7 +532,7 @@ def arguments(run: CallRun) -> dict[str, Any]:
         return {"pattern": "(a|aa)*c", "path": f"slow-{cid}.txt"}
     if kind in ("write", "big-write"):
         return {"path": f"out/file-{cid}.txt", "content": _content(run)}
-    if kind == "edit":
+    if kind in ("edit", "big-edit"):
         return {"path": f"edit-{cid}.txt", "old_string": f"old {cid}",
                 "new_string": f"new {cid}"}
     if kind == "touch":
@@ -544,9 +553,11 @@ def observe(workspace: pathlib.Path, run: CallRun) -> str:
             return "absent"
         data = path.read_text()
         return "done" if data == _content(run) else f"torn ({len(data)} chars)"
-    if kind == "edit":
+    if kind in ("edit", "big-edit"):
         data = (workspace / f"edit-{cid}.txt").read_text()
-        return {f"old {cid}\n": "absent", f"new {cid}\n": "done"}.get(data, f"torn {data!r}")
+        if data == _edit_text(run, "old"):
+            return "absent"
+        return "done" if data == _edit_text(run, "new") else f"torn ({data[:20]!r}...)"
     if kind in ("touch", "echo-sleep-touch"):
         return "done" if (workspace / f"marker-{cid}").exists() else "absent"
     return "n/a"
@@ -576,6 +587,8 @@ def coverage_label(run: CallRun) -> str:
         live = [a.state for a in same if a.state != "settled"]
         stopped = live[0] if live else ("after-settle" if same else "no-stop")
     code = run.result.code if run.result is not None and run.result.code else "ok"
+    if run.result is not None and run.result.details.get("completed") is True:
+        code += " (completed first)"
     return f"{CLASS_OF[run.tool]} / {stopped} / {code}"
 
 

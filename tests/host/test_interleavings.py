@@ -59,6 +59,8 @@ PROMPT_STOP_LATE_ANSWER = Scenario("ask", (
              (Abort("on-permission", repeat=2), Abort("after"))),))
 PROCESS_STOP = Scenario("auto", (
     CallSpec("echo-sleep-touch", aborts=(Abort("on-output", repeat=2, cause="hook"),)),))
+MUTATING_STOP = Scenario("accept-edits", (
+    CallSpec("big-edit", aborts=(Abort("delay", delay=0.02, repeat=2), Abort("after"))),))
 READ_ONLY_STOP = Scenario("auto", (
     CallSpec("slow-grep", aborts=(Abort("delay", delay=0.1), Abort("after"))),))
 ADMISSION_STOP = Scenario("auto", (
@@ -76,6 +78,7 @@ REQUIRED_COVERAGE = {
     "mutating / permission-pending / ABORTED_BEFORE_DISPATCH",
     "mutating / no-stop / TOOL_DENIED",  # the probe after the refused late allow-session
     "process / running / ABORTED",
+    "mutating / running / ABORTED (completed first)",
     "read-only / running / ABORTED",
     "process / admission / ABORTED_BEFORE_DISPATCH",
     "process / no-stop / TOOL_DENIED",  # the prompt timed out
@@ -98,6 +101,7 @@ async def test_random_interleavings_keep_the_stop_contract(tmp_path: pathlib.Pat
         @example(scenario=FOREIGN_ABORTS)
         @example(scenario=PROMPT_STOP_LATE_ANSWER)
         @example(scenario=PROCESS_STOP)
+        @example(scenario=MUTATING_STOP)
         @example(scenario=READ_ONLY_STOP)
         @example(scenario=ADMISSION_STOP)
         @example(scenario=PROMPT_TIMEOUT)
