@@ -36,6 +36,7 @@ PARSE = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
+INTERNAL = -32603
 PROTOCOL_MISMATCH = -32001
 NOT_INITIALIZED = -32002
 NOT_FOUND = -32003
@@ -375,6 +376,8 @@ def client_methods(*, tolerate: bool) -> list[Method]:
 def host_methods(*, session_id: str, tolerate: bool) -> list[Method]:
     """runtime → host, against a host with one open session ``session_id`` (mode auto)."""
     ok = _codes(OK, OK)
+    # A workspace path with a NUL: the host answers INTERNAL (reported; see test_known_bugs).
+    open_refused = frozenset({INVALID_PARAMS} if not tolerate else {INVALID_PARAMS, INTERNAL})
     safe = st.text(st.sampled_from("abcxyz.*?[]!-_é"), max_size=8)
     known_tool_args = st.one_of(
         st.tuples(st.just("Read"), st.fixed_dictionaries(
@@ -401,11 +404,17 @@ def host_methods(*, session_id: str, tolerate: bool) -> list[Method]:
                                             "timeout"]),
                   "reason": st.one_of(st.none(), strings)})
     return [
-        # session.open is sent valid only by the test itself (each one is kept forever).
+        # A session.open the test does not send itself names no usable directory (a NUL);
+        # an accepted one would be kept for good.
         Method("session.open", (Field("sessionId", "str", True),
                                 Field("workspace", "str", True),
                                 Field("permissionMode", "enum", False,
-                                      ("ask", "accept-edits", "auto"))), None),
+                                      ("ask", "accept-edits", "auto"))),
+               st.fixed_dictionaries(
+                   {"sessionId": session_ids,
+                    "workspace": st.tuples(strings, strings).map(lambda t: "\x00".join(t))},
+                   optional={"permissionMode": st.sampled_from(["ask", "accept-edits", "auto"])},
+               ).map(lambda p: (p, _codes(open_refused, open_refused)))),
         Method("tools.execute", (Field("sessionId", "str", True),
                                  Field("callId", "str", True), Field("tool", "str", True),
                                  Field("args", "dict", True)),
