@@ -79,11 +79,14 @@ class CallTable:
         call.state = "settled"
         if self._calls.get(call.key) is call:
             del self._calls[call.key]
-        self._settled[(call.session_id, call.call_id, call.tool)] = None
-        while len(self._settled) > self._settled_memory:
-            self._settled.popitem(last=False)
+        self.remember_settled(call.session_id, call.call_id, call.tool)
         if not self._calls:
             self.idle.set()
+
+    def remember_settled(self, session_id: str, call_id: str, tool: str) -> None:
+        self._settled[(session_id, call_id, tool)] = None
+        while len(self._settled) > self._settled_memory:
+            self._settled.popitem(last=False)
 
     def find(self, session_id: str, call_id: str, tool: str) -> Call | None:
         call = self._calls.get((session_id, call_id))

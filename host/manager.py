@@ -109,6 +109,7 @@ class CallManager:
 
     async def execute(self, params: ToolsExecuteParams) -> ToolResult:
         if self.tombstones.take((params.session_id, params.call_id, params.tool)):
+            self.calls.remember_settled(params.session_id, params.call_id, params.tool)
             log.info("call %s/%s (%s) met its tombstone", params.session_id, params.call_id,
                      params.tool)
             return aborted_result(before_dispatch=True, details={"tombstone": True})

@@ -26,7 +26,7 @@ import time
 import trio
 from benchlib.harness import kill_all, marked, open_bench
 from benchlib.machine import Machine
-from benchlib.report import Report
+from benchlib.report import Report, write_preserving_load
 from benchlib.stats import Series
 from benchlib.stop import RATIOS, SCENARIOS
 
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     report = Report(machine, command, mode, results, RATIOS, failures, leftovers,
                     Machine.load_now(), time.monotonic() - started)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report.markdown())
+    write_preserving_load(out, report.markdown())
     if args.json is not None:
         args.json.write_text(json.dumps({
             "command": command, "mode": mode, "date": machine.date,

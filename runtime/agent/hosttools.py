@@ -47,7 +47,7 @@ from runtime.registry import (
     cancel_on_abort,
     define_tool,
 )
-from runtime.rpc import ConnectionClosed, NotSent
+from runtime.rpc import ConnectionClosed, NotSent, OversizedMessage
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +179,9 @@ class HostTools:
                                         msgspec.to_builtins(args))
             try:
                 result: ToolResult = await self._host.request("tools.execute", params)
+            except OversizedMessage as exc:
+                result = error_result(ErrorCode.INVALID_PARAMS, f"arguments too large: {exc}",
+                                      body_invoked=False)
             except NotSent:
                 result = aborted_result(before_dispatch=True,
                                         details={"hostUnavailable": "the request was never sent"})

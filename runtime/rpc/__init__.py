@@ -5,6 +5,7 @@ its runtime link.
 """
 
 from runtime.rpc.dispatch import Handler, NotificationHandler
-from runtime.rpc.endpoint import ConnectionClosed, Endpoint, NotSent
+from runtime.rpc.endpoint import ConnectionClosed, Endpoint, NotSent, OversizedMessage
 
-__all__ = ["ConnectionClosed", "Endpoint", "Handler", "NotSent", "NotificationHandler"]
+__all__ = ["ConnectionClosed", "Endpoint", "Handler", "NotSent", "NotificationHandler",
+           "OversizedMessage"]

@@ -36,7 +36,7 @@ from protocol.envelope import (
     error_response,
     parse_frame,
 )
-from protocol.errors import ERROR_MESSAGES, ErrorCode, RemoteError
+from protocol.errors import ERROR_MESSAGES, ErrorCode, RemoteError, RpcError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE, Frame, FrameDecoder, encode_frame
 from protocol.methods import Direction, RequestId
 from runtime.rpc.dispatch import Handler, NotificationHandler, dispatch_request
@@ -52,6 +52,15 @@ class ConnectionClosed(Exception):
 
 class NotSent(ConnectionClosed):
     """The link was already closed: the request never left this process."""
+
+
+class OversizedMessage(RpcError):
+    """A message larger than the link's frame limit: the peer would drop it unanswered."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(ErrorCode.INVALID_PARAMS,
+                         f"message of {size} bytes exceeds the {limit} byte frame limit",
+                         {"size": size, "limit": limit})
 
 
 @dataclass
@@ -128,10 +137,13 @@ class Endpoint:
         if self.closed.is_set():
             raise NotSent(f"{self.name}: link closed")
         request_id = next(self._ids)
+        payload = encode_request(request_id, method, params)
+        if len(payload) > self._max_frame_size:
+            raise OversizedMessage(len(payload), self._max_frame_size)
         pending = _Pending()
         self._pending[request_id] = pending
         try:
-            self._enqueue(encode_request(request_id, method, params))
+            self._enqueue(payload)
             await pending.done.wait()
         finally:
             # A cancelled caller forgets the request; a late answer is dropped.
@@ -233,7 +245,16 @@ class Endpoint:
 
     async def _serve_request(self, request: IncomingRequest) -> None:
         response = await dispatch_request(self._handlers, request)
-        self._enqueue_quietly(encode_message(response))
+        payload = encode_message(response)
+        if len(payload) > self._max_frame_size:
+            # The peer would drop it and wait forever: answer with an error instead.
+            log.error("%s: answer to %s is %d bytes, over the frame limit", self.name,
+                      request.method, len(payload))
+            payload = encode_message(error_response(
+                request.id, int(ErrorCode.INTERNAL), ERROR_MESSAGES[ErrorCode.INTERNAL],
+                f"the answer ({len(payload)} bytes) exceeds the {self._max_frame_size} byte "
+                "frame limit"))
+        self._enqueue_quietly(payload)
 
     async def _serve_batch(self, batch: Batch) -> None:
         responses: list[Any] = []

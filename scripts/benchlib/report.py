@@ -1,8 +1,14 @@
-"""The report: ``docs/benchmarks.md`` (tables) and a short summary for stdout."""
+"""The report: ``docs/benchmarks.md`` (tables) and a short summary for stdout.
+
+``docs/benchmarks.md`` also holds the figures of ``scripts/load``, between
+``LOAD_BEGIN`` and ``LOAD_END``: each writer replaces only its own part
+(:func:`write_preserving_load` for the bench, :func:`write_load_block` for the load).
+"""
 
 from __future__ import annotations
 
 import math
+import pathlib
 from dataclasses import dataclass, field
 
 from benchlib.machine import Machine
@@ -189,3 +195,42 @@ def _count(values: list[float] | None) -> str:
         return "—"
     med = median_of(values)
     return f"{med:g}"
+
+
+LOAD_BEGIN = "<!-- load:begin -->"
+LOAD_END = "<!-- load:end -->"
+
+
+def load_block(text: str) -> str | None:
+    """The load test's block of ``text``, markers included, or ``None``."""
+    start = text.find(LOAD_BEGIN)
+    if start < 0:
+        return None
+    end = text.find(LOAD_END, start)
+    if end < 0:
+        return None
+    return text[start:end + len(LOAD_END)]
+
+
+def write_preserving_load(path: pathlib.Path, markdown: str) -> None:
+    """Write the bench's ``markdown`` to ``path``, keeping the load block already there."""
+    old = path.read_text() if path.exists() else ""
+    block = load_block(old)
+    if block is not None:
+        markdown = markdown.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(markdown)
+
+
+def write_load_block(path: pathlib.Path, body: str) -> None:
+    """Put ``body`` between the load markers of ``path``: replace the block if there is
+    one, else append it (creating the file if needed); the rest is left as it is."""
+    block = f"{LOAD_BEGIN}\n{body.strip()}\n{LOAD_END}"
+    old = path.read_text() if path.exists() else ""
+    current = load_block(old)
+    if current is not None:
+        new = old.replace(current, block, 1)
+    elif old.strip():
+        new = old.rstrip("\n") + "\n\n" + block + "\n"
+    else:
+        new = block + "\n"
+    path.write_text(new)

@@ -41,7 +41,7 @@ def tolerate_known_bugs() -> bool:
     return os.environ.get("QUIESCE_FUZZ_STRICT") != "1"
 
 
-def draw_templates(strategy: st.SearchStrategy[Template], *, examples: int, per_example: int,
+def draw_templates(strategy: st.SearchStrategy[list[Template]], *, examples: int,
                    seed_value: int) -> list[Template]:
     """Let hypothesis draw ``examples`` lists of messages; return them all."""
     drawn: list[Template] = []
@@ -49,7 +49,7 @@ def draw_templates(strategy: st.SearchStrategy[Template], *, examples: int, per_
     @settings(max_examples=examples, database=None, deadline=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))
     @seed(seed_value)
-    @given(st.lists(strategy, min_size=per_example, max_size=per_example))
+    @given(strategy)
     def collect(templates: list[Template]) -> None:
         drawn.extend(templates)
 
@@ -113,7 +113,7 @@ class Peer:
         with trio.move_on_after(within):
             while True:
                 before = len(self.received) + len(self.from_peer)
-                with trio.move_on_after(QUIET if len(self.received) >= count else 4 * QUIET):
+                with trio.move_on_after(QUIET if len(self.received) >= count else 10 * QUIET):
                     await self.changed.wait()
                 if len(self.received) + len(self.from_peer) == before:
                     return
@@ -125,19 +125,48 @@ class Peer:
             roll = rnd.random()
             size = (rnd.randint(1, 64) if roll < 0.05 else
                     rnd.randint(64, 8192) if roll < 0.35 else rnd.randint(8192, 1 << 18))
-            await self.stdin.send_all(data[at:at + size])
+            try:
+                await self.stdin.send_all(data[at:at + size])
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                with trio.move_on_after(2):
+                    await self.process.wait()
+                self.require_alive(f"after {at} of {len(data)} bytes")
+                raise
             at += size
+
+    def require_alive(self, when: str = "") -> None:
+        """Fail, with the tail of its log, if the process has exited."""
+        if self.process.returncode is not None:
+            with open(self.log_path, "rb") as log:
+                tail = log.read()[-3000:].decode("utf-8", "replace")
+            raise AssertionError(f"the process exited with {self.process.returncode} {when}; "
+                                 f"its log ends:\n{tail}")
+
+    async def send(self, obj: Any) -> None:
+        await self.stdin.send_all(msgspec.json.encode(obj) + b"\n")
+
+    async def answer_to(self, rid: Any, within: float = 20.0) -> Any:
+        with trio.fail_after(within):
+            while True:
+                for answer in self.received:
+                    if isinstance(answer, dict) and answer.get("id") == rid \
+                            and type(answer.get("id")) is type(rid):
+                        return answer
+                await self.changed.wait()
+
+    async def from_peer_matching(self, predicate: Callable[[Any], bool],
+                                 within: float = 20.0) -> Any:
+        with trio.fail_after(within):
+            while True:
+                for message in self.from_peer:
+                    if predicate(message):
+                        return message
+                await self.changed.wait()
 
     async def call(self, obj: dict[str, Any], within: float = 20.0) -> Any:
         """One request, answered before anything else is sent."""
-        start = len(self.received)
-        await self.stdin.send_all(msgspec.json.encode(obj) + b"\n")
-        with trio.fail_after(within):
-            while True:
-                for answer in self.received[start:]:
-                    if isinstance(answer, dict) and answer.get("id") == obj["id"]:
-                        return answer
-                await self.changed.wait()
+        await self.send(obj)
+        return await self.answer_to(obj["id"], within)
 
 
 @asynccontextmanager

@@ -15,7 +15,7 @@ consistent and idempotent; a late answer to a withdrawn prompt is refused (even 
 allow-session); no process outlives its call (and the ``marked`` fixture checks
 that nothing outlives the test).
 
-``QUIESCE_INTERLEAVINGS`` sets the number of generated examples (default 40).
+``QUIESCE_INTERLEAVINGS`` sets the number of generated examples (default 60).
 Shrinking is off by default (the scenarios are timing-dependent and the failure
 message carries the whole record of the example); set ``QUIESCE_SHRINK=1`` to turn
 it on while investigating a failure.
@@ -43,7 +43,7 @@ from tests.host.interleaving_support import (
     scenarios,
 )
 
-EXAMPLES = int(os.environ.get("QUIESCE_INTERLEAVINGS", "40"))
+EXAMPLES = int(os.environ.get("QUIESCE_INTERLEAVINGS", "60"))
 PHASES = (Phase.explicit, Phase.reuse, Phase.generate) + (
     (Phase.shrink,) if os.environ.get("QUIESCE_SHRINK") else ())
 EXAMPLE_DEADLINE = 20.0  # seconds; the slowest scenario needs ~2

@@ -1,0 +1,134 @@
+"""The trio endpoint over in-memory streams: correlation, order, cancellation, limits."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+import trio
+import trio.testing
+
+from protocol.errors import ErrorCode, RemoteError
+from protocol.messages.common import Empty
+from protocol.messages.host import (
+    SessionOpenParams,
+    ToolsAbortParams,
+    ToolsAbortResult,
+    ToolsOutputParams,
+)
+from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
+from runtime.rpc import ConnectionClosed, Endpoint, Handler, OversizedMessage
+
+
+@asynccontextmanager
+async def linked(handlers: dict[str, Handler], *, notes: list[ToolsOutputParams] | None = None,
+                 limit: int = 8 * 1024 * 1024) -> AsyncIterator[tuple[Endpoint, Endpoint]]:
+    a_stream, b_stream = trio.testing.memory_stream_pair()
+    sink = notes if notes is not None else []
+    runtime = Endpoint("runtime", a_stream, a_stream, incoming=HOST_TO_RUNTIME,
+                       outgoing=RUNTIME_TO_HOST, max_frame_size=limit,
+                       notification_handlers={"tools.output": sink.append})
+    host = Endpoint("host", b_stream, b_stream, incoming=RUNTIME_TO_HOST,
+                    outgoing=HOST_TO_RUNTIME, handlers=handlers, max_frame_size=limit)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runtime.run)
+        await nursery.start(host.run)
+        yield runtime, host
+        nursery.cancel_scope.cancel()
+
+
+async def test_abort_is_read_while_every_handler_is_busy() -> None:
+    release = trio.Event()
+
+    async def slow_open(params: SessionOpenParams) -> Empty:
+        await release.wait()
+        return Empty()
+
+    async def abort(params: ToolsAbortParams) -> ToolsAbortResult:
+        release.set()
+        return ToolsAbortResult(True, "running")
+
+    async with linked({"session.open": slow_open, "tools.abort": abort}) as (runtime, _):
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                for i in range(20):
+                    nursery.start_soon(runtime.request, "session.open",
+                                       SessionOpenParams(f"s{i}", "/w"))
+                await trio.testing.wait_all_tasks_blocked()
+                answer = await runtime.request("tools.abort", ToolsAbortParams("s", "c", "Bash"))
+                assert answer == ToolsAbortResult(True, "running")
+
+
+async def test_a_cancelled_request_is_forgotten_and_its_late_answer_dropped() -> None:
+    release = trio.Event()
+    answered = trio.Event()
+
+    async def slow_open(params: SessionOpenParams) -> Empty:
+        await release.wait()
+        answered.set()
+        return Empty()
+
+    async with linked({"session.open": slow_open}) as (runtime, _):
+        with trio.move_on_after(0.05):
+            await runtime.request("session.open", SessionOpenParams("s", "/w"))
+        assert runtime._pending == {}
+        release.set()
+        await answered.wait()
+        await trio.testing.wait_all_tasks_blocked()
+        # The link still works after the stray answer.
+        release2 = await runtime.request("session.open", SessionOpenParams("t", "/w"))
+        assert release2 == Empty()
+
+
+async def test_notifications_keep_their_order() -> None:
+    notes: list[ToolsOutputParams] = []
+    async with linked({}, notes=notes) as (_, host):
+        for i in range(500):
+            host.notify("tools.output", ToolsOutputParams("s", "c", i, "stdout", f"{i}\n"))
+        with trio.fail_after(5):
+            while len(notes) < 500:
+                await trio.sleep(0.01)
+    assert [n.seq for n in notes] == list(range(500))
+
+
+async def test_oversized_request_fails_at_once_instead_of_hanging() -> None:
+    async with linked({}, limit=2000) as (runtime, _):
+        with trio.fail_after(5), pytest.raises(OversizedMessage):
+            await runtime.request("session.open", SessionOpenParams("s", "x" * 5000))
+
+
+async def test_oversized_answer_becomes_an_error_instead_of_a_hang() -> None:
+    async def big(params: ToolsAbortParams) -> ToolsAbortResult:
+        return ToolsAbortResult(True, "running", body_invoked=True) if params.reason is None \
+            else ToolsAbortResult(True, "x" * 5000)  # type: ignore[arg-type]
+
+    async with linked({"tools.abort": big}, limit=2000) as (runtime, _):
+        with trio.fail_after(5), pytest.raises(RemoteError) as info:
+            await runtime.request("tools.abort", ToolsAbortParams("s", "c", "Bash",
+                                                                  reason="big"))
+        assert info.value.code == ErrorCode.INTERNAL
+
+
+async def test_requests_fail_when_the_peer_goes_away() -> None:
+    forever = trio.Event()
+
+    async def hang(params: SessionOpenParams) -> Empty:
+        await forever.wait()
+        return Empty()
+
+    a_stream, b_stream = trio.testing.memory_stream_pair()
+    runtime = Endpoint("runtime", a_stream, a_stream, incoming=HOST_TO_RUNTIME,
+                       outgoing=RUNTIME_TO_HOST)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runtime.run)
+        with trio.fail_after(5):
+            async with trio.open_nursery() as inner:
+                async def call() -> None:
+                    with pytest.raises(ConnectionClosed):
+                        await runtime.request("session.open", SessionOpenParams("s", "/w"))
+
+                inner.start_soon(call)
+                await trio.testing.wait_all_tasks_blocked()
+                await b_stream.aclose()
+        nursery.cancel_scope.cancel()
