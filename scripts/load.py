@@ -26,7 +26,7 @@ import time
 from typing import Any
 
 import trio
-from benchlib.load import FULL, SMOKE, LoadConfig, LoadResult, run_load, summarize
+from benchlib.load import FULL, ROLES, SMOKE, LoadConfig, LoadResult, run_load, summarize
 from benchlib.load_report import markdown, summary
 from benchlib.machine import Machine
 from benchlib.report import write_load_block
@@ -54,6 +54,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, LoadConfig]:
                         help=f"phase B: longest delay prompt -> abort (default "
                              f"{FULL.max_delay_ms:g})")
     parser.add_argument("--seed", type=int, help=f"random seed (default {FULL.seed})")
+    parser.add_argument("--roles", type=lambda v: tuple(v.split(",")),
+                        help="phase A roles, comma-separated (default "
+                             f"{','.join(FULL.roles)}; a diagnostic may leave one out)")
     parser.add_argument("--rss-bound-mb", type=float,
                         help=f"allowed RSS growth over phase B (default {FULL.rss_bound_mb:g})")
     parser.add_argument("--out", type=pathlib.Path, default=None,
@@ -71,15 +74,18 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, LoadConfig]:
         "sessions": args.sessions, "stops": args.stops, "b_sessions": args.b_sessions,
         "workers": args.workers,
         "sample_every": args.sample_every, "max_delay_ms": args.max_delay_ms,
-        "seed": args.seed, "rss_bound_mb": args.rss_bound_mb}.items() if v is not None}
+        "seed": args.seed, "rss_bound_mb": args.rss_bound_mb,
+        "roles": args.roles}.items() if v is not None}
     cfg = dataclasses.replace(base, **overrides)
     if min(cfg.sessions, cfg.stops, cfg.b_sessions, cfg.workers, cfg.sample_every) < 1:
         parser.error("--sessions, --stops, --b-sessions, --workers and --sample-every must "
                      "be at least 1")
+    if not cfg.roles or not set(cfg.roles) <= set(ROLES):
+        parser.error(f"--roles: choose among {', '.join(ROLES)}")
     if cfg.max_delay_ms < 0:
         parser.error("--max-delay-ms must not be negative")
     args.partial = args.smoke or bool(
-        {k for k in overrides if k in ("sessions", "stops", "b_sessions", "workers")})
+        {k for k in overrides if k in ("sessions", "stops", "b_sessions", "workers", "roles")})
     return args, cfg
 
 

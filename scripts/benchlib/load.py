@@ -3,35 +3,38 @@ with executions, all in one real ``quiesce serve`` (driven through :mod:`benchli
 
 Phase A
     ``sessions`` sessions, each prompted with one step holding a call of every host
-    class (Read, Grep, Bash, Write). The scheduler runs an exclusive call (Bash, Write)
-    alone, so each session has one call of interest in flight, by role:
+    class (Bash, Grep, Write, Read). The scheduler runs an exclusive call (Bash, Write)
+    alone and starts calls in model order, so each session puts its call of interest
+    first, by role:
 
-    - ``process`` (mode ``auto``): ``[Read, Bash tree, Grep, Write]``, the Bash tree
-      running (or queued in the host's admission beyond its process slots);
-    - ``read-only`` (mode ``auto``): ``[Read, Grep, Bash, Write]``, the Grep (a
-      catastrophic regular expression over a large file) running;
-    - ``permission`` (mode ``ask``): ``[Read, Write, Bash, Grep]``, the Write waiting in
+    - ``process`` (mode ``auto``): ``[Bash tree, Grep, Write, Read]``, the tree running
+      (or queued in the host's admission beyond its process slots);
+    - ``read-only`` (mode ``auto``): ``[Grep, Read, Bash, Write]``, the Grep (a
+      catastrophic regular expression over a large file) running beside the Read;
+    - ``permission`` (mode ``ask``): ``[Write, Bash, Grep, Read]``, the Write waiting in
       a permission prompt the client never answers.
 
-    Once every call is provably in flight (``tool/call`` events, the tree's progress
-    marker and its processes seen with psutil, the permission requests received), one
-    ``agent.abort`` per session is sent at once. Every answer must be ``aborted`` with
-    the codes the call's state calls for; every prompt must answer ``cancelled``; every
-    permission prompt must be withdrawn; no process carrying the run's marker may be
-    left (right after the answers); every transcript on disk must balance.
+    Once every call is provably in flight (``tool/call`` events, the trees' progress
+    marker and their processes seen with psutil, the permission requests received), one
+    ``agent.abort`` per session is released at once. Every answer must be ``aborted``
+    with the codes the calls' states call for; every prompt must answer ``cancelled``;
+    every permission prompt must be withdrawn and no Write run; no process carrying the
+    run's marker may be left right after the answers; every transcript on disk must
+    balance.
 
 Phase B
-    ``stops`` stops interleaved with executions: ``workers`` sessions (mode ``auto``)
-    in parallel, each looping ``agent.prompt`` + a random (seeded) delay of
-    0..``max_delay_ms`` + ``agent.abort``; the scripts hold short calls (Read, Glob,
-    Bash ``true``, Write) and short model pauses, so stops land before a turn, in a
-    stream, in a call, and after the turn ended (answer ``idle``). Every abort and every
-    prompt must answer (each abort under ``trio.fail_after``), an ``aborted`` abort must
-    match a ``cancelled`` prompt of the same turn and an ``idle`` one a turn that ended by
-    itself, every transcript must balance, and the session logs must agree with the
-    answers. Every ``sample_every`` stops the daemon's and the host's RSS (psutil) and,
-    through the daemon's ops socket, the host's tombstone count are sampled; the RSS
-    growth over the phase must stay under ``rss_bound_mb``.
+    ``stops`` stops interleaved with executions, spread evenly over ``b_sessions``
+    sessions (mode ``auto``); ``workers`` loops run in parallel, each going round its
+    share of the sessions: ``agent.prompt``, a random (seeded) delay of
+    0..``max_delay_ms``, ``agent.abort``. The scripts hold short calls (Read, Glob, Bash
+    ``true``, Write) and short model pauses, so stops land before a turn, in a stream, in
+    a call, and after the turn ended (answer ``idle``). Every abort and every prompt must
+    answer (each abort under ``trio.fail_after``); an ``aborted`` answer must match a
+    ``cancelled`` prompt of the same turn and an ``idle`` one a turn that ended by itself;
+    every transcript must balance and the session logs agree with the answers. Every
+    ``sample_every`` stops the daemon's and the host's RSS, descriptors and CPU time
+    (psutil) and, through the daemon's ops socket, the host's tombstones are sampled;
+    RSS growth over the phase must stay under ``rss_bound_mb``.
 """
 
 from __future__ import annotations
@@ -53,9 +56,11 @@ from benchlib.harness import Bench, Session, kill_all, marked, now_ms, open_benc
 from benchlib.stats import percentile
 from host.admission import DEFAULT_PER_CLASS
 from host.manager import HostConfig
+from protocol.errors import RemoteError
 from protocol.messages.client import AgentAbortResult, AgentPromptResult
 from protocol.messages.events import (
     DurableEvent,
+    SessionMeta,
     ToolAbortEvent,
     ToolCallEvent,
     ToolProgressEvent,
@@ -64,6 +69,7 @@ from protocol.messages.events import (
     TurnStart,
 )
 from protocol.toolclass import ToolClass
+from runtime.rpc import ConnectionClosed
 from runtime.sessionlog import read_log
 
 ABD = "ABORTED_BEFORE_DISPATCH"
@@ -107,6 +113,8 @@ class LoadConfig:
     """Phase A: seconds allowed for every call to be in flight."""
     max_delay_ms: float = 20.0
     seed: int = 1
+    roles: tuple[str, ...] = ROLES
+    """Phase A: the roles the sessions take in turn (a diagnostic may leave one out)."""
     rss_bound_mb: float = 100.0
     abort_timeout: float = 30.0
     """Seconds an ``agent.abort`` may take before it counts as unanswered (the process
@@ -223,6 +231,9 @@ class PhaseB:
     """Turn ends on disk, by kind."""
     log_calls: dict[str, int] = field(default_factory=dict)
     log_codes: dict[str, int] = field(default_factory=dict)
+    log_events: int = 0
+    """Durable events the phase added to its session logs (the daemon's journals hold them
+    too)."""
     unanswered_aborts: list[str] = field(default_factory=list)
     unanswered_prompts: list[str] = field(default_factory=list)
     inconsistent: list[str] = field(default_factory=list)
@@ -361,14 +372,18 @@ async def open_ops(bench: Bench, result: LoadResult) -> AsyncIterator[Any | None
     result.ops_socket = socket
     from runtime.ops import connect  # the ops client may not exist in every checkout
 
+    stack = AsyncExitStack()
     try:
-        async with connect(socket) as client:
-            await client.stats()
-            result.ops_note = "host tombstones and calls in flight read with `ops.stats`"
-            yield client
-    except OSError as exc:
-        result.ops_note = f"the ops socket {socket} refused the connection ({exc})"
+        client = await stack.enter_async_context(connect(socket))
+        await client.stats()
+    except (OSError, ConnectionClosed, RemoteError) as exc:
+        await stack.aclose()
+        result.ops_note = f"the ops socket {socket} did not answer `ops.stats` ({exc})"
         yield None
+        return
+    async with stack:
+        result.ops_note = "host tombstones and calls in flight read with `ops.stats`"
+        yield client
 
 
 # -- phase A: every session stopped at once -----------------------------------------------
@@ -415,7 +430,7 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: Any | None, out: PhaseA) -
     workspace.mkdir()
     (workspace / "small.txt").write_text("a small file\n")
     (workspace / "big.txt").write_text((GREP_LINE + "\n") * GREP_LINES)
-    roles = [ROLES[i % len(ROLES)] for i in range(cfg.sessions)]
+    roles = [cfg.roles[i % len(cfg.roles)] for i in range(cfg.sessions)]
     out.sessions = cfg.sessions
     out.roles = dict(Counter(roles))
     sessions: list[Session] = []
@@ -515,11 +530,13 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: Any | None, out: PhaseA) -
         _count(out.prompt_reasons, result.stop_reason)
     # Late events: the withdrawals, and the host's answers to tools.abort (a read-only
     # stop does not wait for them).
-    with trio.move_on_after(5.0):
+    try:
         await bench.wait_for(lambda: all(
             s.withdrawn for s in by_role["permission"]) and all(
             any(isinstance(e, ToolAbortEvent) for e in s.events) for s in sessions),
             within=5.0, what="withdrawals and tool/abort events")
+    except TimeoutError:
+        pass  # counted below
     out.permission_requests = sum(len(s.permission_requests) for s in sessions)
     out.withdrawn = sum(len(s.withdrawn) for s in sessions)
     out.writes_ran = sum(1 for i in range(cfg.sessions)
@@ -733,6 +750,7 @@ async def phase_b(bench: Bench, cfg: LoadConfig, ops: Any | None, out: PhaseB) -
     for lane in lanes:
         session = lane.session
         log = session_log(bench, session)
+        out.log_events += sum(1 for e in log if not isinstance(e, SessionMeta))
         problems = transcript_problems(log)
         aborted_on_disk = 0
         for event in log:

@@ -3,31 +3,34 @@ summary for stdout."""
 
 from __future__ import annotations
 
-from benchlib.load import PROCESS_SLOTS, LoadResult, MemSample, summarize
+from benchlib.load import PROCESS_SLOTS, TREE, LoadResult, MemSample, summarize
 from benchlib.machine import Machine
 from benchlib.report import ms
 
 _METHOD = """\
 One `quiesce serve` subprocess (which starts its own host) driven over stdio with the typed
 messages of `protocol/messages/client.py` (`scripts/benchlib/harness.py`), sessions on the
-scripted provider. **Phase A**: every session's one step holds a call of each host class
-(Read, Grep, Bash, Write); the scheduler runs an exclusive call alone, so by role the call
-in flight is a Bash tree (`sleep 30 & echo tree-started; sleep 30`; the host runs
-{slots} at once, the others wait in its admission queue), a Grep of `(a|aa)*c` over 40,000
-lines of 16 'a' (GIL-holding backtracking in a host worker thread), or a Write waiting in a
-permission prompt (mode `ask`) that the client never answers. Once every call is provably in
-flight (its `tool/call`, the trees' progress marker and their processes seen with psutil,
-the permission requests received; then 0.3 s), one `agent.abort` per session is released at
-once. A round trip is timed from sending each `agent.abort` to its answer; "answered after
-release" from releasing them all. **Phase B**: sessions in parallel, each looping
-`agent.prompt` + a seeded random delay + `agent.abort`; their scripts alternate a step of
-short calls (Read, Glob, Bash `true`, Write, in five mixes, half of them after a 1-10 ms
-model pause) and a text step (sometimes with a pause mid-text). An abort that finds the
-turn over answers `idle`. Memory is psutil's RSS of the daemon and of the host; tombstones
-and calls in flight come from the host through the daemon's `ops.stats`. Transcripts are
-read back from the session logs (`runtime.sessionlog.read_log`); a process "survives" if it
-carries the run's environment marker and is neither daemon nor host. The machine is shared
-and noisy: compare medians, not absolute figures across runs."""
+scripted provider. **Phase A**: each session's one step holds a call of every host class
+(Bash, Grep, Write, Read); the scheduler runs an exclusive call (Bash, Write) alone, so each
+session puts one call first, by role: a Bash tree (`{tree}`; the host runs {slots} at once,
+the others wait in its admission queue), a Grep of `(a|aa)*c` over 40,000 lines of 16 'a'
+(GIL-holding backtracking in a host worker thread) with a Read beside it, or a Write
+waiting in a permission prompt (mode `ask`) that the client never answers; the calls after
+it are never dispatched. Once every call is provably in flight (its `tool/call`, the
+trees' progress marker and their processes seen with psutil, the permission requests
+received; then 0.3 s), one `agent.abort` per session is released at once. A round trip is
+timed from sending each `agent.abort` to its answer; "answered after release" from
+releasing them all. **Phase B**: the stops are spread evenly over the phase's sessions;
+a few loops run in parallel, each going round its share of the sessions: `agent.prompt`, a
+seeded random delay, `agent.abort`. The scripts alternate a step of short calls (Read, Glob,
+Bash `true`, Write, in five mixes, half of them after a 1-10 ms model pause) and a text
+step (sometimes with a pause mid-text), so a stop lands before a turn, in a stream, in a
+call or after the turn (then it answers `idle`). Memory, descriptors and CPU time are
+psutil's, of the daemon and of the host; tombstones and calls in flight come from the host
+through the daemon's `ops.stats`. Transcripts are read back from the session logs
+(`runtime.sessionlog.read_log`); a process "survives" if it carries the run's environment
+marker and is neither daemon nor host. The machine is shared and noisy: compare medians,
+not absolute figures across runs."""
 
 
 def _table(rows: list[tuple[str, list[float]]]) -> list[str]:
@@ -186,6 +189,11 @@ def markdown(result: LoadResult, machine: Machine, command: str, duration_s: flo
                     f"{_mb(last.daemon_rss_mb)} MB (max {_mb(max(d, default=None))}), host "
                     f"{_mb(first.host_rss_mb)} → {_mb(last.host_rss_mb)} MB (max "
                     f"{_mb(max(h, default=None))}). Tombstones: {result.ops_note}."]
+        if first.daemon_rss_mb is not None and last.daemon_rss_mb is not None and b.log_events:
+            grown = (last.daemon_rss_mb - first.daemon_rss_mb) * 1024 * 1024
+            out += ["", f"The phase's session logs hold {b.log_events:,} durable events, which "
+                        "the daemon also keeps in memory (each session's `Journal.events`): "
+                        f"{grown / b.log_events:,.0f} bytes of daemon RSS growth per event."]
     out += ["", "### Checks", "", "| check | passed | detail |", "|---|---|---|"]
     out += [f"| {c.name} | {_verdict(c.passed)} | {c.detail} |" for c in result.checks]
     anomalies = ([f"A: {x}" for x in a.anomalies + a.unbalanced]
@@ -199,7 +207,7 @@ def markdown(result: LoadResult, machine: Machine, command: str, duration_s: flo
     out += [f"- {x}" for x in anomalies[:30]] or ["- none"]
     if len(anomalies) > 30:
         out.append(f"- … and {len(anomalies) - 30} more")
-    out += ["", "### How it is measured", "", _METHOD.format(slots=PROCESS_SLOTS)]
+    out += ["", "### How it is measured", "", _METHOD.format(tree=TREE, slots=PROCESS_SLOTS)]
     return "\n".join(out)
 
 
