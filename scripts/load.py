@@ -57,6 +57,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, LoadConfig]:
     parser.add_argument("--roles", type=lambda v: tuple(v.split(",")),
                         help="phase A roles, comma-separated (default "
                              f"{','.join(FULL.roles)}; a diagnostic may leave one out)")
+    parser.add_argument("--control", action=argparse.BooleanOptionalAction, default=None,
+                        help="also run phase A without its Grep sessions, right after it in "
+                             "the same daemon (default: on in full mode, off with --smoke)")
     parser.add_argument("--rss-bound-mb", type=float,
                         help=f"allowed RSS growth over phase B (default {FULL.rss_bound_mb:g})")
     parser.add_argument("--out", type=pathlib.Path, default=None,
@@ -75,7 +78,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, LoadConfig]:
         "workers": args.workers,
         "sample_every": args.sample_every, "max_delay_ms": args.max_delay_ms,
         "seed": args.seed, "rss_bound_mb": args.rss_bound_mb,
-        "roles": args.roles}.items() if v is not None}
+        "roles": args.roles, "control": args.control}.items() if v is not None}
     cfg = dataclasses.replace(base, **overrides)
     if min(cfg.sessions, cfg.stops, cfg.b_sessions, cfg.workers, cfg.sample_every) < 1:
         parser.error("--sessions, --stops, --b-sessions, --workers and --sample-every must "

@@ -39,12 +39,13 @@ Phase B
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -69,6 +70,7 @@ from protocol.messages.events import (
     TurnStart,
 )
 from protocol.toolclass import ToolClass
+from runtime.ops import OpsClient, connect
 from runtime.rpc import ConnectionClosed
 from runtime.sessionlog import read_log
 
@@ -115,6 +117,9 @@ class LoadConfig:
     seed: int = 1
     roles: tuple[str, ...] = ROLES
     """Phase A: the roles the sessions take in turn (a diagnostic may leave one out)."""
+    control: bool = False
+    """Run phase A a second time without its Grep sessions, in the same daemon right
+    after, to show what the host's Grep threads cost the other stops."""
     rss_bound_mb: float = 100.0
     abort_timeout: float = 30.0
     """Seconds an ``agent.abort`` may take before it counts as unanswered (the process
@@ -123,7 +128,7 @@ class LoadConfig:
 
 
 FULL = LoadConfig("full", sessions=100, stops=10_000, b_sessions=48, workers=8,
-                  sample_every=1000, ready_timeout=90.0)
+                  sample_every=1000, ready_timeout=90.0, control=True)
 SMOKE = LoadConfig("smoke", sessions=10, stops=200, b_sessions=8, workers=4, sample_every=50,
                    ready_timeout=20.0)
 
@@ -248,6 +253,8 @@ class PhaseB:
 class LoadResult:
     config: LoadConfig
     phase_a: PhaseA = field(default_factory=PhaseA)
+    phase_a_control: PhaseA | None = None
+    """Phase A again without its Grep sessions (``LoadConfig.control``)."""
     phase_b: PhaseB = field(default_factory=PhaseB)
     ops_socket: str | None = None
     ops_note: str = ""
@@ -331,9 +338,10 @@ def current_host_pid(bench: Bench) -> int | None:
 
 
 class Sampler:
-    """RSS and descriptors of daemon and host; the host's tombstones through ops."""
+    """RSS, descriptors and CPU time of daemon and host (psutil); the host's tombstones
+    and calls in flight through the daemon's ``ops.stats``."""
 
-    def __init__(self, bench: Bench, ops: Any | None) -> None:
+    def __init__(self, bench: Bench, ops: OpsClient | None) -> None:
         self.bench = bench
         self.ops = ops
         self.started = time.monotonic()
@@ -360,7 +368,7 @@ class Sampler:
 
 
 @asynccontextmanager
-async def open_ops(bench: Bench, result: LoadResult) -> AsyncIterator[Any | None]:
+async def open_ops(bench: Bench, result: LoadResult) -> AsyncIterator[OpsClient | None]:
     """The daemon's ops socket (from ``initialize``), or ``None`` with the reason noted."""
     ops_info = bench.capabilities.get("ops")
     socket = ops_info.get("socket") if isinstance(ops_info, dict) else None
@@ -370,8 +378,6 @@ async def open_ops(bench: Bench, result: LoadResult) -> AsyncIterator[Any | None
         yield None
         return
     result.ops_socket = socket
-    from runtime.ops import connect  # the ops client may not exist in every checkout
-
     stack = AsyncExitStack()
     try:
         client = await stack.enter_async_context(connect(socket))
@@ -425,8 +431,9 @@ def _expected_codes(role: str, tree_up: bool) -> dict[str, set[str]]:
     return {"w": {ABD}, "b": {ABD}, "g": {ABD}, "r": {ABD}}
 
 
-async def phase_a(bench: Bench, cfg: LoadConfig, ops: Any | None, out: PhaseA) -> None:
-    workspace = bench.workdir / "ws-load-a"
+async def phase_a(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: PhaseA,
+                  name: str = "a") -> None:
+    workspace = bench.workdir / f"ws-load-{name}"
     workspace.mkdir()
     (workspace / "small.txt").write_text("a small file\n")
     (workspace / "big.txt").write_text((GREP_LINE + "\n") * GREP_LINES)
@@ -554,16 +561,16 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: Any | None, out: PhaseA) -
             continue
         expected = _expected_codes(role, _tree_started(session))
         got = {c.call_id: c.code or "ok" for c in answer.tool_calls}
-        for call in answer.tool_calls:
-            _bump(out.codes, call.tool, call.code or "ok")
+        for aborted_call in answer.tool_calls:
+            _bump(out.codes, aborted_call.tool, aborted_call.code or "ok")
         if set(got) != set(expected) or any(got[c] not in expected[c] for c in got):
             out.anomalies.append(f"{session.session_id} ({role}): codes {got}, expected "
                                  f"{ {c: sorted(v) for c, v in expected.items()} }")
-        result = prompts.get(session.session_id)
-        if result is not None and (result.stop_reason != "cancelled"
-                                   or result.turn_id != answer.turn_id):
+        prompt_answer = prompts.get(session.session_id)
+        if prompt_answer is not None and (prompt_answer.stop_reason != "cancelled"
+                                          or prompt_answer.turn_id != answer.turn_id):
             out.anomalies.append(f"{session.session_id}: the prompt answered "
-                                 f"{result.stop_reason!r} for {result.turn_id}")
+                                 f"{prompt_answer.stop_reason!r} for {prompt_answer.turn_id}")
         log = session_log(bench, session)
         problems = transcript_problems(log)
         if not any(isinstance(e, TurnEnd) and e.turn_id == answer.turn_id
@@ -709,7 +716,7 @@ async def _worker(bench: Bench, cfg: LoadConfig, lanes: list[_Lane], out: PhaseB
                 out.samples.append(await sampler.sample(progress.done))
 
 
-async def phase_b(bench: Bench, cfg: LoadConfig, ops: Any | None, out: PhaseB) -> None:
+async def phase_b(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: PhaseB) -> None:
     count = max(1, min(cfg.b_sessions, cfg.stops))
     workers = max(1, min(cfg.workers, count))
     quotas = [cfg.stops // count + (1 if j < cfg.stops % count else 0) for j in range(count)]
@@ -808,9 +815,20 @@ def judge(result: LoadResult) -> None:
                         f"{len(a.survivors)} ({a.tree_members} seen before the stop)"))
     checks.append(Check("A: every transcript balances", not a.unbalanced,
                         f"{len(a.unbalanced)} of {a.sessions} logs do not"))
+    c = result.phase_a_control
+    if c is not None:
+        ok = (c.ready and c.outcomes.get("aborted", 0) == c.sessions
+              and c.prompt_reasons.get("cancelled", 0) == c.sessions
+              and c.withdrawn == c.permission_requests and not c.writes_ran
+              and not (c.anomalies or c.unbalanced or c.survivors))
+        checks.append(Check("A without Grep: every call in flight, every stop `aborted` with "
+                            "its codes, withdrawn, balanced, no survivor", ok,
+                            f"{c.outcomes.get('aborted', 0)}/{c.sessions} aborted, "
+                            f"{len(c.anomalies) + len(c.unbalanced) + len(c.survivors)} "
+                            "anomalies"))
     checks.append(Check(f"B: every `agent.abort` answered within {cfg.abort_timeout:g} s",
                         not b.unanswered_aborts and b.stops == cfg.stops,
-                        f"{b.stops}/{cfg.stops} answered, {len(b.unanswered_aborts)} not"))
+                        f"{b.stops:,}/{cfg.stops:,} answered, {len(b.unanswered_aborts)} not"))
     checks.append(Check("B: every `agent.prompt` answered, as its abort says",
                         not b.unanswered_prompts and not b.inconsistent,
                         f"{len(b.unanswered_prompts)} unanswered, {len(b.inconsistent)} "
@@ -855,8 +873,18 @@ async def run_load(cfg: LoadConfig, workdir: Any) -> LoadResult:
         mark = bench.mark
         async with AsyncExitStack() as stack:
             ops = await stack.enter_async_context(open_ops(bench, result))
-            for name, phase in (("phase A", lambda: phase_a(bench, cfg, ops, result.phase_a)),
-                                ("phase B", lambda: phase_b(bench, cfg, ops, result.phase_b))):
+            phases: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+                ("phase A", lambda: phase_a(bench, cfg, ops, result.phase_a))]
+            if cfg.control:
+                control = dataclasses.replace(
+                    cfg, roles=tuple(r for r in cfg.roles if r != "read-only"),
+                    sessions=sum(1 for i in range(cfg.sessions)
+                                 if cfg.roles[i % len(cfg.roles)] != "read-only"))
+                control_out = result.phase_a_control = PhaseA()
+                phases.append(("phase A without Grep", lambda: phase_a(
+                    bench, control, ops, control_out, "a-control")))
+            phases.append(("phase B", lambda: phase_b(bench, cfg, ops, result.phase_b)))
+            for name, phase in phases:
                 try:
                     await phase()
                 except Exception as exc:  # noqa: BLE001 - reported, and the run fails

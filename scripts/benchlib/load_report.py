@@ -135,6 +135,32 @@ def markdown(result: LoadResult, machine: Machine, command: str, duration_s: flo
            f"{len(a.survivors_later)})" if a.survivors else ""),
         f"- unbalanced transcripts: {len(a.unbalanced)} of {a.sessions}",
         "",
+    ]
+    c = result.phase_a_control
+    if c is not None:
+        out += [
+            "Diagnostic, right after in the same daemon: phase A again without its Grep "
+            f"role, {c.sessions} new sessions ({_counts(c.roles)}; every call in flight "
+            f"after {c.ready_s:.1f} s: {'yes' if c.ready else '**no**'}), all stopped at once:",
+            "",
+        ]
+        out += _table([
+            ("`agent.abort` round trip (client)", c.rtt_ms),
+            ("daemon `settledMs`", c.settled_ms),
+            ("answered after release (all sent at once)", c.answered_at_ms),
+        ])
+        with_grep, without = summarize(a.rtt_ms).median, summarize(c.rtt_ms).median
+        ratio = (f"{with_grep / without:.1f}x" if with_grep is not None and without
+                 else "—")
+        out += [
+            "",
+            f"- median round trip with the Grep sessions / without: {ratio}",
+            f"- codes by tool (answers): {_nested(c.codes)}; unbalanced transcripts "
+            f"{len(c.unbalanced)}, marked processes right after the answers "
+            f"{len(c.survivors)}",
+            "",
+        ]
+    out += [
         f"### Phase B: {b.stops:,} stops interleaved with executions",
         "",
         f"{b.sessions} sessions, {b.workers} loops in parallel each going round its share of "
@@ -196,8 +222,10 @@ def markdown(result: LoadResult, machine: Machine, command: str, duration_s: flo
                         f"{grown / b.log_events:,.0f} bytes of daemon RSS growth per event."]
     out += ["", "### Checks", "", "| check | passed | detail |", "|---|---|---|"]
     out += [f"| {c.name} | {_verdict(c.passed)} | {c.detail} |" for c in result.checks]
+    c_anomalies = [] if c is None else c.anomalies + c.unbalanced + c.survivors
     anomalies = ([f"A: {x}" for x in a.anomalies + a.unbalanced]
                  + [f"A: survivor {x}" for x in a.survivors]
+                 + [f"A without Grep: {x}" for x in c_anomalies]
                  + [f"B: {x}" for x in (b.unanswered_aborts + b.unanswered_prompts
                                         + b.inconsistent + b.unbalanced + b.anomalies)]
                  + [f"B: survivor {x}" for x in b.survivors]

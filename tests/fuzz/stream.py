@@ -172,7 +172,7 @@ class Peer:
 @asynccontextmanager
 async def spawned(command: Sequence[str], env: Mapping[str, str],
                   log_path: str) -> AsyncIterator[Peer]:
-    with open(log_path, "wb") as log:  # noqa: ASYNC230 (opened once, before the process)
+    with open(log_path, "wb") as log:
         process = await trio.lowlevel.open_process(
             list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
             env=dict(env))

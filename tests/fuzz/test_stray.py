@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import psutil
 import trio
 
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
@@ -233,3 +234,41 @@ async def test_duplicate_call_id_while_the_first_is_in_flight(marked: Marked,
             settled = (await host.call(request("abort", "tools.abort", {
                 "sessionId": SESSION, "callId": "dup", "tool": "Bash"})))["result"]
             assert settled["found"] and settled["state"] == "settled", settled
+
+
+ONE_E9 = 800_000  # "1E9" is 3 bytes from the client, "1000000000.0" (12) to the host
+
+
+def _cpu(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+async def test_a_tool_call_too_large_for_the_host_is_refused_at_once(
+        marked: Marked, tmp_path: pathlib.Path) -> None:
+    """Arguments that fit the client link's frame limit but, re-encoded, not the host
+    link's. Once the host answered such a frame -32600 with a null id: the runtime's call
+    never ended, and the runtime answered the id-null error with its own, forever, both
+    processes spinning. Now the runtime refuses to send it, and everything goes idle."""
+    with trio.fail_after(30):
+        async with spawned(serve_command(), marked.env(),
+                           str(tmp_path / "daemon.log")) as daemon:
+            await daemon.call(request("init", "initialize", {"protocolVersion": "1.0"}))
+            opened = await daemon.call(request("new", "session.new",
+                                               {"workspace": str(tmp_path)}))
+            session_id = opened["result"]["sessionId"]
+            args = b'{"x":[' + b",".join([b"1E9"] * ONE_E9) + b"]}"
+            frame = (b'{"jsonrpc":"2.0","id":"big","method":"debug.runTool","params":'
+                     b'{"sessionId":"' + session_id.encode() + b'","tool":"Read","args":'
+                     + args + b"}}")
+            assert len(frame) < 8 * 2**20 < 4 * len(args)
+            await daemon.stdin.send_all(frame + b"\n")
+            answer = await daemon.answer_to("big", within=10)
+            assert answer["error"]["code"] == -32602, answer
+            host_pid = psutil.Process(daemon.process.pid).children()[0].pid
+            before = (_cpu(daemon.process.pid), _cpu(host_pid))
+            await trio.sleep(0.8)
+            spent = (_cpu(daemon.process.pid) - before[0], _cpu(host_pid) - before[1])
+            assert max(spent) < 0.15, spent  # an error ping-pong kept both near 0.3 s
+            listed = await daemon.call(request("list", "session.list"), within=5)
+            assert len(listed["result"]["sessions"]) == 1
