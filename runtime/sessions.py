@@ -81,7 +81,11 @@ class SessionStore:
                            {"workspace": workspace})
         session_id = f"s-{uuid.uuid4().hex[:12]}"
         real = os.path.realpath(workspace)
-        slog = SessionLog.create(self.path_of(session_id))
+        try:
+            slog = SessionLog.create(self.path_of(session_id))
+        except OSError as exc:
+            raise RpcError(ErrorCode.INTERNAL, f"cannot create the session log: "
+                                               f"{exc.strerror}") from exc
         journal = Journal(slog, lambda event: announce(session_id, event))
         meta = journal.append(lambda seq: SessionMeta(
             seq, "", session_id, real, mode, time.time(),

@@ -28,12 +28,12 @@ from protocol.messages.events import (
     ToolResultEvent,
     TurnEnd,
     TurnOutcome,
-    TurnStart,
 )
 from protocol.messages.host import ToolsOutputParams
+from runtime.agent.history import ModelHistory
 from runtime.agent.journal import Journal
 from runtime.agent.phase import PhaseEvent, PhaseKind, PhaseMachine
-from runtime.agent.task import TaskTool
+from runtime.agent.task import CHILD_SEPARATOR, TaskTool
 from runtime.agent.turn import Turn, TurnConfig, wire_cause
 from runtime.providers.base import Provider
 from runtime.registry import AbortController, Cause, ToolDefinition, ToolRegistry
@@ -81,6 +81,7 @@ class Agent:
         self._wake = trio.Event()
         self._turn_ids = itertools.count(_turn_count(journal) + 1)
         self._routes: list[Callable[[ToolsOutputParams], bool]] = []
+        self._history = ModelHistory(journal.by_turn, journal.turn_order, CHILD_SEPARATOR)
         self.stuck_after = DEFAULT_STUCK_AFTER
         self.turns = 0
 
@@ -118,7 +119,8 @@ class Agent:
         self._routes.append(route)
         turn = Turn(turn_id=slot.turn_id, prompt=slot.prompt.text, journal=self.journal,
                     provider=self._provider, registry=registry,
-                    definitions=[*definitions, task], config=self._config)
+                    definitions=[*definitions, task], config=self._config,
+                    history=self._history)
         with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
             try:
                 ending = await turn.run(controller.signal)
@@ -145,15 +147,15 @@ class Agent:
         try:
             turn = Turn(turn_id=turn_id, prompt=prompt, journal=self.journal,
                         provider=self._provider, registry=registry, definitions=definitions,
-                        config=self._config, child=True)
+                        config=self._config, history=self._history)
             ending = await turn.run(controller.signal)
         finally:
             self._routes.remove(route)
         end = await self.journal.append_durably(lambda seq: TurnEnd(
             seq, turn_id, ending.outcome, ending.stop_reason))
         assert isinstance(end, TurnEnd)
-        texts = [e for e in self.journal.events
-                 if isinstance(e, AssistantMessageEvent) and e.turn_id == turn_id]
+        texts = [e for e in self.journal.by_turn.get(turn_id, [])
+                 if isinstance(e, AssistantMessageEvent)]
         text = "".join(b.text for b in texts[-1].blocks if b.type == "text") if texts else ""
         return end, text
 
@@ -187,9 +189,7 @@ class Agent:
 
     def calls_of(self, turn_id: str) -> tuple[AbortedCall, ...]:
         calls: dict[str, AbortedCall] = {}
-        for event in self.journal.events:
-            if event.turn_id != turn_id:
-                continue
+        for event in self.journal.by_turn.get(turn_id, []):
             if isinstance(event, ToolCallEvent):
                 calls[event.call_id] = AbortedCall(event.call_id, event.tool, event.tool_class)
             elif isinstance(event, ToolResultEvent) and event.call_id in calls:
@@ -214,4 +214,4 @@ class Agent:
 
 
 def _turn_count(journal: Journal) -> int:
-    return sum(1 for e in journal.events if isinstance(e, TurnStart))
+    return sum(1 for t in journal.turn_order if t and CHILD_SEPARATOR not in t)

@@ -61,3 +61,31 @@ def model_messages(events: list[DurableEvent]) -> list[ModelMessage]:
             results.append(ToolMessage(event.call_id, body, event.is_error))
     flush()
     return messages
+
+
+class ModelHistory:
+    """A session's model messages, folded turn by turn so a step costs O(its own turn).
+
+    A top-level turn sees every earlier top-level turn and itself; a subagent turn
+    (``<parent>~<call>``) sees only itself.
+    """
+
+    def __init__(self, by_turn: dict[str, list[DurableEvent]], turn_order: list[str],
+                 child_separator: str) -> None:
+        self._by_turn = by_turn
+        self._order = turn_order
+        self._separator = child_separator
+        self._folded = 0  # turns of _order already folded into _messages
+        self._messages: list[ModelMessage] = []
+
+    def for_turn(self, turn_id: str) -> list[ModelMessage]:
+        own = model_messages(self._by_turn.get(turn_id, []))
+        if self._separator in turn_id:
+            return own
+        # Turns run one after another: every turn begun before this one has ended.
+        while self._folded < len(self._order) and self._order[self._folded] != turn_id:
+            earlier = self._order[self._folded]
+            if earlier and self._separator not in earlier:
+                self._messages.extend(model_messages(self._by_turn[earlier]))
+            self._folded += 1
+        return [*self._messages, *own]

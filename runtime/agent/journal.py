@@ -20,7 +20,21 @@ class Journal:
                  events: tuple[DurableEvent, ...] = ()) -> None:
         self._log = log
         self._announce = announce
-        self.events: list[DurableEvent] = list(events)
+        self.events: list[DurableEvent] = []
+        # Each turn's events, and the order turns began in: a turn reads its own history
+        # without scanning the whole session.
+        self.by_turn: dict[str, list[DurableEvent]] = {}
+        self.turn_order: list[str] = []
+        for event in events:
+            self._keep(event)
+
+    def _keep(self, event: DurableEvent) -> None:
+        self.events.append(event)
+        turn = self.by_turn.get(event.turn_id)
+        if turn is None:
+            turn = self.by_turn[event.turn_id] = []
+            self.turn_order.append(event.turn_id)
+        turn.append(event)
 
     @property
     def last_seq(self) -> int:
@@ -29,7 +43,7 @@ class Journal:
     def append(self, make: Callable[[int], DurableEvent]) -> DurableEvent:
         event = make(self._log.next_seq())
         self._log.append(event)
-        self.events.append(event)
+        self._keep(event)
         self._announce(event)
         return event
 
@@ -37,7 +51,7 @@ class Journal:
         """Append, fsync, then announce: for ``turn/end``."""
         event = make(self._log.next_seq())
         self._log.append(event)
-        self.events.append(event)
+        self._keep(event)
         await self._log.sync()
         self._announce(event)
         return event

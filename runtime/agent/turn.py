@@ -19,7 +19,6 @@ from protocol.messages.events import (
     AssistantMessageEvent,
     Block,
     Cause,
-    DurableEvent,
     StopReason,
     ToolCallEvent,
     ToolResultEvent,
@@ -29,9 +28,8 @@ from protocol.messages.events import (
 )
 from protocol.tools import ToolResult
 from runtime.agent.assembler import Assembler
-from runtime.agent.history import model_messages
+from runtime.agent.history import ModelHistory
 from runtime.agent.journal import Journal
-from runtime.agent.task import CHILD_SEPARATOR
 from runtime.providers.base import ModelRequest, Provider, ProviderError, ToolSchema
 from runtime.registry import (
     AbortError,
@@ -115,9 +113,9 @@ class _StepRecorder:
 class Turn:
     def __init__(self, *, turn_id: str, prompt: str, journal: Journal, provider: Provider,
                  registry: ToolRegistry, definitions: list[ToolDefinition[Any]],
-                 config: TurnConfig, child: bool = False) -> None:
+                 config: TurnConfig, history: ModelHistory) -> None:
         self.turn_id = turn_id
-        self._child = child
+        self._history = history
         self._prompt = prompt
         self._journal = journal
         self._provider = provider
@@ -133,7 +131,7 @@ class Turn:
         try:
             for step in range(self._config.max_steps):
                 signal.raise_if_aborted()  # step boundary
-                request = ModelRequest(SYSTEM_PROMPT, tuple(model_messages(self._history())),
+                request = ModelRequest(SYSTEM_PROMPT, tuple(self._history.for_turn(turn_id)),
                                        self._schemas)
                 signal.raise_if_aborted()  # after prompt assembly
                 assembler = await self._stream(request, step, signal)
@@ -157,12 +155,6 @@ class Turn:
         except ProviderError as exc:
             log.warning("turn %s: provider failed: %s", turn_id, exc)
             return TurnEnding(TurnOutcome("error", error=str(exc)), "error")
-
-    def _history(self) -> list[DurableEvent]:
-        """A child turn sees only itself; a top-level turn sees no child's events."""
-        if self._child:
-            return [e for e in self._journal.events if e.turn_id == self.turn_id]
-        return [e for e in self._journal.events if CHILD_SEPARATOR not in e.turn_id]
 
     def _ending(self, signal: AbortSignal) -> TurnEnding:
         # The last checkpoint: a stop that came while the step finished still wins.

@@ -25,7 +25,7 @@ import json
 import random
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -36,7 +36,6 @@ PARSE = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
-INTERNAL = -32603
 PROTOCOL_MISMATCH = -32001
 NOT_INITIALIZED = -32002
 NOT_FOUND = -32003
@@ -169,7 +168,6 @@ styles = st.builds(
     lead=st.sampled_from([b"", b"", b"", b" ", b"\t ", b"\r"]),
     trail=st.sampled_from([b"", b"", b"", b" ", b"\r", b" \t\r"]),
 )
-plain = Style(0, False, False, False, b"", b"")
 
 
 def restyle(style: Style, rnd: random.Random | None) -> Style:
@@ -955,17 +953,6 @@ def exact_size_request(method: str, params: dict[str, Any], pad_field: str, size
     frame = msgspec.json.encode(obj)
     assert len(frame) == size
     return frame
-
-
-@dataclass
-class Corpus:
-    templates: list[Template] = field(default_factory=list)
-
-    def labels(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for t in self.templates:
-            counts[t.label] = counts.get(t.label, 0) + 1
-        return counts
 
 
 def instantiate(templates: Sequence[Template], ids: Ids, phase: str,
