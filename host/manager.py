@@ -36,7 +36,7 @@ from host.tombstones import TombstoneRegistry
 from host.tools import TOOLS, ToolSpec
 from host.tools.context import HostToolConfig, ToolContext
 from host.workspace import Workspace
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import PermissionMode
 from protocol.messages.host import (
     AbortCause,
@@ -103,6 +103,10 @@ class CallManager:
         self.marker_value = str(os.getpid())
 
     def open_session(self, session_id: str, workspace: str, mode: PermissionMode) -> None:
+        if "\x00" in workspace or not os.path.isabs(workspace) or not os.path.isdir(workspace):
+            raise RpcError(ErrorCode.INVALID_PARAMS,
+                           "workspace must be an absolute path to a directory",
+                           {"workspace": workspace})
         self.sessions[session_id] = HostSession(session_id, Workspace(workspace), mode)
 
     # -- execute --------------------------------------------------------------------

@@ -9,7 +9,10 @@ PROTOCOL_VERSION = "1.0"
 
 def parse_version(version: str) -> tuple[int, int]:
     major, _, minor = version.partition(".")
-    if not major.isdigit() or (minor and not minor.isdigit()):
+    def numeric(part: str) -> bool:  # ASCII digits only: "²".isdigit() is True
+        return part.isascii() and part.isdigit()
+
+    if not numeric(major) or (minor and not numeric(minor)):
         raise RpcError(ErrorCode.PROTOCOL_MISMATCH, f"malformed protocol version {version!r}",
                        {"supported": PROTOCOL_VERSION})
     return int(major), int(minor or 0)

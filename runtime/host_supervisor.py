@@ -107,7 +107,10 @@ class HostSupervisor:
         if self.generation > 1:
             self.restarts += 1
         for params in self._sessions.values():
-            await link.request("session.open", params)
+            try:
+                await link.request("session.open", params)
+            except RemoteError as exc:  # e.g. its workspace is gone: its calls will say so
+                log.warning("host refused session %s: %s", params.session_id, exc)
         log.info("host %s started (generation %d)", info, self.generation)
 
     async def _serve_host(self, link: HostLink, *,

@@ -65,7 +65,7 @@ class SessionStore:
         self._sessions: dict[str, Session] = {}
 
     def path_of(self, session_id: str) -> pathlib.Path:
-        if not _SESSION_ID.match(session_id):
+        if not _SESSION_ID.fullmatch(session_id):
             raise RpcError(ErrorCode.INVALID_PARAMS, f"malformed session id {session_id!r}")
         return self.dir / f"{session_id}.jsonl"
 
@@ -150,7 +150,7 @@ class SessionStore:
             return found
         for path in sorted(self.dir.glob("s-*.jsonl")):
             session_id = path.stem
-            if session_id in self._sessions or not _SESSION_ID.match(session_id):
+            if session_id in self._sessions or not _SESSION_ID.fullmatch(session_id):
                 continue
             try:
                 contents = read_log(path)

@@ -1,8 +1,6 @@
-"""Bugs the fuzz found outside ``protocol/``, pinned until they are fixed.
+"""Regressions for bugs the fuzz found outside ``protocol/`` (now fixed).
 
-Each test states the right behaviour and is marked ``xfail(strict=True)``: when a fix
-lands it passes, the strict mark turns that into a failure, and the mark comes off. The
-bulk fuzz keeps clear of these inputs unless QUIESCE_FUZZ_STRICT=1.
+The bulk fuzz keeps clear of these inputs unless QUIESCE_FUZZ_STRICT=1.
 """
 
 from __future__ import annotations
@@ -20,8 +18,6 @@ from tests.fuzz.stream import host_command, spawned
 from tests.fuzz.test_stray import request
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="protocol/version.py: str.isdigit() accepts '²', int() refuses it")
 def test_a_version_with_superscript_digits_is_a_mismatch() -> None:
     # On the wire: initialize {"protocolVersion": "1.²"} is answered -32603 Internal error.
     with pytest.raises(RpcError) as info:
@@ -29,8 +25,6 @@ def test_a_version_with_superscript_digits_is_a_mismatch() -> None:
     assert info.value.code == ErrorCode.PROTOCOL_MISMATCH
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="runtime/sessions.py: _SESSION_ID.match with '$' takes a trailing \\n")
 def test_a_session_id_with_a_trailing_newline_is_malformed(tmp_path: pathlib.Path) -> None:
     # On the wire: session.load {"sessionId": "s-0123456789ab\n"} is answered NOT_FOUND
     # (the id was accepted and a file name with a newline looked up), not INVALID_PARAMS.
@@ -39,9 +33,6 @@ def test_a_session_id_with_a_trailing_newline_is_malformed(tmp_path: pathlib.Pat
     assert info.value.code == ErrorCode.INVALID_PARAMS
 
 
-@pytest.mark.xfail(strict=True,
-                   reason="host: session.open does not validate the workspace; os.path.realpath "
-                          "raises ValueError on a NUL and the answer is -32603")
 async def test_host_session_open_with_a_nul_in_the_workspace_is_invalid_params(
         marked: Marked, tmp_path: pathlib.Path) -> None:
     with trio.fail_after(20):
