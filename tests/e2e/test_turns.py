@@ -323,3 +323,27 @@ async def test_process_grace_exceeded_is_reported_unconfirmed(tmp_path: pathlib.
         assert "stubborn" in result.details["output"]
         assert elapsed < 1.5, elapsed
         agent.assert_balanced()
+
+
+async def test_stop_a_running_write_is_atomic_and_honest(tmp_path: pathlib.Path,
+                                                        marked: Marked) -> None:
+    content = "0123456789abcdef" * (4 * 1024 * 1024 // 16)  # 4 MiB: takes a moment to write
+    script = [[call("w1", "Write", path="big.txt", content=content)]]
+    async with agent_daemon(marked) as agent:
+        await agent.new_session(tmp_path, script)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "write")
+            await agent.wait_for(lambda e: isinstance(e, ToolCallEvent))
+            aborted = await agent.abort()
+        (summary,) = aborted.tool_calls
+        result = agent.results(aborted.turn_id or "")["w1"]
+        target = tmp_path / "big.txt"
+        # Mutating calls are awaited, never abandoned: the file is whole or absent, and
+        # the code says which.
+        if summary.code == "ABORTED":
+            assert target.read_text() == content
+            assert result.details.get("completed") or result.details.get("bytesWritten")
+        else:
+            assert summary.code == "ABORTED_BEFORE_DISPATCH" and not target.exists()
+        assert [p.name for p in tmp_path.iterdir() if p.name != "big.txt"] == []
+        agent.assert_balanced()
