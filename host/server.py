@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 
 import trio
 
@@ -81,9 +82,20 @@ class HostServer:
             self.manager.attach(background)
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._stop_on_eof)
+                nursery.start_soon(self._stop_on_signal)
                 await self.endpoint.run()
                 nursery.cancel_scope.cancel()
             background.cancel_scope.cancel()  # forced bodies still running are abandoned
+
+    async def _stop_on_signal(self) -> None:
+        """SIGTERM, SIGHUP or SIGINT: stop every call (trees killed), then exit."""
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("signal %s: stopping %d calls", signal.Signals(signum).name,
+                         len(self.manager.calls))
+                await self.manager.stop_all("disposed")
+                self.endpoint.stop_reading()
+                return
 
     async def _stop_on_eof(self) -> None:
         await self.endpoint.closed.wait()

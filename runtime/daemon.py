@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import pathlib
+import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -68,6 +69,7 @@ log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 DRAIN_TIMEOUT = 10.0
+DISPOSE_GRACE = 15.0
 _provider_decoder = msgspec.json.Decoder(ProviderConfig)
 
 
@@ -102,6 +104,7 @@ class Daemon:
         self._shutdown = trio.Event()
         self._debug_ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
+        self._running: set[str] = set()  # sessions whose agent task runs
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -131,6 +134,7 @@ class Daemon:
             async with trio.open_nursery() as client_nursery:
                 client_nursery.start_soon(client.run)
                 client_nursery.start_soon(self._shutdown_on_eof, client)
+                client_nursery.start_soon(self._shutdown_on_signal)
                 await self._shutdown.wait()
                 client.stop_reading()
                 await self._quiesce()
@@ -140,18 +144,45 @@ class Daemon:
             nursery.cancel_scope.cancel()
         log.info("daemon stopped")
 
+    async def _shutdown_on_signal(self) -> None:
+        """SIGTERM, SIGHUP (a closed terminal) or SIGINT: the same orderly shutdown as EOF."""
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("signal %s: shutting down", signal.Signals(signum).name)
+                self._shutdown.set()
+
     async def _shutdown_on_eof(self, client: Endpoint) -> None:
         await client.closed.wait()
         log.info("client closed the link")
         self._shutdown.set()
 
     async def _quiesce(self) -> None:
-        """Stop every running turn (cause ``disposed``), then the host."""
+        """Stop every running turn (cause ``disposed``), then the host.
+
+        A turn that has not settled within ``DISPOSE_GRACE`` (a mutating call stuck in
+        the host) does not hold the shutdown: the host is stopped under it, which ends
+        its calls ``HOST_CRASHED`` and so the turn.
+        """
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as nursery:
-                for session in self.sessions.all():
-                    if session.agent.busy or session.agent.inbox:
-                        nursery.start_soon(self._dispose, session)
+                async def watchdog() -> None:
+                    await trio.sleep(DISPOSE_GRACE)
+                    log.warning("turns still unsettled after %.0f s: stopping the host "
+                                "under them", DISPOSE_GRACE)
+                    await self.host.stop()
+
+                watch = trio.CancelScope()
+
+                async def guard() -> None:
+                    with watch:
+                        await watchdog()
+
+                nursery.start_soon(guard)
+                async with trio.open_nursery() as disposals:
+                    for session in self.sessions.all():
+                        if session.agent.busy or session.agent.inbox:
+                            disposals.start_soon(self._dispose, session)
+                watch.cancel()
             await self.host.stop()
 
     @staticmethod
@@ -206,6 +237,9 @@ class Daemon:
 
     def _start_agent(self, session: Session) -> None:
         assert self._nursery is not None
+        if session.session_id in self._running:
+            return
+        self._running.add(session.session_id)
         session.agent.stuck_after = self.stuck_after
         self._nursery.start_soon(session.agent.run)
 
@@ -235,8 +269,13 @@ class Daemon:
         config, provider = self._provider(params.provider)
         session = self.sessions.create(params.workspace, params.permission_mode, config,
                                        provider, self._announce, self._tools_factory)
-        await self.host.open_session(SessionOpenParams(
-            session.session_id, session.workspace, session.permission_mode))
+        try:
+            await self.host.open_session(SessionOpenParams(
+                session.session_id, session.workspace, session.permission_mode))
+        except BaseException:
+            # Never leave a session that can accept a prompt nobody would run.
+            self.sessions.discard(session.session_id)
+            raise
         self._start_agent(session)
         log.info("session %s opened on %s", session.session_id, session.workspace)
         return SessionNewResult(session.session_id)
@@ -250,7 +289,6 @@ class Daemon:
 
     async def session_load(self, params: SessionLoadParams) -> SessionLoadResult:
         self._require_initialized()
-        known = params.session_id in {s.session_id for s in self.sessions.all()}
 
         def provider(saved: dict[str, Any]) -> Provider:
             try:
@@ -262,10 +300,12 @@ class Daemon:
         loaded = await self.sessions.load(params.session_id, provider=provider,
                                           announce=self._announce, tools=self._tools_factory)
         session = loaded.session
-        if not known:
+        if session.session_id not in self._running:
+            # The agent runs before the host hears of the session: if the host refuses
+            # it (its workspace is gone), prompts still get answered (with that error).
+            self._start_agent(session)
             await self.host.open_session(SessionOpenParams(
                 session.session_id, session.workspace, session.permission_mode))
-            self._start_agent(session)
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered)

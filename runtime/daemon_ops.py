@@ -23,6 +23,7 @@ from protocol.messages.ops import (
     OpsStatsResult,
 )
 from runtime.agent.hosttools import HostTools
+from runtime.agent.task import CHILD_SEPARATOR
 from runtime.registry import OperatorCause
 from runtime.rpc import ConnectionClosed
 
@@ -46,7 +47,11 @@ class DaemonOps:
 
     def track_tools(self, session_id: str, turn_id: str, tools: HostTools) -> None:
         turns = self._tools.setdefault(session_id, {})
-        for old in [t for t, h in turns.items() if not h.in_flight()]:
+        top = turn_id.split(CHILD_SEPARATOR, 1)[0]
+        # Keep every turn of the current top-level turn (a parent outlives its subagents'
+        # turns); drop older turns once nothing of theirs waits on the host.
+        for old in [t for t, h in turns.items()
+                    if t.split(CHILD_SEPARATOR, 1)[0] != top and not h.in_flight()]:
             del turns[old]
         turns[turn_id] = tools
 

@@ -73,12 +73,18 @@ class HostLink:
         self._endpoint = endpoint
         await nursery.start(endpoint.run)
         nursery.start_soon(self._watch_exit, process)
-        with trio.fail_after(HANDSHAKE_TIMEOUT):
-            info: InitializeResult = await endpoint.request(
-                "initialize",
-                InitializeParams(PROTOCOL_VERSION, PeerInfo("quiesce-runtime", "0.1.0")),
-            )
-        check_compatible(info.protocol_version)
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT):
+                info: InitializeResult = await endpoint.request(
+                    "initialize",
+                    InitializeParams(PROTOCOL_VERSION, PeerInfo("quiesce-runtime", "0.1.0")),
+                )
+            check_compatible(info.protocol_version)
+        except BaseException:
+            process.kill()  # a host that failed its handshake is not left running
+            with trio.CancelScope(shield=True):
+                await process.wait()
+            raise
         self.info = info
         log.info("host %d ready", process.pid)
         return info

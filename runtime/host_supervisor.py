@@ -22,15 +22,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
+import psutil
 import trio
 
 from host.manager import ENV_MARKER
-from host.proctree import kill_marked
+from host.proctree import find_marked, kill_marked
 from protocol.errors import RemoteError
 from protocol.messages.common import Empty
 from protocol.messages.host import SessionOpenParams
 from runtime.host_link import HostLink
-from runtime.rpc import ConnectionClosed, Handler, NotificationHandler
+from runtime.rpc import ConnectionClosed, Handler, NotificationHandler, NotSent
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,7 @@ class HostSupervisor:
         self._nursery: trio.Nursery | None = None
         self._starting: trio.Event | None = None
         self._stopping = False
+        self._restarting = False
         self.generation = 0
         self.crashes = 0
         self.restarts = 0
@@ -76,6 +78,7 @@ class HostSupervisor:
         """Own the hosts' tasks until cancelled; start the first host."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            await self.kill_orphans_of_dead_hosts()
             await self.ensure()
             task_status.started()
             await trio.sleep_forever()
@@ -84,7 +87,7 @@ class HostSupervisor:
         """The live host, starting a fresh one if there is none."""
         while not self.alive():
             if self._stopping:
-                raise ConnectionClosed("the host is shut down")
+                raise NotSent("the host is shut down")
             if self._starting is not None:
                 await self._starting.wait()
                 continue
@@ -122,7 +125,10 @@ class HostSupervisor:
             nursery.start_soon(self._ping, link)
             await link.exited.wait()
             nursery.cancel_scope.cancel()
-        if not self._stopping:
+        if self._restarting:
+            self._restarting = False
+            await self._kill_survivors(link.pid)
+        elif not self._stopping:
             self.crashes += 1
             log.warning("host %s died; killing the tool processes it left", link.pid)
             await self._kill_survivors(link.pid)
@@ -134,8 +140,10 @@ class HostSupervisor:
             with trio.move_on_after(self._liveness_timeout):
                 try:
                     await link.request("host.stats", Empty())
-                except (ConnectionClosed, RemoteError):
+                except ConnectionClosed:
                     return
+                except RemoteError as exc:  # it answered: alive
+                    log.warning("host %s answered a ping with %s", link.pid, exc)
                 continue
             log.error("host %s did not answer a ping within %.1f s (sent %.1f s ago): "
                       "killing it", link.pid, self._liveness_timeout,
@@ -156,18 +164,51 @@ class HostSupervisor:
         link = await self.ensure()
         return await link.request(method, params)
 
+    async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any:
+        """Send to the current host only: a stop never starts a host to deliver itself."""
+        link = self._link
+        if link is None or not self.alive():
+            raise NotSent("no live host")
+        return await link.request(method, params)
+
     async def open_session(self, params: SessionOpenParams) -> None:
         self._sessions[params.session_id] = params
         await self.request("session.open", params)
 
     async def restart(self) -> tuple[int | None, int | None]:
-        """Stop the current host (its calls end HOST_CRASHED) and start a fresh one."""
+        """Replace the current host: it is killed, so the calls waiting on it end
+        HOST_CRASHED (as for a crash, without counting one), and a fresh one starts."""
         old = self._link
         old_pid = old.pid if old is not None else None
-        if old is not None:
-            await old.stop()
+        if old is not None and self.alive():
+            self._restarting = True
+            old.kill()
+            with trio.move_on_after(10):
+                await old.exited.wait()
         link = await self.ensure()
         return old_pid, link.pid
+
+    @staticmethod
+    async def kill_orphans_of_dead_hosts() -> int:
+        """At start-up: tool processes whose host is gone (a runtime and host killed
+        together, e.g. by a signal to their process group) are killed by their marker."""
+        pids: set[str] = set()
+        for proc in find_marked(ENV_MARKER, "", prefix=True):
+            try:
+                value = proc.environ().get(ENV_MARKER, "")
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            host_pid = value.split(":", 1)[0]
+            if host_pid.isdigit() and not psutil.pid_exists(int(host_pid)):
+                pids.add(host_pid)
+        killed = 0
+        for host_pid in pids:
+            report = await kill_marked(ENV_MARKER, f"{host_pid}:", prefix=True,
+                                       grace=SURVIVOR_KILL_GRACE)
+            killed += report.found
+        if killed:
+            log.warning("killed %d tool processes left by dead hosts", killed)
+        return killed
 
     async def stop(self) -> None:
         self._stopping = True

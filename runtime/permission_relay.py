@@ -9,6 +9,7 @@ request and is dropped.
 
 from __future__ import annotations
 
+import collections
 import logging
 
 import trio
@@ -23,15 +24,22 @@ from runtime.rpc import ConnectionClosed, Endpoint
 
 log = logging.getLogger(__name__)
 
+EARLY_WITHDRAWALS_KEPT = 1024
+
 
 class PermissionRelay:
     def __init__(self) -> None:
         self.client: Endpoint | None = None
         self._pending: dict[str, trio.CancelScope] = {}
         self._calls: dict[str, str] = {}  # request id -> host call id
+        # Withdrawals that overtook their request (a notification is handled inline, a
+        # request in its own task): such a request is refused, never shown.
+        self._withdrawn_early: collections.OrderedDict[str, None] = collections.OrderedDict()
 
     async def request(self, params: PermissionRequestParams) -> PermissionRequestResult:
         client = self.client
+        if self._withdrawn_early.pop(params.request_id, 0) is None:
+            raise RpcError(ErrorCode.PERMISSION_WITHDRAWN, f"{params.request_id} was withdrawn")
         if client is None:
             return PermissionRequestResult("deny")
         with trio.CancelScope() as scope:
@@ -58,5 +66,9 @@ class PermissionRelay:
         scope = self._pending.pop(params.request_id, None)
         if scope is not None:
             scope.cancel()
+        else:
+            self._withdrawn_early[params.request_id] = None
+            while len(self._withdrawn_early) > EARLY_WITHDRAWALS_KEPT:
+                self._withdrawn_early.popitem(last=False)
         if self.client is not None:
             self.client.notify("permission.withdrawn", params)

@@ -8,6 +8,7 @@ ignored on read and cut off before the log is appended to again.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import pathlib
@@ -51,16 +52,16 @@ class LogContents:
             raise ValueError("log does not start with session/meta")
         return first
 
-    def open_turn(self) -> TurnStart | None:
-        """The last turn, if it started and never ended (the runtime died inside it)."""
-        last_start: TurnStart | None = None
+    def open_turns(self) -> list[TurnStart]:
+        """Turns that started and never ended (the runtime died inside them), in start
+        order: a subagent's turn and its parent's can both be open."""
+        open_: dict[str, TurnStart] = {}
         for event in self.events:
             if isinstance(event, TurnStart):
-                last_start = event
-            elif isinstance(event, TurnEnd) and last_start is not None \
-                    and event.turn_id == last_start.turn_id:
-                last_start = None
-        return last_start
+                open_[event.turn_id] = event
+            elif isinstance(event, TurnEnd):
+                open_.pop(event.turn_id, None)
+        return list(open_.values())
 
     def unanswered_calls(self, turn_id: str) -> list[ToolCallEvent]:
         calls: dict[str, ToolCallEvent] = {}
@@ -90,6 +91,34 @@ def read_log(path: pathlib.Path) -> LogContents:
     return LogContents(tuple(events), len(torn))
 
 
+class SessionBusy(Exception):
+    """Another daemon has this session's log open (and locked)."""
+
+
+def _lock(fd: int, path: pathlib.Path) -> None:
+    """One writer per log: daemons sharing a data directory never append to each other's."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise SessionBusy(f"{path.name} is open in another daemon") from None
+
+
+def is_live_elsewhere(path: pathlib.Path) -> bool:
+    """Whether another process holds the log's lock (its session is open there)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 class SessionLog:
     def __init__(self, path: pathlib.Path, fd: int, next_seq: int) -> None:
         self.path = path
@@ -100,11 +129,13 @@ class SessionLog:
     def create(cls, path: pathlib.Path) -> SessionLog:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        _lock(fd, path)
         return cls(path, fd, 0)
 
     @classmethod
     def reopen(cls, path: pathlib.Path, contents: LogContents) -> SessionLog:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        _lock(fd, path)
         if contents.torn_bytes:
             size = os.fstat(fd).st_size
             os.ftruncate(fd, size - contents.torn_bytes)

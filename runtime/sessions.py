@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
+import trio
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import PermissionMode, ProviderConfig, SessionInfo
@@ -24,13 +25,14 @@ from protocol.messages.events import (
     ToolResultEvent,
     TurnEnd,
     TurnOutcome,
+    TurnStart,
 )
 from protocol.tools import ToolResult, aborted_result
 from runtime.agent.agent import Agent, ToolsFactory
 from runtime.agent.journal import Journal
 from runtime.agent.turn import TurnConfig
 from runtime.providers.base import Provider
-from runtime.sessionlog import SessionLog, read_log
+from runtime.sessionlog import SessionBusy, SessionLog, is_live_elsewhere, read_log
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ class SessionStore:
         self.dir = data_dir / "sessions"
         self._config = config or TurnConfig()
         self._sessions: dict[str, Session] = {}
+        self._loading: dict[str, trio.Lock] = {}
 
     def path_of(self, session_id: str) -> pathlib.Path:
         if not _SESSION_ID.fullmatch(session_id):
@@ -104,35 +107,51 @@ class SessionStore:
     async def load(self, session_id: str, *, provider: Callable[[dict[str, Any]], Provider],
                    announce: Callable[[str, AnnouncedEvent], None],
                    tools: Callable[[str], ToolsFactory]) -> Loaded:
-        """Open a session from its log; close a turn a crash cut off, honestly."""
+        """Open a session from its log; close the turns a crash cut off, honestly."""
+        lock = self._loading.setdefault(session_id, trio.Lock())
+        async with lock:  # two concurrent loads make one session, not two agents
+            return await self._load(session_id, provider=provider, announce=announce,
+                                    tools=tools)
+
+    async def _load(self, session_id: str, *, provider: Callable[[dict[str, Any]], Provider],
+                    announce: Callable[[str, AnnouncedEvent], None],
+                    tools: Callable[[str], ToolsFactory]) -> Loaded:
         if session_id in self._sessions:
             return Loaded(self._sessions[session_id], False)
         path = self.path_of(session_id)
         if not path.exists():
             raise RpcError(ErrorCode.NOT_FOUND, f"no session {session_id!r}")
+        if is_live_elsewhere(path):
+            raise RpcError(ErrorCode.BUSY, f"session {session_id} is open in another daemon")
         try:
-            contents = read_log(path)
+            # Off the event loop: a long log must not hold up agent.abort elsewhere.
+            contents = await trio.to_thread.run_sync(read_log, path)
             meta = contents.meta
         except ValueError as exc:
             raise RpcError(ErrorCode.INTERNAL, f"session log unreadable: {exc}") from exc
-        slog = SessionLog.reopen(path, contents)
+        try:
+            slog = SessionLog.reopen(path, contents)
+        except SessionBusy as exc:
+            raise RpcError(ErrorCode.BUSY, str(exc)) from exc
         # Repairs are announced with the replay that follows the load, not twice.
         journal = Journal(slog, lambda event: None, contents.events)
         recovered = False
-        open_turn = contents.open_turn()
-        if open_turn is not None:
+        result = aborted_result(before_dispatch=False,
+                                details={"recovered": "the runtime stopped mid-call"})
+        # Innermost (latest) first: a subagent's turn ends before its parent's call does.
+        for open_turn in reversed(contents.open_turns()):
             recovered = True
-            result = aborted_result(before_dispatch=False,
-                                    details={"recovered": "the runtime stopped mid-call"})
             for call in contents.unanswered_calls(open_turn.turn_id):
                 journal.append(functools.partial(_synthetic_result, call, result))
-            await journal.append_durably(lambda seq: TurnEnd(
-                seq, open_turn.turn_id,
-                TurnOutcome("interrupted", error="the runtime stopped during this turn"),
-                "error"))
+            await journal.append_durably(functools.partial(_interrupted_end, open_turn))
             log.info("session %s: closed interrupted turn %s", session_id, open_turn.turn_id)
         journal = Journal(slog, lambda event: announce(session_id, event), tuple(journal.events))
         return Loaded(self._add(meta, journal, provider(meta.provider), tools), recovered)
+
+    def discard(self, session_id: str) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.agent.journal.close()
 
     def get(self, session_id: str) -> Session:
         try:
@@ -158,13 +177,21 @@ class SessionStore:
             except (OSError, ValueError) as exc:
                 log.warning("skipping unreadable session log %s: %s", path, exc)
                 continue
+            # A session open in another daemon is running there, not interrupted.
+            interrupted = bool(contents.open_turns()) and not is_live_elsewhere(path)
             found.append(SessionInfo(meta.session_id, meta.workspace,
                                      meta.permission_mode,  # type: ignore[arg-type]
                                      meta.created_at, loaded=False,
-                                     interrupted=contents.open_turn() is not None))
+                                     interrupted=interrupted))
         return found
 
 
 def _synthetic_result(call: ToolCallEvent, result: ToolResult, seq: int) -> ToolResultEvent:
     return ToolResultEvent(seq, call.turn_id, call.step, call.call_id, True, result.code,
                            result.content, result.details)
+
+
+def _interrupted_end(turn: TurnStart, seq: int) -> TurnEnd:
+    return TurnEnd(seq, turn.turn_id,
+                   TurnOutcome("interrupted", error="the runtime stopped during this turn"),
+                   "error")

@@ -20,6 +20,7 @@ from typing import Any
 
 import trio
 
+from protocol.errors import ErrorCode
 from protocol.messages.client import AbortedCall, AgentAbortResult, AgentPromptResult
 from protocol.messages.events import (
     AssistantMessageEvent,
@@ -30,13 +31,20 @@ from protocol.messages.events import (
     TurnOutcome,
 )
 from protocol.messages.host import ToolsOutputParams
+from protocol.tools import error_result
 from runtime.agent.history import ModelHistory
 from runtime.agent.journal import Journal
 from runtime.agent.phase import PhaseEvent, PhaseKind, PhaseMachine
 from runtime.agent.task import CHILD_SEPARATOR, TaskTool
-from runtime.agent.turn import Turn, TurnConfig, wire_cause
+from runtime.agent.turn import Turn, TurnConfig, TurnEnding, wire_cause
 from runtime.providers.base import Provider
-from runtime.registry import AbortController, Cause, ToolDefinition, ToolRegistry
+from runtime.registry import (
+    AbortController,
+    AbortSignal,
+    Cause,
+    ToolDefinition,
+    ToolRegistry,
+)
 
 log = logging.getLogger(__name__)
 
@@ -123,21 +131,69 @@ class Agent:
                     history=self._history)
         with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
             try:
-                ending = await turn.run(controller.signal)
+                ending = await self._run_to_end(turn, controller.signal)
             finally:
                 self._routes.remove(route)
-            slot.end = ending.outcome
-            await self.journal.append_durably(lambda seq: TurnEnd(
-                seq, slot.turn_id, ending.outcome, ending.stop_reason))
-        self.turns += 1
+                slot.end = self._ending_of(slot.turn_id)
+                self.turns += 1
+                self._release(slot)
         log.info("session %s turn %s ended %s", self.session_id, slot.turn_id,
                  ending.outcome.kind)
+
+    def _release(self, slot: _TurnSlot) -> None:
+        """The turn is over (its turn/end durable, or the log broken): release its waiters."""
         self.machine.fire(PhaseEvent.END_TURN)
         self._current = None
-        slot.prompt.resolve(slot.turn_id, ending.stop_reason)
+        stop_reason = "error" if slot.end is None else (
+            "cancelled" if slot.end.kind == "aborted" else self._stop_reason(slot.turn_id))
+        slot.prompt.resolve(slot.turn_id, stop_reason)  # type: ignore[arg-type]
         slot.settled.set()
         if self.inbox:
             self._begin(self.inbox.popleft())
+
+    def _ending_of(self, turn_id: str) -> TurnOutcome | None:
+        for event in reversed(self.journal.by_turn.get(turn_id, [])):
+            if isinstance(event, TurnEnd):
+                return event.end
+        return None
+
+    def _stop_reason(self, turn_id: str) -> str:
+        for event in reversed(self.journal.by_turn.get(turn_id, [])):
+            if isinstance(event, TurnEnd):
+                return event.stop_reason
+        return "error"
+
+    async def _run_to_end(self, turn: Turn, signal: AbortSignal) -> TurnEnding:
+        """Run a turn and record its turn/end, whatever happens inside it.
+
+        This is the one place a turn's unexpected failure (a bug, a model answer the
+        scheduler refuses, a failing disk) is mapped: the turn ends ``error``, and every
+        call it recorded without a result gets one saying its outcome is unknown.
+        """
+        try:
+            ending = await turn.run(signal)
+        except Exception as exc:  # the turn's one mapping of unexpected failures
+            log.exception("session %s turn %s failed", self.session_id, turn.turn_id)
+            ending = TurnEnding(TurnOutcome("error", error=f"internal error: "
+                                            f"{type(exc).__name__}: {exc}"), "error")
+        try:
+            self._balance(turn.turn_id)
+            await self.journal.append_durably(lambda seq: TurnEnd(
+                seq, turn.turn_id, ending.outcome, ending.stop_reason))
+        except OSError:
+            log.exception("session %s: the log could not record the end of %s",
+                          self.session_id, turn.turn_id)
+        return ending
+
+    def _balance(self, turn_id: str) -> None:
+        answered = {e.call_id for e in self.journal.by_turn.get(turn_id, [])
+                    if isinstance(e, ToolResultEvent)}
+        for call in [e for e in self.journal.by_turn.get(turn_id, [])
+                     if isinstance(e, ToolCallEvent) and e.call_id not in answered]:
+            result = error_result(ErrorCode.INTERNAL, "the runtime failed during this call; "
+                                  "its outcome is unknown", body_invoked=True)
+            self.journal.append(lambda seq, c=call, r=result: ToolResultEvent(  # type: ignore[misc]
+                seq, c.turn_id, c.step, c.call_id, True, r.code, r.content, r.details))
 
     async def _run_child(self, turn_id: str, prompt: str,
                          controller: AbortController) -> tuple[TurnEnd, str]:
@@ -148,12 +204,10 @@ class Agent:
             turn = Turn(turn_id=turn_id, prompt=prompt, journal=self.journal,
                         provider=self._provider, registry=registry, definitions=definitions,
                         config=self._config, history=self._history)
-            ending = await turn.run(controller.signal)
+            ending = await self._run_to_end(turn, controller.signal)
         finally:
             self._routes.remove(route)
-        end = await self.journal.append_durably(lambda seq: TurnEnd(
-            seq, turn_id, ending.outcome, ending.stop_reason))
-        assert isinstance(end, TurnEnd)
+        end = TurnEnd(-1, turn_id, ending.outcome, ending.stop_reason)
         texts = [e for e in self.journal.by_turn.get(turn_id, [])
                  if isinstance(e, AssistantMessageEvent)]
         text = "".join(b.text for b in texts[-1].blocks if b.type == "text") if texts else ""

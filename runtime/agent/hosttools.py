@@ -58,6 +58,8 @@ BEFORE_BODY_STATES = frozenset({"tombstoned", "admission", "permission-pending"}
 class HostPort(Protocol):
     async def request(self, method: str, params: msgspec.Struct) -> Any: ...
 
+    async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any: ...
+
 
 ProgressSink = Callable[[str, str, str], None]  # (call id, stream, text)
 AbortSink = Callable[[str, str, ToolsAbortResult], None]  # (call id, tool, host answer)
@@ -149,7 +151,8 @@ class HostTools:
             call.abort_started = True
             kind, reason = _wire_cause(signal.cause)
             try:
-                answer: ToolsAbortResult = await self._host.request("tools.abort", ToolsAbortParams(
+                answer: ToolsAbortResult = await self._host.request_if_alive(
+                    "tools.abort", ToolsAbortParams(
                     self._session_id, call.host_call_id, call.tool, kind, reason))
                 call.abort_answer = answer
                 self._on_abort(call.call_id, call.tool, answer)

@@ -163,9 +163,10 @@ class Turn:
 
     async def _stream(self, request: ModelRequest, step: int, signal: AbortSignal) -> Assembler:
         assembler = Assembler()
-        async with self._provider.stream(request) as chunks:
-            signal.raise_if_aborted()  # before the stream starts
-            with cancel_on_abort(signal):
+        signal.raise_if_aborted()  # before the stream starts
+        # Opening the stream (an HTTP request waiting for headers) is stoppable too.
+        with cancel_on_abort(signal):
+            async with self._provider.stream(request) as chunks:
                 async for chunk in chunks:
                     if signal.aborted:  # on every chunk
                         break

@@ -114,9 +114,12 @@ class Endpoint:
             async with trio.open_nursery() as handlers:
                 self._nursery = handlers
                 task_status.started()
-                with self._read_scope:
-                    await self._read_loop()
-                self._on_closed()
+                try:
+                    with self._read_scope:
+                        await self._read_loop()
+                finally:
+                    # Also when the link is cancelled: nobody may wait for an answer forever.
+                    self._on_closed()
             self._out_send.close()
 
     def stop_reading(self) -> None:

@@ -31,7 +31,7 @@ async def test_append_read_and_sync(tmp_path: pathlib.Path) -> None:
     contents = read_log(path)
     assert [e.seq for e in contents.events] == [0, 1, 2]
     assert contents.meta.session_id == "s1"
-    assert contents.open_turn() is None
+    assert contents.open_turns() == []
     assert oct(path.stat().st_mode & 0o777) == "0o600"
 
 
@@ -46,8 +46,7 @@ def test_torn_last_line_is_ignored_then_cut(tmp_path: pathlib.Path) -> None:
         f.write(b'{"kind":"tool/result","seq":3,"turnId":"t1","ste')
     contents = read_log(path)
     assert contents.torn_bytes > 0
-    turn = contents.open_turn()
-    assert turn is not None and turn.turn_id == "t1"
+    assert [t.turn_id for t in contents.open_turns()] == ["t1"]
     assert [c.call_id for c in contents.unanswered_calls("t1")] == ["c1"]
     reopened = SessionLog.reopen(path, contents)
     reopened.append(ToolResultEvent(reopened.next_seq(), "t1", 0, "c1", True, "ABORTED", ()))
@@ -69,3 +68,17 @@ def test_create_refuses_to_overwrite(tmp_path: pathlib.Path) -> None:
     SessionLog.create(path).close()
     with pytest.raises(FileExistsError):
         SessionLog.create(path)
+
+
+def test_a_parent_and_its_subagent_can_both_be_open(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "s.jsonl"
+    log = SessionLog.create(path)
+    log.append(meta(log.next_seq()))
+    log.append(TurnStart(log.next_seq(), "t1"))
+    log.append(ToolCallEvent(log.next_seq(), "t1", 0, "task", "Task", "local", {}))
+    log.append(TurnStart(log.next_seq(), "t1~task"))
+    log.append(ToolCallEvent(log.next_seq(), "t1~task", 0, "b1", "Bash", "process", {}))
+    log.close()
+    contents = read_log(path)
+    assert [t.turn_id for t in contents.open_turns()] == ["t1", "t1~task"]
+    assert [c.call_id for c in contents.unanswered_calls("t1")] == ["task"]
