@@ -29,6 +29,7 @@ from runtime.registry import (
 )
 
 CHILD_SEPARATOR = "~"
+HOST_CRASHED_ERROR = "the host crashed under"  # how a turn's turn/end names a host crash
 
 
 class TaskArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
@@ -78,6 +79,10 @@ class TaskTool:
                                   extra_text=f"The subagent was stopped. Its partial answer:\n"
                                              f"{text}" if text else "")
         if end.end.kind == "error":
-            return error_result(ErrorCode.TOOL_FAILED, f"subagent failed: {end.end.error}",
+            # A host crash under the child is one under the parent too: its turn ends error.
+            code = (ErrorCode.HOST_CRASHED
+                    if (end.end.error or "").startswith(HOST_CRASHED_ERROR)
+                    else ErrorCode.TOOL_FAILED)
+            return error_result(code, f"subagent failed: {end.end.error}",
                                 body_invoked=True, details=details)
         return ok_result(text or "(the subagent gave no answer)", details=details)

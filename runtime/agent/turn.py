@@ -30,6 +30,7 @@ from protocol.tools import ToolResult
 from runtime.agent.assembler import Assembler
 from runtime.agent.history import ModelHistory
 from runtime.agent.journal import Journal
+from runtime.agent.task import HOST_CRASHED_ERROR
 from runtime.providers.base import ModelRequest, Provider, ProviderError, ToolSchema
 from runtime.registry import (
     AbortError,
@@ -147,7 +148,7 @@ class Turn:
                            if r.code == "HOST_CRASHED"]
                 if crashed:  # every call has its result; the turn cannot go on honestly
                     return TurnEnding(TurnOutcome(
-                        "error", error=f"the host crashed under {', '.join(crashed)}"), "error")
+                        "error", error=f"{HOST_CRASHED_ERROR} {', '.join(crashed)}"), "error")
             signal.raise_if_aborted()
             return TurnEnding(TurnOutcome("completed"), "max_steps")
         except AbortError as stop:
