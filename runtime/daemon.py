@@ -126,6 +126,8 @@ class Daemon:
         self._client = self.permissions.client = client
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            # In the outer nursery: it must not hold the client's drain open.
+            nursery.start_soon(self._shutdown_on_signal)
             await nursery.start(self.host.run)
             try:
                 await nursery.start(self.ops_server.serve)
@@ -134,7 +136,6 @@ class Daemon:
             async with trio.open_nursery() as client_nursery:
                 client_nursery.start_soon(client.run)
                 client_nursery.start_soon(self._shutdown_on_eof, client)
-                client_nursery.start_soon(self._shutdown_on_signal)
                 await self._shutdown.wait()
                 client.stop_reading()
                 await self._quiesce()
