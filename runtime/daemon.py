@@ -166,25 +166,18 @@ class Daemon:
         """
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as nursery:
-                async def watchdog() -> None:
-                    await trio.sleep(DISPOSE_GRACE)
-                    log.warning("turns still unsettled after %.0f s: stopping the host "
-                                "under them", DISPOSE_GRACE)
-                    await self.host.stop()
-
-                watch = trio.CancelScope()
-
-                async def guard() -> None:
-                    with watch:
-                        await watchdog()
-
-                nursery.start_soon(guard)
+                nursery.start_soon(self._stop_host_after, DISPOSE_GRACE)
                 async with trio.open_nursery() as disposals:
                     for session in self.sessions.all():
                         if session.agent.busy or session.agent.inbox:
                             disposals.start_soon(self._dispose, session)
-                watch.cancel()
+                nursery.cancel_scope.cancel()  # every turn settled: no watchdog needed
             await self.host.stop()
+
+    async def _stop_host_after(self, delay: float) -> None:
+        await trio.sleep(delay)
+        log.warning("turns still unsettled after %.0f s: stopping the host under them", delay)
+        await self.host.stop()
 
     @staticmethod
     async def _dispose(session: Session) -> None:

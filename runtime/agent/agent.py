@@ -134,34 +134,27 @@ class Agent:
                 ending = await self._run_to_end(turn, controller.signal)
             finally:
                 self._routes.remove(route)
-                slot.end = self._ending_of(slot.turn_id)
                 self.turns += 1
-                self._release(slot)
+                self._release(slot, self._recorded_end(slot.turn_id))
         log.info("session %s turn %s ended %s", self.session_id, slot.turn_id,
                  ending.outcome.kind)
 
-    def _release(self, slot: _TurnSlot) -> None:
-        """The turn is over (its turn/end durable, or the log broken): release its waiters."""
+    def _release(self, slot: _TurnSlot, end: TurnEnd | None) -> None:
+        """The turn is over (its turn/end durable, or the log broken): release its waiters
+        with what the log says, never more."""
         self.machine.fire(PhaseEvent.END_TURN)
         self._current = None
-        stop_reason = "error" if slot.end is None else (
-            "cancelled" if slot.end.kind == "aborted" else self._stop_reason(slot.turn_id))
-        slot.prompt.resolve(slot.turn_id, stop_reason)  # type: ignore[arg-type]
+        slot.end = end.end if end is not None else None
+        slot.prompt.resolve(slot.turn_id, end.stop_reason if end is not None else "error")
         slot.settled.set()
         if self.inbox:
             self._begin(self.inbox.popleft())
 
-    def _ending_of(self, turn_id: str) -> TurnOutcome | None:
+    def _recorded_end(self, turn_id: str) -> TurnEnd | None:
         for event in reversed(self.journal.by_turn.get(turn_id, [])):
             if isinstance(event, TurnEnd):
-                return event.end
+                return event
         return None
-
-    def _stop_reason(self, turn_id: str) -> str:
-        for event in reversed(self.journal.by_turn.get(turn_id, [])):
-            if isinstance(event, TurnEnd):
-                return event.stop_reason
-        return "error"
 
     async def _run_to_end(self, turn: Turn, signal: AbortSignal) -> TurnEnding:
         """Run a turn and record its turn/end, whatever happens inside it.
