@@ -36,6 +36,14 @@ def marked_processes(mark: str) -> list[psutil.Process]:
     return found
 
 
+def command_line(proc: psutil.Process) -> str:
+    """The process's command line, or "" once it has exited (a zombie has none)."""
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return ""
+
+
 def wait_no_marked_processes(mark: str, timeout: float = 5.0) -> list[psutil.Process]:
     """Wait for every marked process to be gone; return the survivors (killed)."""
     deadline = time.monotonic() + timeout

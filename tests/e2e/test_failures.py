@@ -19,7 +19,7 @@ from protocol.messages.events import ToolProgressEvent, TurnEnd, TurnStart
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.providers.fakeserver import FakeServer, Reply
-from tests.support import marked_processes
+from tests.support import command_line, marked_processes
 
 
 async def test_a_model_answer_the_scheduler_refuses_ends_the_turn_not_the_daemon(
@@ -133,7 +133,7 @@ async def test_sighup_to_runtime_and_host_leaves_nothing(tmp_path: pathlib.Path,
                 code = await agent.daemon.process.wait()
         assert code == 0
     with trio.fail_after(10):
-        while [p for p in marked_processes(marked.mark) if "sleep" in " ".join(p.cmdline())]:
+        while [p for p in marked_processes(marked.mark) if "sleep" in command_line(p)]:
             await trio.sleep(0.05)
     ends = [e for e in agent.log() if isinstance(e, TurnEnd)]
     assert ends and ends[-1].end.kind in {"aborted", "error"}

@@ -14,7 +14,7 @@ import trio
 from protocol.messages.events import ToolCallEvent, ToolProgressEvent, TurnEnd
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon, call, text
-from tests.support import marked_processes
+from tests.support import command_line, marked_processes
 
 DOUBLE_FORK = "echo up; ( setsid sleep 60 & ) ; ( sleep 60 & ) ; sleep 60"
 
@@ -26,7 +26,7 @@ def host_pid(agent: Agent) -> int:
 
 def tool_processes(mark: str, *exclude: int) -> list[psutil.Process]:
     return [p for p in marked_processes(mark)
-            if p.pid not in exclude and "sleep" in " ".join(p.cmdline())]
+            if p.pid not in exclude and "sleep" in command_line(p)]
 
 
 @pytest.mark.parametrize(("tool", "args", "started"), [

@@ -47,7 +47,7 @@ from protocol.tools import (
     ToolResult,
 )
 from runtime.host_link import HostLink
-from tests.support import marked_processes
+from tests.support import command_line, marked_processes
 
 # -- what an example is made of ------------------------------------------------------
 
@@ -409,8 +409,8 @@ class InterleavingHost:
             run.effect = observe(workspace, run)
         survivors: list[str] = []
         if any(run.tool == "Bash" for run in runs):
-            survivors = [f"{p.pid} {' '.join(p.cmdline())}" for p in marked_processes(self.mark)
-                         if p.pid != self.host_pid]
+            survivors = [f"{p.pid} {cmd}" for p in marked_processes(self.mark)
+                         if p.pid != self.host_pid and (cmd := command_line(p))]
         leftovers = [str(p.relative_to(workspace)) for p in workspace.rglob("*.tmp")]
         for rid in set(self.withdrawn) - withdrawn_before:
             if rid not in self.request_owner:
