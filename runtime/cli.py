@@ -1,4 +1,5 @@
-"""The ``quiesce`` command: ``serve`` (the runtime daemon), ``host``, ``demo``."""
+"""The ``quiesce`` command: ``serve`` (the runtime daemon), ``acp`` (the same daemon speaking
+the Agent Client Protocol), ``chat`` (a terminal client), ``host``, ``ops``, ``demo``."""
 
 from __future__ import annotations
 
@@ -72,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
     sub.add_parser("ops", add_help=False,
                    help="find running daemons and act on their sessions (quiesce ops --help)")
+    sub.add_parser("acp", add_help=False,
+                   help="run the daemon on stdin/stdout speaking the Agent Client Protocol "
+                        "(quiesce acp --help)")
+    sub.add_parser("chat", add_help=False,
+                   help="talk to the agent in this terminal (quiesce chat --help)")
     demo = sub.add_parser("demo", help="run the demonstration in a temporary workspace")
     demo.add_argument("--keep", action="store_true", help="keep the workspace afterwards")
     args, rest = parser.parse_known_args(argv)
@@ -84,6 +90,14 @@ def main(argv: list[str] | None = None) -> int:
         from runtime.ops.cli import main as ops_main
 
         return ops_main(rest)
+    if args.command == "acp":
+        from runtime.acp.cli import main as acp_main
+
+        return acp_main(rest)
+    if args.command == "chat":
+        from runtime.chat.cli import main as chat_main
+
+        return chat_main(rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     if args.command == "serve":

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from protocol.messages.common import Struct
+from protocol.messages.common import McpServerConfig, Struct
 from protocol.messages.events import AnnouncedEvent, Cause, StopReason
 from protocol.tools import ToolResult
 
@@ -33,6 +33,7 @@ class SessionNewParams(Struct, frozen=True):
     workspace: str
     permission_mode: PermissionMode = "ask"
     provider: ProviderConfig | None = None
+    mcp_servers: tuple[McpServerConfig, ...] = ()
 
 
 class SessionNewResult(Struct, frozen=True):

@@ -30,3 +30,13 @@ class InitializeResult(Struct, frozen=True):
     protocol_version: str
     server_info: PeerInfo
     capabilities: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class McpServerConfig(Struct, frozen=True):
+    """An MCP server the host starts over stdio; its tools become the session's plugin
+    tools, named ``mcp__<name>__<tool>``."""
+
+    name: str
+    command: str
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = msgspec.field(default_factory=dict)

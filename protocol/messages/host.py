@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from protocol.messages.client import PermissionMode
-from protocol.messages.common import Struct
+from protocol.messages.common import McpServerConfig, Struct
 
 AbortCause = Literal["user", "parent", "hook", "disposed", "operator", "timeout"]
 CallState = Literal[
@@ -17,6 +17,7 @@ class SessionOpenParams(Struct, frozen=True):
     session_id: str
     workspace: str
     permission_mode: PermissionMode = "ask"
+    mcp_servers: tuple[McpServerConfig, ...] = ()
 
 
 class ToolsExecuteParams(Struct, frozen=True):
