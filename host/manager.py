@@ -84,6 +84,7 @@ class HostSession:
     workspace: Workspace
     permission_mode: PermissionMode
     allowed: set[str] = field(default_factory=set)
+    denied: set[str] = field(default_factory=set)
 
 
 class CallManager:
@@ -144,11 +145,18 @@ class CallManager:
                                 body_invoked=False)
         async with AsyncExitStack() as slot:
             with call.pre_body:
-                if evaluate(session.permission_mode, call.tool, call.tool_class,
-                            session.allowed) is Verdict.ASK:
+                verdict = evaluate(session.permission_mode, call.tool, call.tool_class,
+                                   session.allowed, session.denied)
+                if verdict is Verdict.DENY:
+                    return error_result(ErrorCode.TOOL_DENIED,
+                                        f"{call.tool} was denied for this session",
+                                        body_invoked=False)
+                if verdict is Verdict.ASK:
                     call.state = "permission-pending"
                     decision = await self._ask(call, session, raw_args)
-                    if decision == "deny":
+                    if decision in ("deny", "deny-session"):
+                        if decision == "deny-session":
+                            session.denied.add(call.tool)
                         return error_result(ErrorCode.TOOL_DENIED,
                                             f"permission to run {call.tool} was denied",
                                             body_invoked=False)

@@ -11,12 +11,19 @@ from protocol.toolclass import ToolClass
 class Verdict(enum.Enum):
     ALLOW = "allow"
     ASK = "ask"
+    DENY = "deny"
 
 
 def evaluate(mode: PermissionMode, tool: str, tool_class: ToolClass,
-             session_allowed: frozenset[str] | set[str]) -> Verdict:
-    """Read-only tools inside the workspace are allowed; confinement is the tool's check."""
-    if tool_class is ToolClass.READ_ONLY or mode == "auto" or tool in session_allowed:
+             session_allowed: frozenset[str] | set[str],
+             session_denied: frozenset[str] | set[str] = frozenset()) -> Verdict:
+    """Read-only tools inside the workspace are allowed; confinement is the tool's check.
+    A tool the user denied for the session ("deny-session") is denied without asking."""
+    if tool_class is ToolClass.READ_ONLY:
+        return Verdict.ALLOW
+    if tool in session_denied:
+        return Verdict.DENY
+    if mode == "auto" or tool in session_allowed:
         return Verdict.ALLOW
     if mode == "accept-edits" and tool_class is ToolClass.MUTATING:
         return Verdict.ALLOW

@@ -159,4 +159,4 @@ def aborted_result(*, before_dispatch: bool, details: dict[str, Any] | None = No
     )
 
 
-Decision = Literal["allow-once", "allow-session", "deny"]
+Decision = Literal["allow-once", "allow-session", "deny", "deny-session"]

@@ -61,7 +61,7 @@ class PermissionRequestParams(Struct, frozen=True):
 
 
 class PermissionRequestResult(Struct, frozen=True):
-    decision: Literal["allow-once", "allow-session", "deny"]
+    decision: Literal["allow-once", "allow-session", "deny", "deny-session"]
 
 
 class PermissionWithdrawnParams(Struct, frozen=True):

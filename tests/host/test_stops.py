@@ -126,6 +126,21 @@ async def test_permission_denied_and_allowed(tmp_path: pathlib.Path, marked: Mar
         assert not again.is_error and len(host.permission_requests) == 2
 
 
+async def test_deny_for_the_session_is_not_asked_again(tmp_path: pathlib.Path,
+                                                      marked: Marked) -> None:
+    async def answer(params: PermissionRequestParams) -> PermissionRequestResult:
+        return PermissionRequestResult("deny-session")
+
+    async with running_host(str(tmp_path), marked.env(), mode="ask", answer=answer) as host:
+        first = await host.execute("w1", "Write", {"path": "a.txt", "content": "1"})
+        second = await host.execute("w2", "Write", {"path": "a.txt", "content": "2"})
+        assert [first.code, second.code] == ["TOOL_DENIED", "TOOL_DENIED"]
+        assert not first.body_invoked and not second.body_invoked
+        assert len(host.permission_requests) == 1 and not (tmp_path / "a.txt").exists()
+        read = await host.execute("r1", "Read", {"path": "missing.txt"})
+        assert read.code != "TOOL_DENIED"  # read-only tools are never asked nor denied
+
+
 async def test_permission_timeout_is_a_deny(tmp_path: pathlib.Path, marked: Marked) -> None:
     async with running_host(str(tmp_path), marked.env(), mode="ask",
                             config={"permission_timeout": 0.2}) as host:
