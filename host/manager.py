@@ -11,7 +11,9 @@ to a running body is the tool class's policy:
   collected before termination.
 - mutating: the body is shielded and completes atomically; the call ends
   ``ABORTED`` with what the operation did in ``details``.
-- plugin: the body watches ``stop`` and forwards it to the plugin.
+- plugin: the body watches ``stop`` and forwards it to the plugin (MCP
+  ``notifications/cancelled``), and awaits its answer; an operator's force kills
+  the plugin server's process tree (``host.plugins``).
 
 "Body invoked" is recorded immediately before the body is called; it alone
 separates ``ABORTED`` from ``ABORTED_BEFORE_DISPATCH``.
@@ -32,16 +34,20 @@ import trio
 from host.admission import Admission, AdmissionLimits, Overloaded
 from host.calls import Call, CallTable
 from host.permissions import Verdict, evaluate, risk_of
+from host.plugins import PluginSettings, SessionPlugins, load_servers
 from host.tombstones import TombstoneRegistry
 from host.tools import TOOLS, ToolSpec
 from host.tools.context import HostToolConfig, ToolContext
 from host.workspace import Workspace
 from protocol.errors import ErrorCode, RpcError
+from protocol.mcp import PluginConfigError
 from protocol.messages.client import PermissionMode
+from protocol.messages.common import McpServerConfig
 from protocol.messages.host import (
     AbortCause,
     PermissionRequestParams,
     PermissionWithdrawnParams,
+    PluginsListResult,
     ToolsAbortParams,
     ToolsAbortResult,
     ToolsExecuteParams,
@@ -76,6 +82,7 @@ class HostConfig:
     tombstone_ttl: float = 60.0
     tombstone_capacity: int = 10_000
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
+    plugins: PluginSettings = field(default_factory=PluginSettings)
 
 
 @dataclass
@@ -83,6 +90,7 @@ class HostSession:
     session_id: str
     workspace: Workspace
     permission_mode: PermissionMode
+    plugins: SessionPlugins
     allowed: set[str] = field(default_factory=set)
     denied: set[str] = field(default_factory=set)
 
@@ -103,12 +111,45 @@ class CallManager:
         # The host pid: a runtime that outlives a crashed host can still find its trees.
         self.marker_value = str(os.getpid())
 
-    def open_session(self, session_id: str, workspace: str, mode: PermissionMode) -> None:
+    def open_session(self, session_id: str, workspace: str, mode: PermissionMode,
+                     mcp_servers: tuple[McpServerConfig, ...] = ()) -> None:
         if "\x00" in workspace or not os.path.isabs(workspace) or not os.path.isdir(workspace):
             raise RpcError(ErrorCode.INVALID_PARAMS,
                            "workspace must be an absolute path to a directory",
                            {"workspace": workspace})
-        self.sessions[session_id] = HostSession(session_id, Workspace(workspace), mode)
+        try:
+            servers = load_servers(workspace, mcp_servers)
+        except PluginConfigError as exc:
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"plugin servers: {exc}") from exc
+        old = self.sessions.get(session_id)
+        if old is not None and old.plugins.configs == servers:
+            plugins = old.plugins  # re-opened as it was: its servers keep running
+        else:
+            if old is not None and self._background is not None:
+                self._background.start_soon(old.plugins.close, "its session was re-opened")
+            plugins = SessionPlugins(
+                session_id, workspace, servers, kill_grace=self.config.tools.kill_grace,
+                settings=self.config.plugins, nursery=self._nursery,
+                marker=lambda name: (ENV_MARKER,
+                                     f"{self.marker_value}:{session_id}:plugin-{name}"))
+        self.sessions[session_id] = HostSession(session_id, Workspace(workspace), mode, plugins)
+
+    def _nursery(self) -> trio.Nursery:
+        assert self._background is not None, "attach() the manager to a nursery first"
+        return self._background
+
+    async def list_plugins(self, session_id: str) -> PluginsListResult:
+        session = self.sessions.get(session_id)
+        if session is None:
+            raise RpcError(ErrorCode.NOT_FOUND, f"unknown session {session_id!r}")
+        return await session.plugins.list_all()
+
+    async def close_plugins(self, why: str) -> None:
+        """Kill every plugin server's tree (the host is leaving)."""
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                for session in self.sessions.values():
+                    nursery.start_soon(session.plugins.close, why)
 
     # -- execute --------------------------------------------------------------------
 
@@ -122,7 +163,7 @@ class CallManager:
         if session is None:
             return error_result(ErrorCode.NOT_FOUND, f"unknown session {params.session_id!r}",
                                 body_invoked=False)
-        spec = self._tools.get(params.tool)
+        spec = self._tools.get(params.tool) or session.plugins.spec(params.tool)
         if spec is None:
             return error_result(ErrorCode.NOT_FOUND, f"unknown tool {params.tool!r}",
                                 body_invoked=False)
@@ -223,10 +264,23 @@ class CallManager:
             return outcome[0]
         log.warning("call %s/%s (%s) forced by an operator; its body is abandoned",
                     call.session_id, call.call_id, call.tool)
-        return aborted_result(before_dispatch=False, details={
+        details: dict[str, Any] = {
             "forced": True,
             "note": "an operator stopped waiting for this operation; its effects are unknown",
-        })
+        }
+        if call.tool_class is ToolClass.PLUGIN:
+            details.update(await self._kill_plugin_of(call))
+        return aborted_result(before_dispatch=False, details=details)
+
+    async def _kill_plugin_of(self, call: Call) -> dict[str, Any]:
+        """A forced plugin call: its server's whole tree dies (restarted on next use)."""
+        session = self.sessions.get(call.session_id)
+        routed = session.plugins.route(call.tool) if session is not None else None
+        if routed is None:
+            return {}
+        server, _ = routed
+        await server.kill("an operator forced a call")
+        return {"pluginServerKilled": server.config.name}
 
     def _classify(self, call: Call, result: ToolResult | None) -> ToolResult:
         if call.forced and result is not None and result.details.get("forced"):
@@ -315,8 +369,20 @@ class CallManager:
         for call in self.calls:
             call.request_stop(cause)
         wait_for = within if within is not None else self.config.tools.kill_grace + 5.0
-        with trio.move_on_after(wait_for) as scope:
-            await self.calls.idle.wait()
+        async with trio.open_nursery() as nursery:
+            # Plugin servers die with the host. Nobody waits for a plugin call any more,
+            # so one that has not settled once an honoured stop would have (the quiet
+            # window) ends with its server, as a Bash call ends with its tree.
+            nursery.start_soon(self._close_plugins_after, self.config.plugins.quiet_window + 1.0)
+            with trio.move_on_after(wait_for) as scope:
+                await self.calls.idle.wait()
+            nursery.cancel_scope.cancel()
         if scope.cancelled_caught:
             log.warning("%d calls still running after stop_all", len(self.calls))
+        await self.close_plugins("the host is stopping")
+
+    async def _close_plugins_after(self, delay: float) -> None:
+        await trio.sleep(delay)
+        if any(call.tool_class is ToolClass.PLUGIN for call in self.calls):
+            await self.close_plugins("the host is stopping")
 

@@ -3,7 +3,8 @@
 ``tools.abort`` is handled in its own task like every request, and never
 passes through admission, so it is read and acted on while every execution
 slot is busy. When the runtime's pipe closes, every call is stopped as for a
-stop (process trees killed) and the host exits.
+stop (process trees killed), every plugin server's tree is killed, and the host
+exits.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from protocol.messages.host import (
     PermissionRequestParams,
     PermissionRequestResult,
     PermissionWithdrawnParams,
+    PluginsListParams,
+    PluginsListResult,
     SessionOpenParams,
     ToolsAbortParams,
     ToolsAbortResult,
@@ -70,6 +73,7 @@ class HostServer:
         return {
             "initialize": self.initialize,
             "session.open": self.session_open,
+            "plugins.list": self.plugins_list,
             "tools.execute": self.tools_execute,
             "tools.abort": self.tools_abort,
             "tools.force": self.tools_force,
@@ -85,6 +89,7 @@ class HostServer:
                 nursery.start_soon(self._stop_on_signal)
                 await self.endpoint.run()
                 nursery.cancel_scope.cancel()
+            await self.manager.close_plugins("the host is exiting")
             background.cancel_scope.cancel()  # forced bodies still running are abandoned
 
     async def _stop_on_signal(self) -> None:
@@ -110,8 +115,12 @@ class HostServer:
                                 {"tools": tools, "pid": os.getpid()})
 
     async def session_open(self, params: SessionOpenParams) -> Empty:
-        self.manager.open_session(params.session_id, params.workspace, params.permission_mode)
+        self.manager.open_session(params.session_id, params.workspace, params.permission_mode,
+                                  params.mcp_servers)
         return Empty()
+
+    async def plugins_list(self, params: PluginsListParams) -> PluginsListResult:
+        return await self.manager.list_plugins(params.session_id)
 
     async def tools_execute(self, params: ToolsExecuteParams) -> ToolResult:
         return await self.manager.execute(params)

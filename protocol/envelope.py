@@ -8,7 +8,7 @@ id where one can be recovered, so an endpoint answers it and keeps serving.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -108,7 +108,42 @@ def _parse_frame(data: bytes, incoming: Direction) -> Parsed:
     return _parse_one(data, incoming)
 
 
+class _Result(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The common answer: a success with an id, nothing else."""
+
+    jsonrpc: Literal["2.0"]
+    id: RequestId
+    result: msgspec.Raw
+
+
+_result_decoder = msgspec.json.Decoder(_Result)
+
+
 def _parse_one(data: bytes, incoming: Direction) -> Incoming:
+    # Fast paths, one decode each: a well-formed request or notification is exactly
+    # one member of the direction's union; a well-formed success is exactly a
+    # _Result. Anything either refuses takes the careful path below, which works
+    # out the error it deserves (and the id, where there is one).
+    try:
+        message = incoming.decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        pass
+    else:
+        method = type(message).__struct_config__.tag  # the union's tag is the method
+        request_id = getattr(message, "id", None)
+        if request_id is None:
+            return IncomingNotification(method, message.params)
+        return IncomingRequest(request_id, method, message.params)
+    try:
+        answer = _result_decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        pass
+    else:
+        return IncomingResponse(answer.id, answer.result, None)
+    return _parse_careful(data, incoming)
+
+
+def _parse_careful(data: bytes, incoming: Direction) -> Incoming:
     try:
         env = _envelope_decoder.decode(data)
     except msgspec.ValidationError:

@@ -33,6 +33,8 @@ from protocol.messages.host import (
     PermissionRequestParams,
     PermissionRequestResult,
     PermissionWithdrawnParams,
+    PluginsListParams,
+    PluginsListResult,
     SessionOpenParams,
     ToolsAbortParams,
     ToolsAbortResult,
@@ -152,7 +154,13 @@ RUNTIME_TO_CLIENT = Direction("runtime → client", [
 RUNTIME_TO_HOST = Direction("runtime → host", [
     MethodSpec("initialize", InitializeParams, InitializeResult, INITIALIZE_DOC),
     MethodSpec("session.open", SessionOpenParams, Empty,
-               "Tell the host a session's workspace and permission mode."),
+               "Tell the host a session's workspace, permission mode and plugin servers "
+               "(added to, or replacing by name, those of the workspace's .quiesce/mcp.json); "
+               "bad plugin configuration is INVALID_PARAMS. Starts no server."),
+    MethodSpec("plugins.list", PluginsListParams, PluginsListResult,
+               "Start the session's plugin (MCP) servers not yet running and list their "
+               "tools, named mcp__<server>__<tool>; a server that fails to start is reported "
+               "with its error, not raised."),
     MethodSpec("tools.execute", ToolsExecuteParams, ToolResult,
                "Run one tool call; always answers with exactly one tool result."),
     MethodSpec("tools.abort", ToolsAbortParams, ToolsAbortResult,

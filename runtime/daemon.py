@@ -19,6 +19,7 @@ import trio
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
+from protocol.mcp import PluginConfigError, check_servers
 from protocol.messages.client import (
     AgentAbortParams,
     AgentAbortResult,
@@ -37,6 +38,8 @@ from protocol.messages.client import (
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.messages.events import AnnouncedEvent, ToolAbortEvent, ToolProgressEvent
 from protocol.messages.host import (
+    PluginsListParams,
+    PluginsListResult,
     SessionOpenParams,
     ToolsAbortResult,
     ToolsExecuteParams,
@@ -214,7 +217,8 @@ class Daemon:
 
             tools = HostTools(self.host, session_id, turn_id, on_progress=on_progress,
                               on_abort=on_abort, process_grace=self.process_grace,
-                              background=self._nursery)
+                              background=self._nursery,
+                              plugin_tools=self.sessions.get(session_id).plugin_tools)
             definitions = tools.definitions()
             self.ops.track_tools(session_id, turn_id, tools)
             return ToolRegistry(definitions), definitions, tools.on_output
@@ -261,18 +265,40 @@ class Daemon:
     async def session_new(self, params: SessionNewParams) -> SessionNewResult:
         self._require_initialized()
         config, provider = self._provider(params.provider)
-        session = self.sessions.create(params.workspace, params.permission_mode, config,
-                                       provider, self._announce, self._tools_factory)
         try:
-            await self.host.open_session(SessionOpenParams(
-                session.session_id, session.workspace, session.permission_mode))
+            check_servers(params.mcp_servers, "mcpServers")
+        except PluginConfigError as exc:
+            raise RpcError(ErrorCode.INVALID_PARAMS, str(exc)) from exc
+        session = self.sessions.create(params.workspace, params.permission_mode, config,
+                                       provider, self._announce, self._tools_factory,
+                                       params.mcp_servers)
+        try:
+            await self.host.open_session(self._open_params(session))
+            listed = await self._list_plugins(session)
         except BaseException:
             # Never leave a session that can accept a prompt nobody would run.
-            self.sessions.discard(session.session_id)
+            self.sessions.discard(session.session_id, forget=True)
+            self.host.forget_session(session.session_id)
             raise
         self._start_agent(session)
         log.info("session %s opened on %s", session.session_id, session.workspace)
-        return SessionNewResult(session.session_id)
+        return SessionNewResult(session.session_id, listed.servers)
+
+    @staticmethod
+    def _open_params(session: Session) -> SessionOpenParams:
+        return SessionOpenParams(session.session_id, session.workspace, session.permission_mode,
+                                 session.mcp_servers)
+
+    async def _list_plugins(self, session: Session) -> PluginsListResult:
+        """Start the session's plugin servers; their tools are offered from the next turn."""
+        listed: PluginsListResult = await self.host.request(
+            "plugins.list", PluginsListParams(session.session_id))
+        session.plugin_tools = listed.tools
+        for server in listed.servers:
+            if server.error is not None:
+                log.warning("session %s: plugin server %s unavailable: %s",
+                            session.session_id, server.name, server.error)
+        return listed
 
     async def session_list(self, params: Empty) -> SessionListResult:
         self._require_initialized()
@@ -298,8 +324,8 @@ class Daemon:
             # The agent runs before the host hears of the session: if the host refuses
             # it (its workspace is gone), prompts still get answered (with that error).
             self._start_agent(session)
-            await self.host.open_session(SessionOpenParams(
-                session.session_id, session.workspace, session.permission_mode))
+            await self.host.open_session(self._open_params(session))
+            await self._list_plugins(session)
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered)

@@ -175,6 +175,10 @@ class HostSupervisor:
         self._sessions[params.session_id] = params
         await self.request("session.open", params)
 
+    def forget_session(self, session_id: str) -> None:
+        """A session that never opened: a later host is not told of it."""
+        self._sessions.pop(session_id, None)
+
     async def restart(self) -> tuple[int | None, int | None]:
         """Replace the current host: it is killed, so the calls waiting on it end
         HOST_CRASHED (as for a crash, without counting one), and a fresh one starts."""

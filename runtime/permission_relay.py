@@ -49,10 +49,18 @@ class PermissionRelay:
                 answer: PermissionRequestResult = await client.request("permission.request",
                                                                        params)
                 return answer
-            except (RemoteError, ConnectionClosed) as exc:
+            except RemoteError as exc:
                 log.info("permission %s: client could not answer (%s): deny",
                          params.request_id, exc)
                 return PermissionRequestResult("deny")
+            except ConnectionClosed:
+                # The client went away: the daemon is shutting down and disposes every
+                # turn, so this prompt is about to be withdrawn (cancelling this scope).
+                # Answering "deny" would record a refusal the user never made. The host's
+                # permission timeout still bounds the wait.
+                log.info("permission %s: client link closed; waiting for the withdrawal",
+                         params.request_id)
+                await trio.sleep_forever()
             finally:
                 self._pending.pop(params.request_id, None)
                 self._calls.pop(params.request_id, None)

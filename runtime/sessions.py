@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -18,6 +19,7 @@ import trio
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import PermissionMode, ProviderConfig, SessionInfo
+from protocol.messages.common import McpServerConfig
 from protocol.messages.events import (
     AnnouncedEvent,
     SessionMeta,
@@ -27,6 +29,7 @@ from protocol.messages.events import (
     TurnOutcome,
     TurnStart,
 )
+from protocol.messages.host import PluginTool
 from protocol.tools import ToolResult, aborted_result
 from runtime.agent.agent import Agent, ToolsFactory
 from runtime.agent.journal import Journal
@@ -46,6 +49,9 @@ class Session:
     permission_mode: PermissionMode
     created_at: float
     agent: Agent
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+    plugin_tools: tuple[PluginTool, ...] = ()
+    """The plugin tools the host listed for this session (what the model is offered)."""
 
     def info(self) -> SessionInfo:
         return SessionInfo(self.session_id, self.workspace, self.permission_mode,
@@ -75,7 +81,8 @@ class SessionStore:
     def create(self, workspace: str, mode: PermissionMode,
                provider_config: ProviderConfig | None,
                provider: Provider, announce: Callable[[str, AnnouncedEvent], None],
-               tools: Callable[[str], ToolsFactory]) -> Session:
+               tools: Callable[[str], ToolsFactory],
+               mcp_servers: tuple[McpServerConfig, ...] = ()) -> Session:
         if not os.path.isabs(workspace):
             raise RpcError(ErrorCode.INVALID_PARAMS, "workspace must be an absolute path",
                            {"workspace": workspace})
@@ -92,7 +99,7 @@ class SessionStore:
         journal = Journal(slog, lambda event: announce(session_id, event))
         meta = journal.append(lambda seq: SessionMeta(
             seq, "", session_id, real, mode, time.time(),
-            msgspec.to_builtins(provider_config) if provider_config else {}))
+            msgspec.to_builtins(provider_config) if provider_config else {}, mcp_servers))
         assert isinstance(meta, SessionMeta)
         return self._add(meta, journal, provider, tools)
 
@@ -100,7 +107,7 @@ class SessionStore:
              tools: Callable[[str], ToolsFactory]) -> Session:
         agent = Agent(meta.session_id, journal, provider, tools(meta.session_id), self._config)
         session = Session(meta.session_id, meta.workspace, meta.permission_mode,  # type: ignore[arg-type]
-                          meta.created_at, agent)
+                          meta.created_at, agent, meta.mcp_servers)
         self._sessions[session.session_id] = session
         return session
 
@@ -148,10 +155,14 @@ class SessionStore:
         journal = Journal(slog, lambda event: announce(session_id, event), tuple(journal.events))
         return Loaded(self._add(meta, journal, provider(meta.provider), tools), recovered)
 
-    def discard(self, session_id: str) -> None:
+    def discard(self, session_id: str, *, forget: bool = False) -> None:
+        """Drop a session; ``forget``: also delete its log (it never became usable)."""
         session = self._sessions.pop(session_id, None)
         if session is not None:
             session.agent.journal.close()
+            if forget:
+                with contextlib.suppress(OSError):
+                    self.path_of(session_id).unlink()
 
     def get(self, session_id: str) -> Session:
         try:

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from protocol.messages.common import McpServerConfig, Struct
+from protocol.messages.common import McpServerConfig, PluginServerStatus, Struct
 from protocol.messages.events import AnnouncedEvent, Cause, StopReason
 from protocol.tools import ToolResult
 
@@ -38,6 +38,8 @@ class SessionNewParams(Struct, frozen=True):
 
 class SessionNewResult(Struct, frozen=True):
     session_id: str
+    plugin_servers: tuple[PluginServerStatus, ...] = ()
+    """The session's plugin (MCP) servers, started and listed; a failed one has ``error``."""
 
 
 class SessionInfo(Struct, frozen=True):

@@ -40,3 +40,11 @@ class McpServerConfig(Struct, frozen=True):
     command: str
     args: tuple[str, ...] = ()
     env: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class PluginServerStatus(Struct, frozen=True):
+    """One plugin server of a session: how many tools it lists, or why it could not start."""
+
+    name: str
+    tools: int = 0
+    error: str | None = None

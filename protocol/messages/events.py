@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from protocol.messages.common import McpServerConfig
 from protocol.tools import Content
 
 TurnEndKind = Literal["completed", "aborted", "error", "interrupted"]
@@ -36,6 +37,8 @@ class SessionMeta(_Event, frozen=True, tag="session/meta"):
     permission_mode: str
     created_at: float
     provider: dict[str, Any] = msgspec.field(default_factory=dict)
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+    """The session's own plugin servers (``session.new``), for every re-open."""
 
 
 class TurnStart(_Event, frozen=True, tag="turn/start"):
@@ -109,4 +112,15 @@ class ToolAbortEvent(_Event, frozen=True, tag="tool/abort"):
     body_invoked: bool
 
 
-AnnouncedEvent = SessionEvent | ToolAbortEvent
+class AssistantDeltaEvent(_Event, frozen=True, tag="assistant/delta"):
+    """A piece of the model's response as it streams (announced, never logged).
+
+    The step's ``assistant/message`` that follows is the record; a client that shows
+    deltas replaces them with it. Half-streamed tool calls are never announced."""
+
+    step: int
+    type: Literal["text", "reasoning"]
+    text: str
+
+
+AnnouncedEvent = SessionEvent | ToolAbortEvent | AssistantDeltaEvent

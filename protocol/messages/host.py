@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import msgspec
+
 from protocol.messages.client import PermissionMode
-from protocol.messages.common import McpServerConfig, Struct
+from protocol.messages.common import McpServerConfig, PluginServerStatus, Struct
 
 AbortCause = Literal["user", "parent", "hook", "disposed", "operator", "timeout"]
 CallState = Literal[
@@ -87,3 +89,22 @@ class ToolsForceParams(Struct, frozen=True):
 class ToolsForceResult(Struct, frozen=True):
     forced: bool
     detail: str = ""
+
+
+class PluginsListParams(Struct, frozen=True):
+    session_id: str
+
+
+class PluginTool(Struct, frozen=True):
+    """A plugin tool as the model sees it: ``mcp__<server>__<tool>``, with the server's
+    description and JSON input schema (arguments are validated by the server)."""
+
+    name: str
+    server: str
+    description: str = ""
+    input_schema: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class PluginsListResult(Struct, frozen=True):
+    tools: tuple[PluginTool, ...] = ()
+    servers: tuple[PluginServerStatus, ...] = ()

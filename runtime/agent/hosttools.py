@@ -12,6 +12,10 @@ tool's class:
   progress output already received, marked ``unconfirmed``.
 - mutating and plugin: awaits the host's result, with no deadline.
 
+Plugin tools (``mcp__<server>__<tool>``, listed by the host's ``plugins.list``) are
+defined from the host's listing: free-form JSON arguments (``JsonObjectArgs``,
+validated by the plugin server) and the server's own input schema for the model.
+
 ``ABORTED_BEFORE_DISPATCH`` is reported only when the host says the body never
 started: its own result says so, or its answer to ``tools.abort`` found the call
 before its body (or not at all, so the tombstone will stop it). A link that
@@ -32,6 +36,7 @@ import trio
 from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.host import (
     AbortCause,
+    PluginTool,
     ToolsAbortParams,
     ToolsAbortResult,
     ToolsExecuteParams,
@@ -42,6 +47,7 @@ from protocol.tools import TOOL_ARGS, ToolResult, aborted_result, error_result
 from runtime.registry import (
     AbortSignal,
     Cause,
+    JsonObjectArgs,
     ToolDefinition,
     ToolExecution,
     cancel_on_abort,
@@ -91,7 +97,8 @@ class HostTools:
     def __init__(self, host: HostPort, session_id: str, turn_id: str, *,
                  on_progress: ProgressSink, on_abort: AbortSink,
                  process_grace: float = DEFAULT_PROCESS_GRACE,
-                 background: trio.Nursery | None = None) -> None:
+                 background: trio.Nursery | None = None,
+                 plugin_tools: tuple[PluginTool, ...] = ()) -> None:
         self._host = host
         self._session_id = session_id
         self._turn_id = turn_id
@@ -101,14 +108,22 @@ class HostTools:
         # Where a read-only call's abort finishes after the call has been abandoned.
         self._background = background
         self._calls: dict[str, _HostCall] = {}  # by host call id
+        self._plugin_tools = plugin_tools
 
     def definitions(self) -> list[ToolDefinition[Any]]:
-        return [
+        builtin: list[ToolDefinition[Any]] = [
             define_tool(name, args=args_type, tool_class=TOOL_CLASSES[name], body=self._body,
                         stop=self._stop_handler,
                         description=f"{name} ({TOOL_CLASSES[name].value}), run by the host")
             for name, args_type in TOOL_ARGS.items()
         ]
+        plugins: list[ToolDefinition[Any]] = [
+            define_tool(tool.name, args=JsonObjectArgs, tool_class=ToolClass.PLUGIN,
+                        body=self._body, stop=self._stop_handler,
+                        description=tool.description, input_schema=tool.input_schema)
+            for tool in self._plugin_tools
+        ]
+        return builtin + plugins
 
     def in_flight(self) -> list[tuple[str, str, str, ToolClass, str, float]]:
         """(call id, host call id, tool, class, state, age in s) of every call waiting on
@@ -178,8 +193,8 @@ class HostTools:
         done = trio.Event()
 
         async def execute() -> None:
-            params = ToolsExecuteParams(self._session_id, call.host_call_id, call.tool,
-                                        msgspec.to_builtins(args))
+            raw = args.value() if isinstance(args, JsonObjectArgs) else msgspec.to_builtins(args)
+            params = ToolsExecuteParams(self._session_id, call.host_call_id, call.tool, raw)
             try:
                 result: ToolResult = await self._host.request("tools.execute", params)
             except OversizedMessage as exc:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from protocol.messages.events import (
+    AssistantDeltaEvent,
     AssistantMessageEvent,
     Block,
     Cause,
@@ -31,7 +32,14 @@ from runtime.agent.assembler import Assembler
 from runtime.agent.history import ModelHistory
 from runtime.agent.journal import Journal
 from runtime.agent.task import HOST_CRASHED_ERROR
-from runtime.providers.base import ModelRequest, Provider, ProviderError, ToolSchema
+from runtime.providers.base import (
+    ModelRequest,
+    Provider,
+    ProviderError,
+    ReasoningDelta,
+    TextDelta,
+    ToolSchema,
+)
 from runtime.registry import (
     AbortError,
     AbortSignal,
@@ -85,7 +93,8 @@ def _schema(args_type: type[Any]) -> dict[str, Any]:
 
 
 def tool_schemas(definitions: list[ToolDefinition[Any]]) -> tuple[ToolSchema, ...]:
-    return tuple(ToolSchema(d.name, d.description, _schema(d.args_type)) for d in definitions)
+    return tuple(ToolSchema(d.name, d.description, d.input_schema if d.input_schema is not None
+                            else _schema(d.args_type)) for d in definitions)
 
 
 class _StepRecorder:
@@ -172,10 +181,18 @@ class Turn:
                     if signal.aborted:  # on every chunk
                         break
                     assembler.add(chunk)
+                    if isinstance(chunk, TextDelta | ReasoningDelta) and chunk.text:
+                        self._announce_delta(step, chunk)
         if signal.aborted:
             self._record_message(assembler, step, interrupted=True)
             signal.raise_if_aborted()
         return assembler
+
+    def _announce_delta(self, step: int, chunk: TextDelta | ReasoningDelta) -> None:
+        kind: Literal["text", "reasoning"] = (
+            "text" if isinstance(chunk, TextDelta) else "reasoning")
+        self._journal.announce(lambda seq: AssistantDeltaEvent(
+            seq, self.turn_id, step, kind, chunk.text))
 
     def _record_message(self, assembler: Assembler, step: int, *, interrupted: bool) -> None:
         blocks = tuple(Block(kind, text) for kind, text in assembler.visible_blocks())

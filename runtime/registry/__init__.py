@@ -21,6 +21,7 @@ from runtime.registry.causes import (
 from runtime.registry.definition import (
     Body,
     FinalContent,
+    JsonObjectArgs,
     StopHandler,
     ToolDefinition,
     define_tool,
@@ -74,6 +75,7 @@ __all__ = [
     "DisposedCause",
     "FinalContent",
     "HookCause",
+    "JsonObjectArgs",
     "OperatorCause",
     "ParentCause",
     "PolicyDecision",

@@ -14,13 +14,16 @@ whose body was invoked (for a host tool: send ``tools.abort``).
 
 Arguments must be deeply immutable, so the argument Struct is checked when the
 tool is defined: frozen Structs, tuples, frozensets and immutable scalars only.
+A tool whose arguments are free-form JSON validated by the tool itself (a
+plugin's) takes ``JsonObjectArgs`` (the object frozen as its JSON text) and
+gives the model its own ``input_schema``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import msgspec.inspect as mi
@@ -29,13 +32,36 @@ from protocol.toolclass import ToolClass
 from protocol.tools import Content, ToolResult
 from runtime.registry.views import ToolExecution
 
-__all__ = ["Body", "FinalContent", "StopHandler", "ToolDefinition", "define_tool"]
+__all__ = ["Body", "FinalContent", "JsonObjectArgs", "StopHandler", "ToolDefinition",
+           "define_tool"]
 
 A = TypeVar("A", bound=msgspec.Struct)
 
 Body = Callable[[A, ToolExecution], Awaitable[ToolResult]]
 FinalContent = Callable[[ToolResult], tuple[Content, ...]]
 StopHandler = Callable[[ToolExecution], Awaitable[None]]
+
+
+class JsonObjectArgs(msgspec.Struct, frozen=True):
+    """Free-form arguments: any JSON object, frozen as its JSON text."""
+
+    json: str
+
+    @classmethod
+    def materialize(cls, raw: Any) -> JsonObjectArgs:
+        """From an object or JSON text; a ``ValidationError`` unless it is an object."""
+        value = msgspec.json.decode(raw) if isinstance(raw, bytes | str) else raw
+        if not isinstance(value, dict):
+            raise msgspec.ValidationError(
+                f"Expected `object`, got `{type(value).__name__}`")
+        try:
+            return cls(msgspec.json.encode(value).decode())
+        except TypeError as exc:  # a value with no JSON form
+            raise msgspec.ValidationError(str(exc)) from exc
+
+    def value(self) -> dict[str, Any]:
+        decoded: dict[str, Any] = msgspec.json.decode(self.json)
+        return decoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +74,8 @@ class ToolDefinition(Generic[A]):
     final_content: FinalContent | None = None
     stop: StopHandler | None = None
     description: str = ""
+    input_schema: dict[str, Any] | None = None
+    """The JSON schema the model is given; ``None``: derived from ``args_type``."""
 
 
 def define_tool(
@@ -60,6 +88,7 @@ def define_tool(
     final_content: FinalContent | None = None,
     stop: StopHandler | None = None,
     description: str = "",
+    input_schema: dict[str, Any] | None = None,
 ) -> ToolDefinition[A]:
     """Define a tool. ``exclusive`` defaults to ``True`` except for read-only tools.
 
@@ -72,7 +101,7 @@ def define_tool(
         exclusive = tool_class is not ToolClass.READ_ONLY
     return ToolDefinition(name=name, tool_class=tool_class, exclusive=exclusive, args_type=args,
                           body=body, final_content=final_content, stop=stop,
-                          description=description)
+                          description=description, input_schema=input_schema)
 
 
 _IMMUTABLE_LEAVES = (

@@ -42,7 +42,7 @@ import trio
 from protocol.toolclass import ToolClass
 from protocol.tools import Content, ToolResult
 from runtime.registry import outcomes
-from runtime.registry.definition import ToolDefinition
+from runtime.registry.definition import JsonObjectArgs, ToolDefinition
 from runtime.registry.outcomes import Stage
 from runtime.registry.policies import (
     Allow,
@@ -324,6 +324,8 @@ class ToolCall:
 
 def _materialize(raw: Any, args_type: type[msgspec.Struct]) -> msgspec.Struct:
     """A fresh, frozen copy of the arguments in the tool's Struct (JSON text or objects)."""
+    if issubclass(args_type, JsonObjectArgs):
+        return args_type.materialize(raw)
     if isinstance(raw, bytes | str):
         return msgspec.json.decode(raw, type=args_type)
     return msgspec.convert(raw, type=args_type)

@@ -1,9 +1,17 @@
-"""Request dispatch through jsonrpcserver's pure helpers, under trio.
+"""Request dispatch under trio: the handler of one request, and its response.
 
-jsonrpcserver 5's ``async_dispatch`` runs ``asyncio.gather`` and fails under
-trio, and its params check is arity only. So parsing and params validation are
-msgspec's (``protocol.envelope``); method lookup, the Success/Error result types
-and the response shapes are jsonrpcserver's; concurrency is the caller's nursery.
+Parsing and params validation are msgspec's (``protocol.envelope``): a request
+reaches this module already typed. What is left is method lookup, the
+result/error response shapes of JSON-RPC 2.0 and the one mapping of failures;
+concurrency is the caller's nursery.
+
+jsonrpcserver's pure helpers did the lookup and shapes before. They are not
+imported any more: its import (jsonschema, asyncio, http.server) cost each
+process ~60 ms of start-up, and its ``Success``/``to_serializable_one`` path
+turned every result into builtins before encoding. The response shapes are
+kept byte for byte (``jsonrpc``, ``result``/``error``, ``id``; an error always
+carries ``data``, ``null`` when absent, and an unknown method's ``data`` is its
+name), and results are encoded straight from their Structs.
 
 This module is the one place per endpoint where exceptions become error
 responses: an :class:`RpcError` keeps its catalogue code, anything else is an
@@ -13,45 +21,70 @@ responses: an :class:`RpcError` keeps its catalogue code, anything else is an
 from __future__ import annotations
 
 import logging
-import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
 
 from protocol.envelope import IncomingRequest
 from protocol.errors import ERROR_MESSAGES, ErrorCode, RpcError
-
-with warnings.catch_warnings():
-    # jsonrpcserver reads its bundled schema with a deprecated importlib API.
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from jsonrpcserver.dispatcher import get_method, to_response
-    from jsonrpcserver.request import Request
-    from jsonrpcserver.response import to_serializable_one
-    from jsonrpcserver.result import Error, Success
-    from oslash.either import Left
+from protocol.methods import RequestId
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Any], Awaitable[msgspec.Struct]]
 NotificationHandler = Callable[[Any], None]
 
-_to_builtins = msgspec.to_builtins
+
+class ResultResponse(msgspec.Struct, frozen=True):
+    """A success; fields in the order jsonrpcserver wrote them."""
+
+    jsonrpc: str
+    result: Any
+    id: RequestId | None
 
 
-async def dispatch_request(methods: dict[str, Handler], request: IncomingRequest) -> Any:
-    """Run the handler of one request; return the serializable JSON-RPC response."""
-    found = get_method(methods, request.method)
-    envelope = Request(request.method, [], request.id)
-    if isinstance(found, Left):  # in the link's method table, but this endpoint lacks it
-        return to_serializable_one(to_response(envelope, found))
-    handler: Handler = found._value
+class ErrorBody(msgspec.Struct, frozen=True):
+    code: int
+    message: str
+    data: Any = None
+
+
+class ErrorResponse(msgspec.Struct, frozen=True):
+    jsonrpc: str
+    error: ErrorBody
+    id: RequestId | None
+
+
+Response = ResultResponse | ErrorResponse
+
+_encoder = msgspec.json.Encoder()
+
+
+async def dispatch_request(methods: Mapping[str, Handler], request: IncomingRequest
+                           ) -> Response:
+    """Run the handler of one request; return its JSON-RPC response."""
+    handler = methods.get(request.method)
+    if handler is None:  # in the link's method table, but this endpoint lacks it
+        return ErrorResponse("2.0", ErrorBody(int(ErrorCode.METHOD_NOT_FOUND),
+                                              ERROR_MESSAGES[ErrorCode.METHOD_NOT_FOUND],
+                                              request.method), request.id)
     try:
         value = await handler(request.params)
-        result = Success(_to_builtins(value))
     except RpcError as exc:
-        result = Error(int(exc.code), exc.message, exc.data)
+        return ErrorResponse("2.0", ErrorBody(int(exc.code), exc.message, exc.data), request.id)
     except Exception:  # the one mapping of unexpected failures for this endpoint
         log.exception("handler of %s failed", request.method)
-        result = Error(int(ErrorCode.INTERNAL), ERROR_MESSAGES[ErrorCode.INTERNAL])
-    return to_serializable_one(to_response(envelope, result))
+        return ErrorResponse("2.0", ErrorBody(int(ErrorCode.INTERNAL),
+                                              ERROR_MESSAGES[ErrorCode.INTERNAL]), request.id)
+    return ResultResponse("2.0", value, request.id)
+
+
+def encode_response(request_id: RequestId | None, value: msgspec.Struct) -> bytes:
+    """The success response to ``request_id`` carrying ``value``, encoded."""
+    return _encoder.encode(ResultResponse("2.0", value, request_id))
+
+
+def encode_responses(responses: Response | list[Any]) -> bytes:
+    """Encode one response, or a batch (responses and prebuilt error dicts)."""
+    return _encoder.encode(responses)

@@ -39,11 +39,19 @@ from protocol.envelope import (
 from protocol.errors import ERROR_MESSAGES, ErrorCode, RemoteError, RpcError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE, Frame, FrameDecoder, encode_frame
 from protocol.methods import Direction, RequestId
-from runtime.rpc.dispatch import Handler, NotificationHandler, dispatch_request
+from runtime.rpc.dispatch import (
+    Handler,
+    NotificationHandler,
+    Response,
+    dispatch_request,
+    encode_responses,
+)
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 65536
+WRITE_COALESCE = 65536
+"""Queued frames are joined into one write up to about this many bytes."""
 
 
 class ConnectionClosed(Exception):
@@ -133,13 +141,19 @@ class Endpoint:
             pending.done.set()
         self._pending.clear()
 
-    async def request(self, method: str, params: msgspec.Struct) -> Any:
-        """Send a request and wait for its typed result; raise RemoteError on an error."""
+    async def request(self, method: str, params: msgspec.Struct, *,
+                      request_id: RequestId | None = None) -> Any:
+        """Send a request and wait for its typed result; raise RemoteError on an error.
+
+        ``request_id``: a caller-chosen id (a string: never one of the counter's), for a
+        caller that must name the request later (MCP's ``notifications/cancelled``).
+        """
         spec = self._outgoing.specs[method]
         assert not spec.is_notification, method
         if self.closed.is_set():
             raise NotSent(f"{self.name}: link closed")
-        request_id = next(self._ids)
+        if request_id is None:
+            request_id = next(self._ids)
         payload = encode_request(request_id, method, params)
         if len(payload) > self._max_frame_size:
             raise OversizedMessage(len(payload), self._max_frame_size)
@@ -174,9 +188,20 @@ class Endpoint:
             async for frame in self._out_receive:
                 if broken:
                     continue
+                # Every frame already queued goes out in the same write: under load one
+                # syscall (and one wake-up of the peer) carries many answers. Frames are
+                # whole, so the peer's decoder splits them as before; order is kept.
+                frames = [frame]
+                size = len(frame)
+                while size < WRITE_COALESCE:
+                    try:
+                        frames.append(self._out_receive.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                    size += len(frames[-1])
                 try:
-                    await self._send.send_all(frame)
-                    self.frames_out += 1
+                    await self._send.send_all(frame if len(frames) == 1 else b"".join(frames))
+                    self.frames_out += len(frames)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     log.info("%s: peer stopped reading; dropping further output", self.name)
                     broken = True
@@ -248,7 +273,7 @@ class Endpoint:
 
     async def _serve_request(self, request: IncomingRequest) -> None:
         response = await dispatch_request(self._handlers, request)
-        payload = encode_message(response)
+        payload = encode_responses(response)
         if len(payload) > self._max_frame_size:
             # The peer would drop it and wait forever: answer with an error instead.
             log.error("%s: answer to %s is %d bytes, over the frame limit", self.name,
@@ -260,7 +285,7 @@ class Endpoint:
         self._enqueue_quietly(payload)
 
     async def _serve_batch(self, batch: Batch) -> None:
-        responses: list[Any] = []
+        responses: list[Response | dict[str, Any]] = []
 
         async def serve_one(item: Incoming) -> None:
             if isinstance(item, IncomingRequest):
@@ -278,4 +303,4 @@ class Endpoint:
             for item in batch.items:
                 nursery.start_soon(serve_one, item)
         if responses:  # a batch of notifications gets no answer
-            self._enqueue_quietly(encode_message(responses))
+            self._enqueue_quietly(encode_responses(responses))

@@ -140,6 +140,35 @@ async def test_sighup_to_runtime_and_host_leaves_nothing(tmp_path: pathlib.Path,
     agent.assert_balanced()
 
 
+async def test_sigterm_during_permission_prompt_is_a_stop_not_a_denial(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    # The client link closes under the prompt as the daemon shuts down: the call was
+    # stopped before it ran, and the user never said no.
+    script = [[call("w1", "Write", path="w.txt", content="x")]]
+    async with agent_daemon(marked) as agent:
+        await agent.new_session(tmp_path, script, mode="ask")
+        async with trio.open_nursery() as nursery:
+            async def prompt() -> None:
+                try:
+                    await agent.prompt("go")
+                except Exception:  # noqa: BLE001 - the daemon may go before answering
+                    return
+
+            nursery.start_soon(prompt)
+            with trio.fail_after(10):
+                while not agent.permission_requests:
+                    await trio.sleep(0.02)
+            agent.daemon.process.send_signal(signal.SIGTERM)
+            with trio.fail_after(20):
+                code = await agent.daemon.process.wait()
+        assert code == 0
+    (end,) = [e for e in agent.log() if isinstance(e, TurnEnd)]
+    assert end.end.kind == "aborted"
+    assert agent.results(end.turn_id)["w1"].code == "ABORTED_BEFORE_DISPATCH"
+    assert not (tmp_path / "w.txt").exists()
+    agent.assert_balanced()
+
+
 async def test_two_daemons_never_write_one_session(tmp_path: pathlib.Path,
                                                    marked: Marked) -> None:
     script = [[text("busy"), {"sleepMs": 60_000}]]

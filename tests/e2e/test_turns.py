@@ -8,6 +8,7 @@ import trio
 import trio.lowlevel
 
 from protocol.messages.events import (
+    AssistantDeltaEvent,
     AssistantMessageEvent,
     ToolCallEvent,
     ToolProgressEvent,
@@ -40,9 +41,16 @@ async def test_a_completed_turn_with_tools(tmp_path: pathlib.Path, marked: Marke
         results = agent.results(result.turn_id or "")
         assert "hello" in str(results["c1"].content) and results["c2"].code is None
         agent.assert_balanced()
-        # Announced events are exactly the durable ones, in order (no progress here).
-        durable = [e for e in agent.events if not isinstance(e, ToolProgressEvent)]
+        # Announced events are the durable ones, in order, plus the stream's deltas (each
+        # announced before the message that records it; never logged).
+        deltas = [e for e in agent.events if isinstance(e, AssistantDeltaEvent)]
+        assert [(d.step, d.type, d.text) for d in deltas] == [(0, "text", "reading"),
+                                                              (1, "text", "done")]
+        durable = [e for e in agent.events
+                   if not isinstance(e, ToolProgressEvent | AssistantDeltaEvent)]
         assert [e.seq for e in durable] == [e.seq for e in agent.log()]
+        order = [type(e).__name__ for e in agent.events]
+        assert order.index("AssistantDeltaEvent") < order.index("AssistantMessageEvent")
 
 
 async def test_stop_during_the_stream_keeps_the_interrupted_prefix(

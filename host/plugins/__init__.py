@@ -1,0 +1,12 @@
+"""Plugin tools: MCP servers over stdio, started, listed, called and stopped by the host."""
+
+from host.plugins.connection import CallOutcome, McpConnection, PluginStartError
+from host.plugins.servers import (
+    PluginServer,
+    PluginSettings,
+    SessionPlugins,
+    load_servers,
+)
+
+__all__ = ["CallOutcome", "McpConnection", "PluginServer", "PluginSettings",
+           "PluginStartError", "SessionPlugins", "load_servers"]

@@ -1,0 +1,141 @@
+"""``quiesce acp``: the runtime daemon on stdin/stdout, speaking ACP v1.
+
+The native daemon runs in this process, linked to the ACP server by a socket pair: the
+ACP server is an ordinary native client of it (same turns, host and stop policy), one
+process fewer than spawning ``quiesce serve``, and nothing but the ACP writer ever
+touches stdout. When the editor closes stdin, running turns are stopped (native
+``agent.abort``, cause ``disposed``) and, once settled, the daemon is shut down as on EOF
+(the host and its process trees go). When the daemon stops by itself (SIGTERM, SIGINT,
+SIGHUP: its own orderly shutdown) we stop reading the editor and exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import pathlib
+import socket
+from typing import get_args
+
+import trio
+
+from protocol.framing import DEFAULT_MAX_FRAME_SIZE
+from protocol.messages.client import PermissionMode, ProviderConfig
+from protocol.messages.common import InitializeParams, PeerInfo
+from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
+from protocol.version import PROTOCOL_VERSION
+from runtime.acp.messages import AGENT_TO_CLIENT, CLIENT_TO_AGENT
+from runtime.acp.server import VERSION, AcpServer
+from runtime.acp.taps import ReceiveTap
+from runtime.logs import setup_logging
+from runtime.providers.factory import ProviderConfigError, parse_provider_option
+from runtime.rpc import Endpoint
+
+log = logging.getLogger(__name__)
+
+DISPOSE_GRACE = 15.0  # as the daemon's: a turn stuck in a mutating call must not hold us
+
+
+def _provider_option(value: str) -> ProviderConfig:
+    try:
+        return parse_provider_option(value)
+    except ProviderConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="quiesce acp", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--provider", type=_provider_option,
+                   default=os.environ.get("QUIESCE_PROVIDER") or None,
+                   help="model provider: scripted:FILE or openai (env QUIESCE_PROVIDER)")
+    p.add_argument("--data-dir", help="where session logs live (env QUIESCE_DATA_DIR; "
+                   "default $XDG_DATA_HOME/quiesce)")
+    p.add_argument("--permission-mode", choices=get_args(PermissionMode), default="ask",
+                   help="of new sessions: ask (the editor is asked before writes and "
+                        "commands; default), accept-edits, auto")
+    p.add_argument("--max-frame-size", type=int,
+                   default=int(os.environ.get("QUIESCE_MAX_FRAME", DEFAULT_MAX_FRAME_SIZE)),
+                   help="largest accepted message in bytes (env QUIESCE_MAX_FRAME)")
+    p.add_argument("--process-grace", type=float, default=10.0,
+                   help="seconds a stopped Bash/GenerateImages call may take to return its "
+                        "output (default 10)")
+    p.add_argument("--ping-interval", type=float, default=2.0,
+                   help="seconds between liveness pings of the host (default 2)")
+    p.add_argument("--liveness-timeout", type=float, default=10.0,
+                   help="a host silent this long is replaced (default 10)")
+    p.add_argument("--stuck-after", type=float, default=30.0,
+                   help="a stop unsettled this long is flagged stuck in ops (default 30)")
+    return p
+
+
+async def run(args: argparse.Namespace) -> None:
+    from host.proctree import become_subreaper
+    from runtime.daemon import Daemon
+    from runtime.stdio import take_stdio
+
+    daemon = Daemon(
+        max_frame_size=args.max_frame_size,
+        data_dir=pathlib.Path(args.data_dir) if args.data_dir else None,
+        default_provider=args.provider, process_grace=args.process_grace,
+        ping_interval=args.ping_interval, liveness_timeout=args.liveness_timeout,
+        stuck_after=args.stuck_after,
+    )
+    become_subreaper()  # orphans of a crashed host are re-parented to us and killed
+    stdin, stdout = take_stdio()
+    ours, theirs = (trio.SocketStream(trio.socket.from_stdlib_socket(s))
+                    for s in socket.socketpair())
+    server = AcpServer(permission_mode=args.permission_mode)
+    native = Endpoint("daemon", ours, ours, incoming=RUNTIME_TO_CLIENT,
+                      outgoing=CLIENT_TO_RUNTIME, handlers=server.native_handlers,
+                      notification_handlers=server.native_notification_handlers,
+                      max_frame_size=args.max_frame_size)
+    acp = Endpoint("acp", ReceiveTap(stdin, CLIENT_TO_AGENT, server.on_request_seen,
+                                     args.max_frame_size),
+                   stdout,
+                   incoming=CLIENT_TO_AGENT, outgoing=AGENT_TO_CLIENT,
+                   handlers=server.acp_handlers,
+                   notification_handlers=server.acp_notification_handlers,
+                   max_frame_size=args.max_frame_size)
+    server.attach(acp, native)
+
+    async def serve_daemon() -> None:
+        try:
+            await daemon.serve(theirs, theirs)
+        finally:
+            with trio.CancelScope(shield=True):
+                await theirs.aclose()  # our native reader sees EOF
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(serve_daemon)
+        await nursery.start(native.run)
+        await native.request("initialize", InitializeParams(
+            PROTOCOL_VERSION, PeerInfo("quiesce-acp", VERSION)))
+        async with trio.open_nursery() as link:
+            link.start_soon(acp.run)
+            link.start_soon(_stop_reading_when_closed, native, acp)
+            await acp.closed.wait()
+            if not native.closed.is_set():  # the editor left (not the daemon: a signal)
+                log.info("the editor closed the link: shutting down")
+                with trio.move_on_after(DISPOSE_GRACE):  # then the daemon's own shutdown
+                    await server.dispose()
+                # As on a native client's EOF: what still runs stops (cause disposed), the
+                # host goes, the daemon ends and closes its side.
+                try:
+                    await ours.send_eof()
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    log.info("the daemon had already stopped")
+        await native.closed.wait()
+
+
+async def _stop_reading_when_closed(native: Endpoint, acp: Endpoint) -> None:
+    await native.closed.wait()
+    acp.stop_reading()
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    setup_logging("runtime")
+    trio.run(run, args)
+    return 0

@@ -1,0 +1,325 @@
+"""The ACP agent: ACP requests in, native client requests out, native events back as ACP.
+
+The server is a client of the native daemon (``runtime.daemon``) and holds only what the
+translation needs: per session a :class:`~runtime.acp.translate.Translator`, the prompt
+in flight and the prompts seen on the wire but not started yet. Turns, tools, the host
+and the stop policy are the daemon's.
+
+Stops: ``session/cancel`` (or ``$/cancel_request`` naming a prompt) marks the session's
+prompts cancelled, stops waiting for the editor's permission answers, and has the prompt
+handler send native ``agent.abort`` (cause ``user``), which answers once the turn's end
+is durable. A prompt marked before its handler started never reaches the daemon. The
+native ``agent.prompt`` answers only after every event of its turn was announced, and
+each event becomes its ``session/update`` when it arrives, so every update is on the
+wire before ``session/prompt`` answers ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import trio
+
+from protocol.envelope import IncomingRequest
+from protocol.errors import ErrorCode, RpcError
+from protocol.messages.client import (
+    AgentAbortParams,
+    AgentAbortResult,
+    AgentPromptParams,
+    AgentPromptResult,
+    PermissionMode,
+    SessionEventParams,
+    SessionLoadParams,
+    SessionNewParams,
+    SessionNewResult,
+)
+from protocol.messages.events import Cause, CauseKind, TurnEnd
+from protocol.methods import RequestId
+from runtime.acp.convert import mcp_servers, prompt_text
+from runtime.acp.messages import (
+    PROTOCOL_VERSION,
+    AgentCapabilities,
+    CancelNotification,
+    CancelRequestNotification,
+    Implementation,
+    InitializeRequest,
+    InitializeResponse,
+    LoadSessionRequest,
+    LoadSessionResponse,
+    NewSessionRequest,
+    NewSessionResponse,
+    PromptRequest,
+    PromptResponse,
+    SessionNotification,
+    SessionUpdate,
+    StopReason,
+    ToolCallUpdate,
+)
+from runtime.acp.permissions import PermissionBridge
+from runtime.acp.translate import Translator
+from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler
+
+log = logging.getLogger(__name__)
+
+VERSION = "0.1.0"
+ABORT_RETRY = 0.02  # seconds between stops while our prompt has not reached the agent
+_STOP_REASONS: dict[str, StopReason] = {"end_turn": "end_turn", "cancelled": "cancelled",
+                                        "max_steps": "max_turn_requests"}
+
+
+@dataclass
+class _Prompt:
+    """A ``session/prompt`` seen on the wire, from before its handler runs to its answer."""
+
+    request_id: RequestId | None
+    params: PromptRequest
+    cancelled: trio.Event = field(default_factory=trio.Event)
+    cause: CauseKind = "user"
+    done: trio.Event = field(default_factory=trio.Event)
+
+    @property
+    def session_id(self) -> str:
+        return self.params.session_id
+
+
+@dataclass
+class _Session:
+    session_id: str
+    translator: Translator = field(default_factory=Translator)
+    replaying: bool = False
+    active: _Prompt | None = None
+    errors: dict[str, str] = field(default_factory=dict)  # turn id -> why it failed
+
+
+class AcpServer:
+    def __init__(self, *, permission_mode: PermissionMode = "ask") -> None:
+        self.permission_mode: PermissionMode = permission_mode
+        self.native: Endpoint | None = None
+        self._acp: Endpoint | None = None
+        self.permissions = PermissionBridge(self._describe, self._cancel_session)
+        self._sessions: dict[str, _Session] = {}
+        self._initialized = False
+        self._by_id: dict[RequestId, _Prompt] = {}
+        self._unstarted: dict[str, list[_Prompt]] = {}  # session id -> seen, not started
+
+    def attach(self, acp: Endpoint, native: Endpoint) -> None:
+        self.permissions.acp = acp
+        self.native = native
+        self._acp = acp
+
+    # -- method tables --------------------------------------------------------------------
+
+    @property
+    def acp_handlers(self) -> dict[str, Handler]:
+        return {"initialize": self.initialize, "session/new": self.session_new,
+                "session/load": self.session_load, "session/prompt": self.session_prompt}
+
+    @property
+    def acp_notification_handlers(self) -> dict[str, NotificationHandler]:
+        return {"session/cancel": self.session_cancel, "$/cancel_request": self.cancel_request}
+
+    @property
+    def native_handlers(self) -> dict[str, Handler]:
+        return {"permission.request": self.permissions.request}
+
+    @property
+    def native_notification_handlers(self) -> dict[str, NotificationHandler]:
+        return {"session.event": self.on_session_event,
+                "permission.withdrawn": self.permissions.withdrawn}
+
+    # -- the wire, seen in order ----------------------------------------------------------
+
+    def on_request_seen(self, request: IncomingRequest) -> None:
+        """A request the endpoint is about to dispatch (the tap parsed it as it will)."""
+        if request.method == "session/prompt":
+            prompt = _Prompt(request.id, request.params)
+            self._by_id[request.id] = prompt
+            self._unstarted.setdefault(prompt.session_id, []).append(prompt)
+
+    def _claim(self, params: PromptRequest) -> _Prompt:
+        """The prompt seen for these params: the first unstarted one equal to them (two
+        equal prompts are interchangeable)."""
+        waiting = self._unstarted.get(params.session_id, [])
+        for i, prompt in enumerate(waiting):
+            if prompt.params == params:
+                del waiting[i]
+                if not waiting:
+                    del self._unstarted[params.session_id]
+                return prompt
+        return _Prompt(None, params)  # not seen by the tap: cancellable once it runs
+
+    def _forget(self, prompt: _Prompt) -> None:
+        if prompt.request_id is not None and self._by_id.get(prompt.request_id) is prompt:
+            del self._by_id[prompt.request_id]
+
+    # -- ACP requests ---------------------------------------------------------------------
+
+    async def initialize(self, params: InitializeRequest) -> InitializeResponse:
+        self._initialized = True
+        # ACP: answer the version we speak; a client that cannot speak it disconnects.
+        return InitializeResponse(PROTOCOL_VERSION, AgentCapabilities(),
+                                  Implementation("quiesce", VERSION, title="quiesce"))
+
+    def _require_initialized(self) -> None:
+        if not self._initialized:
+            raise RpcError(ErrorCode.INVALID_REQUEST, "send initialize first")
+
+    def _session(self, session_id: str) -> _Session:
+        self._require_initialized()
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"unknown session {session_id!r} "
+                           "(session/new or session/load it first)")
+        return session
+
+    async def session_new(self, params: NewSessionRequest) -> NewSessionResponse:
+        self._require_initialized()
+        if not os.path.isabs(params.cwd):
+            raise RpcError(ErrorCode.INVALID_PARAMS, "cwd must be an absolute path")
+        created: SessionNewResult = await self._native("session.new", SessionNewParams(
+            params.cwd, self.permission_mode, None, mcp_servers(params.mcp_servers)))
+        self._sessions[created.session_id] = _Session(created.session_id)
+        return NewSessionResponse(created.session_id)
+
+    async def session_load(self, params: LoadSessionRequest) -> LoadSessionResponse:
+        self._require_initialized()
+        old = self._sessions.get(params.session_id)
+        if old is not None and old.active is not None:
+            raise RpcError(ErrorCode.INVALID_REQUEST, "the session is running a prompt")
+        if params.mcp_servers:
+            log.warning("session/load %s: mcpServers are not re-applied to a loaded session",
+                        params.session_id)
+        # A fresh translator: the replay shows the whole history, as the native log has it.
+        session = _Session(params.session_id, replaying=True)
+        self._sessions[params.session_id] = session
+        try:
+            await self._native("session.load", SessionLoadParams(params.session_id))
+        except BaseException:
+            if self._sessions.get(params.session_id) is session:
+                del self._sessions[params.session_id]
+            raise
+        finally:
+            session.replaying = False
+        return LoadSessionResponse()
+
+    async def session_prompt(self, params: PromptRequest) -> PromptResponse:
+        prompt = self._claim(params)
+        try:
+            session = self._session(params.session_id)
+            text = prompt_text(params.prompt)
+            if session.active is not None:
+                raise RpcError(ErrorCode.INVALID_REQUEST,
+                               "a prompt is already running in this session")
+            if prompt.cancelled.is_set():
+                return PromptResponse("cancelled")  # cancelled before its turn started
+            session.active = prompt
+            try:
+                return await self._run_prompt(session, prompt, text)
+            finally:
+                session.active = None
+                self.permissions.release_session(session.session_id)
+        finally:
+            self._forget(prompt)
+            prompt.done.set()
+
+    async def _run_prompt(self, session: _Session, prompt: _Prompt,
+                          text: str) -> PromptResponse:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._abort_when_cancelled, prompt)
+            answer: AgentPromptResult = await self._native(
+                "agent.prompt", AgentPromptParams(session.session_id, text))
+            nursery.cancel_scope.cancel()
+        if answer.turn_id is not None:
+            # Every update before the answer, and a final one for each call shown.
+            self._publish(session.session_id, session.translator.close_turn(answer.turn_id))
+        if prompt.cancelled.is_set():
+            # ACP: a cancelled prompt answers ``cancelled``, even if its turn ended first.
+            return PromptResponse("cancelled")
+        if answer.stop_reason == "error":
+            why = session.errors.pop(answer.turn_id or "", None) or "the turn failed"
+            raise RpcError(ErrorCode.INTERNAL, why, {"turnId": answer.turn_id})
+        return PromptResponse(_STOP_REASONS[answer.stop_reason])
+
+    async def _abort_when_cancelled(self, prompt: _Prompt) -> None:
+        await prompt.cancelled.wait()
+        while True:
+            result: AgentAbortResult = await self._native(
+                "agent.abort", AgentAbortParams(prompt.session_id, Cause(prompt.cause)))
+            if result.outcome == "aborted":
+                return
+            # ``idle``: the daemon runs each request in a task of its own, so our prompt may
+            # not have reached the agent yet, and a stop with nothing running arms nothing.
+            # Ask again until the turn is stopped, or the prompt answers (which ends this).
+            await trio.sleep(ABORT_RETRY)
+
+    # -- ACP notifications ----------------------------------------------------------------
+
+    def session_cancel(self, params: CancelNotification) -> None:
+        self._cancel_session(params.session_id)
+
+    def cancel_request(self, params: CancelRequestNotification) -> None:
+        """``$/cancel_request``: a prompt is cancelled as by ``session/cancel`` and answers
+        ``cancelled`` (a valid response, as the spec allows). Other requests are short and
+        answer normally (cancelling them is optional in ACP v1)."""
+        prompt = self._by_id.get(params.request_id) if params.request_id is not None else None
+        if prompt is None:
+            log.debug("$/cancel_request for %r: not a running prompt", params.request_id)
+            return
+        session = self._sessions.get(prompt.session_id)
+        if session is not None and session.active is prompt:
+            self._cancel_session(prompt.session_id)
+        else:
+            prompt.cancelled.set()  # not started: it answers cancelled when it is
+
+    def _cancel_session(self, session_id: str, cause: CauseKind = "user") -> None:
+        for prompt in self._unstarted.get(session_id, ()):
+            prompt.cancelled.set()
+        session = self._sessions.get(session_id)
+        if session is not None and session.active is not None:
+            if not session.active.cancelled.is_set():
+                session.active.cause = cause  # the first cause wins
+            session.active.cancelled.set()
+            self.permissions.cancel_session(session_id)
+
+    async def dispose(self) -> None:
+        """The editor is gone: stop every running turn (cause ``disposed``) through the
+        native link and wait until each has settled, before the link is closed. Closed
+        first, the daemon would answer the prompts still open with a denial, which wins
+        over the stop."""
+        running = [s.active for s in self._sessions.values() if s.active is not None]
+        for session_id in list(self._sessions):
+            self._cancel_session(session_id, "disposed")
+        for prompt in running:
+            await prompt.done.wait()
+
+    # -- the native side ------------------------------------------------------------------
+
+    async def _native(self, method: str, params: msgspec.Struct) -> Any:
+        assert self.native is not None
+        try:
+            return await self.native.request(method, params)
+        except ConnectionClosed as exc:
+            raise RpcError(ErrorCode.INTERNAL, "the runtime stopped") from exc
+
+    def on_session_event(self, params: SessionEventParams) -> None:
+        session = self._sessions.get(params.session_id)
+        if session is None:
+            return  # not opened through ACP (yet): session/meta of a new session
+        event = params.event
+        if isinstance(event, TurnEnd) and event.end.error:
+            session.errors[event.turn_id] = event.end.error
+        self._publish(session.session_id,
+                      session.translator.translate(event, replay=session.replaying))
+
+    def _publish(self, session_id: str, updates: list[SessionUpdate]) -> None:
+        assert self._acp is not None
+        for update in updates:
+            self._acp.notify("session/update", SessionNotification(session_id, update))
+
+    def _describe(self, session_id: str, call_id: str) -> ToolCallUpdate | None:
+        session = self._sessions.get(session_id)
+        return session.translator.describe(call_id) if session is not None else None

@@ -1,0 +1,184 @@
+"""Native session events to ACP ``session/update`` payloads, sans-IO.
+
+One :class:`Translator` per ACP session. It keeps the tool calls it opened so that each
+gets exactly one final ``tool_call_update`` (``completed`` or ``failed``), and the tail
+of their progress output (ACP replaces a call's ``content`` on every update, so each
+update carries the whole, bounded, text so far).
+
+| native event | ACP update |
+|---|---|
+| ``user/message`` (replay only; live, the client showed it) | ``user_message_chunk`` |
+| ``assistant/delta`` text / reasoning (live) | ``agent_message_chunk`` / ``agent_thought_chunk`` |
+| ``assistant/message`` blocks | the same chunks, unless the step streamed them |
+| ``tool/call`` | ``tool_call`` (``pending``, kind, title, rawInput) |
+| ``tool/progress`` | ``tool_call_update`` (``in_progress``, output so far) |
+| ``tool/result`` | ``tool_call_update`` (``completed`` / ``failed``, content, rawOutput) |
+| ``turn/end``, or the prompt's answer | ``failed`` for any call of the turn left open |
+
+A subagent's turn (``Task``; its turn id holds ``~``) is shown as thought, not as the
+agent's answer, and its prompt is not a user message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.messages.events import (
+    AnnouncedEvent,
+    AssistantDeltaEvent,
+    AssistantMessageEvent,
+    ToolCallEvent,
+    ToolProgressEvent,
+    ToolResultEvent,
+    TurnEnd,
+    UserMessageEvent,
+)
+from protocol.tools import TextContent
+from runtime.acp.messages import (
+    AgentMessageChunk,
+    AgentThoughtChunk,
+    SessionUpdate,
+    TextBlock,
+    ToolCallContent,
+    ToolCallLocation,
+    ToolCallProgress,
+    ToolCallStart,
+    ToolCallUpdate,
+    ToolKind,
+    UserMessageChunk,
+)
+
+PROGRESS_TAIL = 16 * 1024  # characters of a call's output an update carries
+TITLE_MAX = 120
+CHILD_MARK = "~"  # runtime.agent.task.CHILD_SEPARATOR
+
+_KINDS: dict[str, ToolKind] = {"Read": "read", "Write": "edit", "Edit": "edit",
+                               "Glob": "search", "Grep": "search", "Bash": "execute"}
+
+
+def tool_call_id(turn_id: str, call_id: str) -> str:
+    """The ACP id of a call: unique in the session, and the host's id of it, which
+    ``permission.request`` names."""
+    return f"{turn_id}.{call_id}"
+
+
+def tool_kind(tool: str) -> ToolKind:
+    return _KINDS.get(tool, "other")
+
+
+def tool_title(tool: str, args: dict[str, Any]) -> str:
+    detail = args.get("command") or args.get("path") or args.get("pattern") or ""
+    title = f"{tool} {detail}".strip() if isinstance(detail, str) else tool
+    return title if len(title) <= TITLE_MAX else title[:TITLE_MAX - 1] + "…"
+
+
+@dataclass
+class _OpenCall:
+    turn_id: str
+    start: ToolCallStart
+    output: list[str] = field(default_factory=list)
+    size: int = 0
+
+    def add(self, text: str) -> str:
+        self.output.append(text)
+        self.size += len(text)
+        while self.size > PROGRESS_TAIL and len(self.output) > 1:
+            self.size -= len(self.output.pop(0))
+        return "".join(self.output)[-PROGRESS_TAIL:]
+
+
+def _text(text: str) -> tuple[ToolCallContent, ...]:
+    return (ToolCallContent(TextBlock(text)),) if text else ()
+
+
+class Translator:
+    def __init__(self) -> None:
+        self._open: dict[str, _OpenCall] = {}
+        # Steps whose response reached the client as deltas: their recorded message
+        # must not be sent a second time.
+        self._streamed: set[tuple[str, int]] = set()
+
+    def describe(self, call_id: str) -> ToolCallUpdate | None:
+        """The tool call a permission prompt is about, as the client first saw it."""
+        call = self._open.get(call_id)
+        if call is None:
+            return None
+        start = call.start
+        return ToolCallUpdate(start.tool_call_id, status="pending", title=start.title,
+                              kind=start.kind, raw_input=start.raw_input)
+
+    def open_calls(self) -> list[str]:
+        return list(self._open)
+
+    def translate(self, event: AnnouncedEvent, *, replay: bool = False) -> list[SessionUpdate]:
+        child = CHILD_MARK in event.turn_id
+        if isinstance(event, UserMessageEvent):
+            if replay and not child:
+                return [UserMessageChunk(TextBlock(event.text))]
+            return []
+        if isinstance(event, AssistantDeltaEvent):
+            self._streamed.add((event.turn_id, event.step))
+            if event.type == "text" and not child:
+                return [AgentMessageChunk(TextBlock(event.text))]
+            return [AgentThoughtChunk(TextBlock(event.text))]
+        if isinstance(event, AssistantMessageEvent):
+            if (event.turn_id, event.step) in self._streamed:
+                self._streamed.discard((event.turn_id, event.step))
+                return []
+            updates: list[SessionUpdate] = []
+            for block in event.blocks:
+                if not block.text:
+                    continue
+                if block.type == "text" and not child:
+                    updates.append(AgentMessageChunk(TextBlock(block.text)))
+                else:
+                    updates.append(AgentThoughtChunk(TextBlock(block.text)))
+            return updates
+        if isinstance(event, ToolCallEvent):
+            return [self._start(event)]
+        if isinstance(event, ToolProgressEvent):
+            call = self._open.get(tool_call_id(event.turn_id, event.call_id))
+            if call is None:
+                return []
+            return [ToolCallProgress(call.start.tool_call_id, status="in_progress",
+                                     content=_text(call.add(event.text)))]
+        if isinstance(event, ToolResultEvent):
+            return self._finish(event)
+        if isinstance(event, TurnEnd):
+            self._streamed = {key for key in self._streamed if key[0] != event.turn_id}
+            return self.close_turn(event.turn_id)
+        return []  # session/meta, turn/start, tool/abort: nothing the client shows
+
+    def _start(self, event: ToolCallEvent) -> ToolCallStart:
+        path = event.args.get("path")
+        start = ToolCallStart(
+            tool_call_id(event.turn_id, event.call_id), tool_title(event.tool, event.args),
+            tool_kind(event.tool), "pending", raw_input=dict(event.args),
+            locations=(ToolCallLocation(path),) if isinstance(path, str) else ())
+        self._open[start.tool_call_id] = _OpenCall(event.turn_id, start)
+        return start
+
+    def _finish(self, event: ToolResultEvent) -> list[SessionUpdate]:
+        acp_id = tool_call_id(event.turn_id, event.call_id)
+        if self._open.pop(acp_id, None) is None:
+            return []  # a result without a call we showed (e.g. replay of a broken log)
+        text = "\n".join(c.text for c in event.content if isinstance(c, TextContent))
+        output: dict[str, Any] = {"code": event.code} if event.code else {}
+        if event.details:
+            output["details"] = event.details
+        return [ToolCallProgress(acp_id, status="failed" if event.is_error else "completed",
+                                 content=_text(text), raw_output=output)]
+
+    def close_turn(self, turn_id: str) -> list[SessionUpdate]:
+        """The log keeps every call balanced, but its events may not all reach us (a
+        daemon shutting down stops announcing): a call of the turn (or of its subagents)
+        still open is reported failed rather than left spinning."""
+        left = [acp_id for acp_id, call in self._open.items()
+                if call.turn_id == turn_id or call.turn_id.startswith(turn_id + CHILD_MARK)]
+        for acp_id in left:
+            del self._open[acp_id]
+        return [ToolCallProgress(acp_id, status="failed",
+                                 content=_text("no result was reported for this call; "
+                                               "the session log has it"))
+                for acp_id in left]

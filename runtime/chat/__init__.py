@@ -1,0 +1,1 @@
+"""``quiesce chat``: a terminal client of ``quiesce serve``."""

@@ -1,0 +1,91 @@
+"""``quiesce chat``: talk to the agent in this terminal.
+
+Starts ``quiesce serve`` as a subprocess (as an editor would) and is its client:
+assistant messages, tool calls with live progress and codes, inline permission
+prompts, and a Stop key (Esc) that shows what stopping did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pathlib
+import sys
+
+from protocol.messages.client import ProviderConfig, ScriptedProviderConfig
+from runtime.chat.controller import ChatError, ChatOptions
+from runtime.providers.factory import ProviderConfigError, parse_provider_option
+from runtime.sessionlog import default_data_dir
+
+LOG_NAME = "chat-serve.log"
+DESCRIPTION = """\
+Talk to the agent in this terminal. Starts `quiesce serve` as a subprocess (as an
+editor would) and is its client; the daemon's log goes to <data dir>/chat-serve.log."""
+EPILOG = """\
+keys:
+  Enter       send the line (prompts typed while a turn runs are queued)
+  Esc         stop the turn, and show what stopping did
+  Ctrl-C      stop the turn; twice within a second: quit (after the stop settles)
+  Ctrl-D      quit (on an empty line)
+  y a n d     answer a permission prompt: allow once, allow for the session,
+              deny, deny for the session
+commands:
+  /stop-keep  stop, but keep the queued prompts     /sessions   list sessions
+  /load ID    replay a session and continue it      /quit       quit"""
+
+
+def _provider(value: str) -> ProviderConfig:
+    try:
+        config = parse_provider_option(value)
+    except ProviderConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if isinstance(config, ScriptedProviderConfig) and config.path is not None:
+        path = pathlib.Path(config.path).expanduser().resolve()
+        if not path.is_file():
+            raise argparse.ArgumentTypeError(f"no script file at {path}")
+        config = ScriptedProviderConfig(path=str(path))
+    return config
+
+
+def parse_args(argv: list[str]) -> ChatOptions:
+    parser = argparse.ArgumentParser(
+        prog="quiesce chat", description=DESCRIPTION, epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workspace", default=os.getcwd(),
+                        help="the directory the agent works in (default: the current one)")
+    parser.add_argument("--provider", type=_provider, default=None,
+                        help="scripted:FILE or openai (default: the daemon's, from "
+                             "QUIESCE_PROVIDER)")
+    parser.add_argument("--permission-mode", choices=("ask", "accept-edits", "auto"),
+                        default="ask", help="which calls ask first (default: ask)")
+    args = parser.parse_args(argv)
+    workspace = pathlib.Path(args.workspace).expanduser().resolve()
+    if not workspace.is_dir():
+        parser.error(f"--workspace: no directory at {workspace}")
+    return ChatOptions(workspace=str(workspace), permission_mode=args.permission_mode,
+                       provider=args.provider, log_path=default_data_dir() / LOG_NAME)
+
+
+def main(rest: list[str]) -> int:
+    options = parse_args(rest)
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        print("quiesce chat needs a terminal (stdin and stdout)", file=sys.stderr)
+        return 2
+    from runtime.chat.app import run_chat  # the terminal libraries only when needed
+
+    failures: list[ChatError] = []
+    try:
+        asyncio.run(run_chat(options))
+    except* ChatError as group:  # the one place a failure of the chat becomes a message
+        failures.extend(e for e in _leaves(group) if isinstance(e, ChatError))
+    if failures:  # several tasks may see one cause (the daemon gone): say it once
+        print(f"quiesce chat: {failures[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]

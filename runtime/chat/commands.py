@@ -1,0 +1,85 @@
+"""What the user asked for: typed lines and keys as commands for the controller.
+
+Pure: :func:`parse_line` turns one submitted line into a command; the key
+bindings build the others directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Decision = Literal["allow-once", "allow-session", "deny", "deny-session"]
+
+HELP = ("Type a prompt and press Enter (prompts typed while a turn runs are queued). "
+        "Esc or Ctrl-C: stop the turn; Ctrl-C twice within a second: quit. "
+        "/stop-keep: stop but keep queued prompts. /sessions, /load ID, /quit, /help.")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    text: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    keep_inbox: bool = False
+    via: str = "Esc"
+
+
+@dataclass(frozen=True)
+class Answer:
+    request_id: str
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class ListSessions:
+    pass
+
+
+@dataclass(frozen=True)
+class Load:
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Quit:
+    pass
+
+
+@dataclass(frozen=True)
+class Help:
+    pass
+
+
+@dataclass(frozen=True)
+class Unknown:
+    text: str
+
+
+Command = Prompt | Stop | Answer | ListSessions | Load | Quit | Help | Unknown
+
+
+def parse_line(line: str) -> Command | None:
+    """A submitted line: a prompt, or a slash command. Blank lines are nothing."""
+    text = line.strip()
+    if not text:
+        return None
+    if not text.startswith("/"):
+        return Prompt(line.rstrip("\n"))
+    name, _, rest = text.partition(" ")
+    rest = rest.strip()
+    if name in ("/quit", "/exit") and not rest:
+        return Quit()
+    if name == "/stop" and not rest:
+        return Stop(via="/stop")
+    if name == "/stop-keep" and not rest:
+        return Stop(keep_inbox=True, via="/stop-keep")
+    if name == "/sessions" and not rest:
+        return ListSessions()
+    if name == "/load" and rest and " " not in rest:
+        return Load(rest)
+    if name == "/help":
+        return Help()
+    return Unknown(text)

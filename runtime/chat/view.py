@@ -1,0 +1,323 @@
+"""What the chat shows, as a pure function of what happened: events in, lines out.
+
+The view keeps the state the screen needs (calls in flight with their output tail,
+pending permission prompts, a stop being settled) and turns each input (a session
+event, a stop sent or answered, a prompt asked or withdrawn) into *committed* lines,
+printed once above the input, while :meth:`ChatView.live` renders the part that
+changes in place (spinners, progress, the permission question). No terminal, no
+clock and no I/O here: the caller passes ``now`` (monotonic seconds), so the tests
+feed events and read lines.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.text import Text
+
+from protocol.messages.client import AgentAbortResult, SessionInfo
+from protocol.messages.events import (
+    AnnouncedEvent,
+    AssistantDeltaEvent,
+    AssistantMessageEvent,
+    SessionMeta,
+    ToolAbortEvent,
+    ToolCallEvent,
+    ToolProgressEvent,
+    ToolResultEvent,
+    TurnEnd,
+    TurnStart,
+    UserMessageEvent,
+)
+
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+TAIL_LINES = 3
+STREAM_LINES = 6  # of the response streaming in, shown live until its message lands
+SUMMARY_WIDTH = 60
+
+Lines = list[Text]
+
+
+def summarize_args(tool: str, args: Mapping[str, Any], width: int = SUMMARY_WIDTH) -> str:
+    """One line naming what a call works on: its command, path or pattern."""
+    key = {"Bash": "command", "Read": "path", "Write": "path", "Edit": "path",
+           "Glob": "pattern", "Grep": "pattern", "GenerateImages": "prompt"}.get(tool)
+    if key is not None and isinstance(args.get(key), str):
+        text = str(args[key])
+        if tool == "Grep" and isinstance(args.get("path"), str):
+            text = f"{text} in {args['path']}"
+    else:
+        text = json.dumps(dict(args), separators=(",", ":"), default=str)
+    text = " ".join(text.split())  # one line, whatever the command looked like
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:+9.1f} ms"
+
+
+@dataclass
+class CallView:
+    call_id: str
+    tool: str
+    tool_class: str
+    summary: str
+    started: float
+    tail: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
+    chunks: int = 0
+
+
+@dataclass
+class PermissionView:
+    request_id: str
+    tool: str
+    preview: str
+    risk: str
+
+
+@dataclass
+class StopView:
+    """A stop the user asked for: the timeline's origin and what it has seen."""
+
+    sent: float
+    keep_inbox: bool
+    processes_before: int
+    calls: set[str] = field(default_factory=set)
+
+
+def _result_note(event: ToolResultEvent) -> str:
+    details = event.details
+    if details.get("abandoned"):
+        return "stopped waiting at once; the host drops its late result"
+    if "processesKilled" in details and (event.code or "").startswith("ABORTED"):
+        killed = details.get("processesKilled", 0)
+        survivors = details.get("survivors") or []
+        note = (f"process tree terminated: {killed} processes killed in "
+                f"{details.get('killMs', 0)} ms")
+        return note + (f", {len(survivors)} SURVIVED" if survivors else "")
+    if details.get("forced"):
+        return "forced by an operator"
+    return ""
+
+
+def _first_line(event: ToolResultEvent, width: int = 70) -> str:
+    for item in event.content:
+        for line in getattr(item, "text", "").splitlines():
+            if line.strip():
+                line = line.strip()
+                return line if len(line) <= width else line[: width - 1] + "…"
+    return ""
+
+
+class ChatView:
+    def __init__(self) -> None:
+        self.calls: dict[str, CallView] = {}
+        self.permissions: collections.OrderedDict[str, PermissionView] = (
+            collections.OrderedDict())
+        self.stop: StopView | None = None
+        self.turn_id: str | None = None
+        self.queued = 0  # prompts sent and not yet begun (the daemon's inbox)
+        self.streaming: list[tuple[str, str]] = []  # (type, text) of the step streaming in
+
+    # -- the agent's events -------------------------------------------------------------
+
+    def event(self, event: AnnouncedEvent, now: float) -> Lines:
+        stop = self.stop
+        if isinstance(event, SessionMeta):
+            return [Text(f"session {event.session_id} · {event.workspace} · "
+                         f"{event.permission_mode}", style="dim")]
+        if isinstance(event, TurnStart):
+            self.turn_id = event.turn_id
+            return []
+        if isinstance(event, UserMessageEvent):
+            return [Text.assemble(("> ", "bold cyan"), (event.text, "bold"))]
+        if isinstance(event, AssistantDeltaEvent):
+            if self.streaming and self.streaming[-1][0] == event.type:
+                self.streaming[-1] = (event.type, self.streaming[-1][1] + event.text)
+            else:
+                self.streaming.append((event.type, event.text))
+            return []
+        if isinstance(event, AssistantMessageEvent):
+            self.streaming.clear()  # the record replaces what streamed
+            return self._message(event)
+        if isinstance(event, ToolCallEvent):
+            return self._call(event, now)
+        if isinstance(event, ToolProgressEvent):
+            call = self.calls.get(event.call_id)
+            if call is not None:
+                call.chunks += 1
+                call.tail.extend(line for line in event.text.splitlines() if line.strip())
+            return []
+        if isinstance(event, ToolAbortEvent):
+            if stop is None:  # an operator's stop: shown, without a timeline of ours
+                return [Text(f"  ■ tools.abort {event.call_id} ({event.tool}): host found it "
+                             f"{event.host_state}", style="yellow")]
+            stop.calls.add(event.call_id)
+            body = ", body running" if event.body_invoked else ", body never started"
+            return [Text(f"  {_ms(now - stop.sent)}  tools.abort {event.call_id} "
+                         f"({event.tool}): host found it {event.host_state}{body}",
+                         style="yellow")]
+        if isinstance(event, ToolResultEvent):
+            return self._result(event, now)
+        return self._turn_end(event, now)
+
+    def _message(self, event: AssistantMessageEvent) -> Lines:
+        lines: Lines = []
+        for block in event.blocks:
+            if block.type == "reasoning":
+                lines.append(Text(f"  {block.text}", style="dim italic"))
+            else:
+                lines.append(Text(block.text))
+        if event.interrupted and lines:
+            lines[-1].append(" [interrupted]", style="bold yellow")
+        return lines
+
+    def _call(self, event: ToolCallEvent, now: float) -> Lines:
+        summary = summarize_args(event.tool, event.args)
+        self.calls[event.call_id] = CallView(event.call_id, event.tool, event.tool_class,
+                                             summary, now)
+        return [Text.assemble(("● ", "cyan"), (event.tool, "bold"),
+                              (f" ({event.tool_class}) ", "dim"), summary,
+                              (f"  [{event.call_id}]", "dim"))]
+
+    def _result(self, event: ToolResultEvent, now: float) -> Lines:
+        call = self.calls.pop(event.call_id, None)
+        tool = call.tool if call is not None else "?"
+        code = event.code or "ok"
+        note = _result_note(event)
+        stop = self.stop
+        if stop is not None and (event.call_id in stop.calls or event.is_error):
+            stop.calls.add(event.call_id)
+            return [Text(f"  {_ms(now - stop.sent)}  {event.call_id} ({tool}): {code}"
+                         + (f", {note}" if note else ""), style="yellow")]
+        took = f" {now - call.started:.1f}s" if call is not None else ""
+        mark, style = ("✓", "green") if not event.is_error else ("✗", "red")
+        detail = note or ("" if not event.is_error else _first_line(event))
+        line = Text.assemble((f"{mark} ", style), (tool, "bold"), f" {code}",
+                             (took, "dim"), (f"  [{event.call_id}]", "dim"))
+        if detail:
+            line.append(f"  {detail}", style="dim")
+        return [line]
+
+    def _turn_end(self, event: TurnEnd, now: float) -> Lines:
+        self.turn_id = None
+        self.calls.clear()
+        self.streaming.clear()  # a stop that left nothing visible records no message
+        end = event.end
+        stop = self.stop
+        if end.kind == "aborted":
+            cause = end.reason.kind if end.reason else "?"
+            if stop is not None:
+                return [Text(f"  {_ms(now - stop.sent)}  turn/end aborted ({cause}) on disk",
+                             style="yellow")]
+            return [Text(f"■ turn stopped ({cause})", style="yellow")]
+        if end.kind == "error":
+            return [Text(f"✗ the turn ended with an error: {end.error}", style="bold red")]
+        if end.kind == "interrupted":
+            return [Text("■ this turn was interrupted (the runtime died during it)",
+                         style="yellow")]
+        if event.stop_reason == "max_steps":
+            return [Text("the turn reached its step limit", style="dim")]
+        return []
+
+    # -- stops ---------------------------------------------------------------------------
+
+    def stop_sent(self, now: float, *, keep_inbox: bool, via: str,
+                  processes_before: int) -> Lines:
+        self.stop = StopView(now, keep_inbox, processes_before)
+        keep = ", keeping queued prompts" if keep_inbox else ""
+        return [Text(f"■ Stop ({via}): stop timeline", style="bold yellow"),
+                Text(f"  {_ms(0.0)}  agent.abort sent (cause user{keep})", style="yellow")]
+
+    def stop_answered(self, result: AgentAbortResult, now: float, *,
+                      processes_alive: int) -> Lines:
+        stop = self.stop
+        self.stop = None
+        sent = stop.sent if stop is not None else now
+        if result.outcome == "idle":
+            return [Text("  nothing was running: the stop was a no-op", style="yellow")]
+        lines = [Text(f"  {_ms(now - sent)}  turn settled in {result.settled_ms:.1f} ms "
+                      f"(agent.abort answered: {result.outcome})", style="bold yellow")]
+        for c in result.tool_calls:
+            lines.append(Text(f"               {c.call_id:10} {c.tool:8} {c.tool_class:9} "
+                              f"{c.code or 'ok'}", style="yellow"))
+        before = stop.processes_before if stop is not None else 0
+        if before or processes_alive:
+            style = "bold red" if processes_alive else "yellow"
+            lines.append(Text(f"  process tree: {before} tool processes before the stop, "
+                              f"{processes_alive} alive after it settled", style=style))
+        return lines
+
+    # -- permission prompts --------------------------------------------------------------
+
+    def permission_asked(self, request_id: str, tool: str, preview: str, risk: str) -> None:
+        self.permissions[request_id] = PermissionView(request_id, tool, preview, risk)
+
+    def permission_answered(self, request_id: str, decision: str) -> Lines:
+        asked = self.permissions.pop(request_id, None)
+        tool = asked.tool if asked is not None else "?"
+        return [Text(f"  permission for {tool}: {decision}", style="cyan")]
+
+    def permission_withdrawn(self, request_id: str, now: float) -> Lines:
+        asked = self.permissions.pop(request_id, None)
+        if asked is None:
+            return []
+        at = f"  {_ms(now - self.stop.sent)}" if self.stop is not None else ""
+        return [Text(f"{at}  permission prompt for {asked.tool} withdrawn by the stop "
+                     "(the call never ran)", style="yellow")]
+
+    # -- the part that changes in place --------------------------------------------------
+
+    def live(self, now: float) -> Lines:
+        frame = SPINNER[int(now * 10) % len(SPINNER)]
+        lines: Lines = []
+        streamed: Lines = []
+        for kind, text in self.streaming:
+            style = "dim italic" if kind == "reasoning" else ""
+            indent = "  " if kind == "reasoning" else ""
+            streamed.extend(Text(f"{indent}{line}", style=style) for line in text.splitlines())
+        lines.extend(streamed[-STREAM_LINES:])
+        for call in self.calls.values():
+            lines.append(Text.assemble((f"{frame} ", "cyan"), (call.tool, "bold"),
+                                       (f" ({call.tool_class}) ", "dim"), call.summary,
+                                       (f"  {now - call.started:.1f}s", "dim")))
+            lines.extend(Text(f"    │ {line[:100]}", style="dim") for line in call.tail)
+        if self.permissions:
+            asked = next(iter(self.permissions.values()))
+            lines.append(Text.assemble(("? ", "bold magenta"), (asked.tool, "bold"),
+                                       f" wants to run: {asked.preview[:80]}",
+                                       (f"  (risk {asked.risk})", "dim")))
+            lines.append(Text("  [y] allow once   [a] allow for session   [n] deny   "
+                              "[d] deny for session   [Esc] stop the turn", style="magenta"))
+        if self.stop is not None:
+            lines.append(Text(f"{frame} stopping… {(now - self.stop.sent) * 1000:.0f} ms",
+                              style="yellow"))
+        elif self.turn_id is not None and not self.calls and not self.permissions:
+            lines.append(Text(f"{frame} working…", style="dim"))
+        if self.queued:
+            lines.append(Text(f"  {self.queued} prompt(s) queued (/stop-keep keeps them on a "
+                              "stop)", style="dim"))
+        return lines
+
+    @property
+    def animating(self) -> bool:
+        return bool(self.calls or self.stop is not None or self.turn_id is not None)
+
+
+def session_lines(sessions: tuple[SessionInfo, ...], current: str | None) -> Lines:
+    if not sessions:
+        return [Text("no sessions", style="dim")]
+    lines = []
+    for s in sessions:
+        flags = [f for f, on in (("current", s.session_id == current),
+                                 ("not loaded", not s.loaded),
+                                 ("interrupted", s.interrupted)) if on]
+        lines.append(Text.assemble((f"  {s.session_id}", "bold"),
+                                   f"  {s.workspace}  {s.permission_mode}",
+                                   (f"  ({', '.join(flags)})" if flags else "", "dim")))
+    return lines

@@ -1,0 +1,178 @@
+"""``quiesce chat`` in a real terminal (tmux): keys in, the screen and the processes checked.
+
+Each test runs the chat in its own tmux server (private socket, fixed 120x45 window)
+whose environment carries the test's process marker and temporary data directory:
+the chat, its ``quiesce serve``, the host and every tool process are marked, and the
+``marked`` fixture fails the test if any of them survives it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from tests.chat.pane import Pane, chat_command, needs_tmux
+from tests.conftest import Marked
+from tests.support import command_line, marked_processes
+
+pytestmark = needs_tmux
+
+READY = "Esc stops the turn"
+TREE = ("echo 'build: starting'; sleep 300 & setsid sleep 300 & ( sleep 300 & ) ; "
+        "nohup sleep 300 >/dev/null 2>&1 & "
+        "for i in 1 2 3 4 5 6 7 8 9; do echo \"build: step $i\"; sleep 0.2; done; sleep 300")
+
+
+@pytest.fixture
+def pane(marked: Marked) -> Iterator[Pane]:
+    # Depends on `marked`, so the tmux server is gone before survivors are looked for.
+    p = Pane(marked.env(QUIESCE_LOG_LEVEL="INFO"))
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def _sleepers(marked: Marked) -> list[psutil.Process]:
+    return [p for p in marked_processes(marked.mark) if "sleep 300" in command_line(p)
+            or command_line(p).startswith("sleep")]
+
+
+def _workspace(tmp_path: pathlib.Path) -> pathlib.Path:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    return workspace
+
+
+def test_esc_stops_a_bash_tree_and_shows_the_timeline(
+        tmp_path: pathlib.Path, marked: Marked, pane: Pane) -> None:
+    script = [[{"reasoning": "The user wants a build."}, {"text": "Running the build."},
+               {"toolCall": {"id": "bash-1", "name": "Bash", "args": {"command": TREE}}}],
+              [{"text": "The build finished."}]]
+    pane.start(chat_command(_workspace(tmp_path), script, "--permission-mode", "auto"))
+    pane.wait_for(READY)
+    pane.type("build it")
+    pane.send("Enter")
+    # Live progress: the Bash output tail under a running call.
+    running = pane.wait_for("build: step 2")
+    assert "> build it" in running and "Running the build." in running
+    assert "● Bash (process) echo 'build: starting'" in running
+    assert len(_sleepers(marked)) >= 4  # the tree is really there: background, setsid, ...
+
+    pane.send("Escape")
+    screen = pane.wait_for("turn settled in")
+    assert "■ Stop (Esc): stop timeline" in screen
+    assert "agent.abort sent (cause user)" in screen
+    assert "tools.abort bash-1 (Bash): host found it running, body running" in screen
+    assert "bash-1 (Bash): ABORTED, process tree terminated:" in screen
+    assert "turn/end aborted (user) on disk" in screen
+    assert "bash-1     Bash     process   ABORTED" in screen
+    assert "alive after it settled" in screen and ", 0 alive after it settled" in screen
+    # The lines come in the order the stop settled in.
+    order = [screen.index(s) for s in ("agent.abort sent", "tools.abort bash-1",
+                                       "bash-1 (Bash): ABORTED", "turn/end aborted",
+                                       "turn settled in")]
+    assert order == sorted(order)
+    assert "The build finished." not in screen
+    # When the answer is on screen, the tree is gone: nothing to wait for.
+    assert _sleepers(marked) == []
+
+    # Ctrl-C twice within a second: quit (nothing runs, so at once); the daemon exits 0.
+    pane.send("C-c")
+    pane.send("C-c")
+    assert pane.exit_status() == 0
+    assert "quiesce serve exited with status 0" in pane.screen()
+    # The chat returns only once its daemon (and the daemon's host) exited.
+    assert [p for p in marked_processes(marked.mark) if not p.name().startswith("tmux")] == []
+
+
+def test_a_permission_prompt_answered_and_one_withdrawn_by_a_stop(
+        tmp_path: pathlib.Path, marked: Marked, pane: Pane) -> None:
+    workspace = _workspace(tmp_path)
+    script = [[{"text": "Writing two files."},
+               {"toolCall": {"id": "w1", "name": "Write",
+                             "args": {"path": "one.txt", "content": "one\n"}}}],
+              [{"toolCall": {"id": "w2", "name": "Write",
+                             "args": {"path": "two.txt", "content": "two\n"}}}],
+              [{"text": "Both written."}]]
+    pane.start(chat_command(workspace, script, "--permission-mode", "ask"))
+    pane.wait_for(READY)
+    pane.type("write the files")
+    pane.send("Enter")
+    asked = pane.wait_for("[y] allow once   [a] allow for session   [n] deny")
+    assert '? Write wants to run: {"path":"one.txt"' in asked
+    assert not (workspace / "one.txt").exists()  # nothing runs before the answer
+
+    pane.send("y")
+    asked = pane.wait_for('? Write wants to run: {"path":"two.txt"')
+    assert "permission for Write: allow-once" in asked
+    assert "✓ Write ok" in asked and "[w1]" in asked
+    assert (workspace / "one.txt").read_text() == "one\n"
+
+    pane.send("Escape")
+    screen = pane.wait_for("turn settled in")
+    assert "permission prompt for Write withdrawn by the stop (the call never ran)" in screen
+    assert "tools.abort w2 (Write): host found it permission-pending, body never started" \
+        in screen
+    assert "w2 (Write): ABORTED_BEFORE_DISPATCH" in screen
+    # The question vanished from the live part; only the note remains.
+    assert "wants to run" not in pane.visible()
+    assert not (workspace / "two.txt").exists()
+    assert "Both written." not in screen
+
+    pane.type("/quit")
+    pane.send("Enter")
+    assert pane.exit_status() == 0
+
+
+def test_queued_prompts_are_dropped_by_a_stop_and_kept_by_stop_keep(
+        tmp_path: pathlib.Path, marked: Marked, pane: Pane) -> None:
+    slow = [{"text": "Working"}, {"toolCall": {"id": "b", "name": "Bash",
+                                               "args": {"command": "sleep 300"}}}]
+    script = [slow, slow, slow]
+    pane.start(chat_command(_workspace(tmp_path), script, "--permission-mode", "auto"))
+    pane.wait_for(READY)
+    pane.type("first")
+    pane.send("Enter")
+    pane.wait_for("● Bash (process) sleep 300")
+    pane.type("second")
+    pane.send("Enter")
+    pane.wait_for("1 prompt(s) queued")
+    assert "(queued) second" in pane.screen()
+
+    pane.type("/stop-keep")
+    pane.send("Enter")
+    # The stopped turn settles, and the queued prompt starts the next turn.
+    screen = pane.wait_for(lambda s: "> second" in s and s.count("● Bash (process)") == 2)
+    assert "■ Stop (/stop-keep): stop timeline" in screen
+    assert "agent.abort sent (cause user, keeping queued prompts)" in screen
+
+    pane.type("third")
+    pane.send("Enter")
+    pane.wait_for("1 prompt(s) queued")
+    pane.send("Escape")
+    screen = pane.wait_for("queued prompt dropped by the stop: third")
+    pane.wait_for(lambda s: s.count("turn settled in") == 2)
+
+    pane.type("/sessions")
+    pane.send("Enter")
+    pane.wait_for("(current)")
+    pane.type("/load nope")
+    pane.send("Enter")
+    pane.wait_for("✗ INVALID_PARAMS")
+
+    # Ctrl-C twice while a turn runs: stop, settle, then exit.
+    pane.type("fourth")
+    pane.send("Enter")
+    pane.wait_for(lambda s: s.count("● Bash (process)") == 3)
+    assert "> third" not in pane.screen()  # the dropped prompt never ran
+    pane.send("C-c")
+    pane.send("C-c")
+    assert pane.exit_status() == 0
+    screen = pane.screen()
+    tail = screen[screen.index("■ Stop (Ctrl-C)"):]
+    assert "turn settled in" in tail and ", 0 alive after it settled" in tail
+    assert tail.index("turn settled in") < tail.index("quiesce serve exited with status 0")

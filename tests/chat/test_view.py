@@ -1,0 +1,199 @@
+"""The chat's view without a terminal: events in, the lines a user reads out."""
+
+from __future__ import annotations
+
+from protocol.messages.client import AbortedCall, AgentAbortResult, SessionInfo
+from protocol.messages.events import (
+    AssistantDeltaEvent,
+    AssistantMessageEvent,
+    Block,
+    Cause,
+    ToolAbortEvent,
+    ToolCallEvent,
+    ToolProgressEvent,
+    ToolResultEvent,
+    TurnEnd,
+    TurnOutcome,
+    TurnStart,
+    UserMessageEvent,
+)
+from protocol.tools import TextContent
+from runtime.chat.view import ChatView, session_lines, summarize_args
+
+
+def plain(lines: list[object]) -> list[str]:
+    return [str(line) for line in lines]
+
+
+def start(view: ChatView) -> None:
+    view.event(TurnStart(1, "t1"), 0.0)
+
+
+def test_a_turn_with_a_tool_call_reads_as_a_transcript() -> None:
+    view = ChatView()
+    assert view.event(TurnStart(1, "t1"), 0.0) == []
+    assert plain(view.event(UserMessageEvent(2, "t1", "read a"), 0.0)) == ["> read a"]
+    lines = view.event(AssistantMessageEvent(3, "t1", 0, (
+        Block("reasoning", "It is short."), Block("text", "Let me look."))), 0.1)
+    assert plain(lines) == ["  It is short.", "Let me look."]
+    assert lines[0].style == "dim italic"  # reasoning looks different from text
+    assert plain(view.event(ToolCallEvent(4, "t1", 0, "c1", "Read", "read-only",
+                                          {"path": "a.txt"}), 0.2)) == [
+        "● Read (read-only) a.txt  [c1]"]
+    assert "c1" in view.calls
+    lines = view.event(ToolResultEvent(5, "t1", 0, "c1", False, None,
+                                       (TextContent("hello"),)), 1.4)
+    assert plain(lines) == ["✓ Read ok 1.2s  [c1]"]
+    assert view.calls == {}
+    assert view.event(TurnEnd(6, "t1", TurnOutcome("completed"), "end_turn"), 1.5) == []
+    assert view.turn_id is None and not view.animating
+
+
+def test_a_response_streams_live_until_its_message_is_recorded() -> None:
+    view = ChatView()
+    start(view)
+    for kind, piece in [("reasoning", "Think"), ("reasoning", "ing."), ("text", "Hel"),
+                        ("text", "lo\nwor"), ("text", "ld")]:
+        assert view.event(AssistantDeltaEvent(1, "t1", 0, kind, piece), 0.1) == []  # type: ignore[arg-type]
+    live = view.live(0.2)
+    assert plain(live[:3]) == ["  Thinking.", "Hello", "world"]
+    assert live[0].style == "dim italic"
+    committed = view.event(AssistantMessageEvent(2, "t1", 0, (
+        Block("reasoning", "Thinking."), Block("text", "Hello\nworld"))), 0.3)
+    assert plain(committed) == ["  Thinking.", "Hello\nworld"]
+    assert "Hello" not in " ".join(plain(view.live(0.4)))  # printed once, not twice
+
+
+def test_a_failed_call_shows_its_code_and_first_line() -> None:
+    view = ChatView()
+    start(view)
+    view.event(ToolCallEvent(2, "t1", 0, "c1", "Read", "read-only", {"path": "../x"}), 0.0)
+    lines = view.event(ToolResultEvent(
+        3, "t1", 0, "c1", True, "PATH_OUTSIDE_WORKSPACE",
+        (TextContent("\nError: ../x is outside the workspace\nmore"),)), 0.5)
+    assert plain(lines) == ["✗ Read PATH_OUTSIDE_WORKSPACE 0.5s  [c1]  "
+                            "Error: ../x is outside the workspace"]
+
+
+def test_live_part_shows_a_spinner_and_the_output_tail() -> None:
+    view = ChatView()
+    start(view)
+    view.event(ToolCallEvent(2, "t1", 0, "b1", "Bash", "process",
+                             {"command": "make\n  build"}), 0.0)
+    for i in range(5):
+        view.event(ToolProgressEvent(2, "t1", "b1", "stdout", f"step {i}\n\n"), 0.1)
+    live = plain(view.live(2.0))
+    assert live[0].endswith("Bash (process) make build  2.0s")  # one line, whatever the args
+    assert live[0][0] in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+    assert live[1:] == ["    │ step 2", "    │ step 3", "    │ step 4"]  # the last three
+    assert plain(view.live(2.1))[0][0] != live[0][0]  # the spinner turns
+
+
+def test_a_stop_renders_its_timeline_from_the_abort_sent() -> None:
+    view = ChatView()
+    start(view)
+    view.event(ToolCallEvent(2, "t1", 0, "bash-1", "Bash", "process", {"command": "x"}), 1.0)
+    sent = plain(view.stop_sent(10.0, keep_inbox=False, via="Esc", processes_before=5))
+    assert sent == ["■ Stop (Esc): stop timeline", "       +0.0 ms  agent.abort sent (cause user)"]
+    assert plain(view.live(10.05))[-1].endswith("stopping… 50 ms")
+    lines = view.event(ToolAbortEvent(2, "t1", "bash-1", "Bash", "running", True), 10.0021)
+    assert plain(lines) == [
+        "       +2.1 ms  tools.abort bash-1 (Bash): host found it running, body running"]
+    lines = view.event(ToolResultEvent(
+        3, "t1", 0, "bash-1", True, "ABORTED", (TextContent("Error: tool call aborted"),),
+        {"processesKilled": 5, "killMs": 12, "survivors": []}), 10.0153)
+    assert plain(lines) == ["      +15.3 ms  bash-1 (Bash): ABORTED, process tree terminated: "
+                            "5 processes killed in 12 ms"]
+    lines = view.event(TurnEnd(4, "t1", TurnOutcome("aborted", Cause("user")), "cancelled"),
+                       10.016)
+    assert plain(lines) == ["      +16.0 ms  turn/end aborted (user) on disk"]
+    lines = view.stop_answered(AgentAbortResult(
+        "aborted", "t1", Cause("user"), 14.2,
+        (AbortedCall("bash-1", "Bash", "process", "ABORTED"),)), 10.0165, processes_alive=0)
+    assert plain(lines) == [
+        "      +16.5 ms  turn settled in 14.2 ms (agent.abort answered: aborted)",
+        "               bash-1     Bash     process   ABORTED",
+        "  process tree: 5 tool processes before the stop, 0 alive after it settled"]
+    assert view.stop is None
+
+
+def test_survivors_are_shouted_not_hidden() -> None:
+    view = ChatView()
+    start(view)
+    view.stop_sent(0.0, keep_inbox=False, via="Esc", processes_before=2)
+    lines = view.stop_answered(AgentAbortResult("aborted", "t1"), 0.1, processes_alive=1)
+    assert "1 alive after it settled" in str(lines[-1])
+    assert lines[-1].style == "bold red"
+
+
+def test_a_read_only_call_abandoned_at_once_says_so() -> None:
+    view = ChatView()
+    start(view)
+    view.event(ToolCallEvent(2, "t1", 0, "g", "Grep", "read-only", {"pattern": "x",
+                                                                      "path": "logs"}), 0.0)
+    view.stop_sent(1.0, keep_inbox=True, via="/stop-keep", processes_before=0)
+    lines = view.event(ToolResultEvent(3, "t1", 0, "g", True, "ABORTED", (),
+                                       {"abandoned": "stop"}), 1.001)
+    assert plain(lines) == ["       +1.0 ms  g (Grep): ABORTED, stopped waiting at once; the "
+                            "host drops its late result"]
+
+
+def test_an_idle_stop_is_a_no_op() -> None:
+    view = ChatView()
+    view.stop_sent(0.0, keep_inbox=False, via="Esc", processes_before=0)
+    assert plain(view.stop_answered(AgentAbortResult("idle"), 0.001, processes_alive=0)) == [
+        "  nothing was running: the stop was a no-op"]
+
+
+def test_an_interrupted_message_is_marked() -> None:
+    view = ChatView()
+    start(view)
+    lines = view.event(AssistantMessageEvent(2, "t1", 0, (Block("text", "Hello, wor"),),
+                                             interrupted=True), 0.0)
+    assert plain(lines) == ["Hello, wor [interrupted]"]
+
+
+def test_permission_prompt_shown_then_answered_or_withdrawn() -> None:
+    view = ChatView()
+    start(view)
+    view.permission_asked("p1", "Write", '{"path":"a"}', "medium")
+    live = plain(view.live(0.0))
+    assert '? Write wants to run: {"path":"a"}  (risk medium)' in live
+    assert ("  [y] allow once   [a] allow for session   [n] deny   [d] deny for session   "
+            "[Esc] stop the turn") in live
+    assert plain(view.permission_answered("p1", "allow-once")) == [
+        "  permission for Write: allow-once"]
+    assert not any("wants to run" in line for line in plain(view.live(0.0)))
+
+    view.permission_asked("p2", "Edit", "{}", "high")
+    view.stop_sent(5.0, keep_inbox=False, via="Esc", processes_before=0)
+    assert plain(view.permission_withdrawn("p2", 5.003)) == [
+        "       +3.0 ms  permission prompt for Edit withdrawn by the stop (the call never ran)"]
+    assert not any("wants to run" in line for line in plain(view.live(5.0)))
+    assert view.permission_withdrawn("p2", 5.004) == []  # once
+
+
+def test_errors_and_step_limits_end_a_turn_visibly() -> None:
+    view = ChatView()
+    start(view)
+    lines = view.event(TurnEnd(2, "t1", TurnOutcome("error", error="no provider"), "error"), 0)
+    assert plain(lines) == ["✗ the turn ended with an error: no provider"]
+    start(view)
+    assert plain(view.event(TurnEnd(3, "t1", TurnOutcome("completed"), "max_steps"), 0)) == [
+        "the turn reached its step limit"]
+
+
+def test_argument_summaries() -> None:
+    assert summarize_args("Bash", {"command": "ls -la\n| wc"}) == "ls -la | wc"
+    assert summarize_args("Grep", {"pattern": "TODO", "path": "src"}) == "TODO in src"
+    assert summarize_args("Mystery", {"b": 1}) == '{"b":1}'
+    long = summarize_args("Bash", {"command": "x" * 100}, width=10)
+    assert long == "xxxxxxxxx…" and len(long) == 10
+
+
+def test_session_list_marks_the_current_one() -> None:
+    sessions = (SessionInfo("s-1", "/w", "ask", 0.0),
+                SessionInfo("s-2", "/v", "auto", 0.0, loaded=False, interrupted=True))
+    assert plain(session_lines(sessions, "s-1")) == [
+        "  s-1  /w  ask  (current)", "  s-2  /v  auto  (not loaded, interrupted)"]
+    assert plain(session_lines((), None)) == ["no sessions"]

@@ -1,0 +1,136 @@
+"""Plugin (MCP) tools end to end: ``quiesce serve`` → host → servers built with the SDK."""
+
+from __future__ import annotations
+
+import pathlib
+
+import trio
+
+from protocol.messages.events import ToolCallEvent, ToolProgressEvent, TurnEnd
+from tests.conftest import Marked
+from tests.e2e.agent_harness import agent_daemon, call, text
+from tests.e2e.test_ops import find_key, ops
+from tests.plugins.support import QUIET, alive, new_plugin_session, pid_in, wait_file
+
+
+async def test_plugin_tools_are_listed_and_called_with_progress(tmp_path: pathlib.Path,
+                                                               marked: Marked) -> None:
+    script = [[call("e1", "mcp__tools__echo", text="hi")],
+              [call("c1", "mcp__tools__count", steps=3)],
+              [call("f1", "mcp__tools__fail", reason="no luck")],
+              [text("done")]]
+    async with agent_daemon(marked, env_extra=QUIET) as agent:
+        opened = await new_plugin_session(agent, tmp_path, script)
+        (status,) = opened.plugin_servers
+        assert status.name == "tools" and status.tools == 6 and status.error is None
+        with trio.fail_after(30):
+            answer = await agent.prompt("go")
+        assert answer.stop_reason == "end_turn"
+        results = agent.results(answer.turn_id or "")
+        echo = results["e1"]
+        assert not echo.is_error and echo.content[0].text.startswith("echo hi from ")  # type: ignore[union-attr]
+        assert echo.details["plugin"] == {"server": "tools", "tool": "echo"}
+        assert results["c1"].content[0].text == "counted to 3"  # type: ignore[union-attr]
+        progress = [e.text for e in agent.events
+                    if isinstance(e, ToolProgressEvent) and e.call_id == "c1"]
+        assert progress == ["1/3 step 1\n", "2/3 step 2\n", "3/3 step 3\n"]
+        assert all(e.stream == "progress" for e in agent.events
+                   if isinstance(e, ToolProgressEvent))
+        assert results["f1"].code == "TOOL_FAILED"
+        classes = {e.call_id: e.tool_class for e in agent.log() if isinstance(e, ToolCallEvent)}
+        assert classes == {"e1": "plugin", "c1": "plugin", "f1": "plugin"}
+        agent.assert_balanced()
+
+
+async def test_a_stop_the_server_honours(tmp_path: pathlib.Path, marked: Marked) -> None:
+    script = [[call("w1", "mcp__tools__wait_politely")]]
+    async with agent_daemon(marked, env_extra=QUIET) as agent:
+        await new_plugin_session(agent, tmp_path, script)
+        async with trio.open_nursery() as nursery:
+            prompts = []
+
+            async def prompt() -> None:
+                prompts.append(await agent.prompt("go"))
+
+            nursery.start_soon(prompt)
+            server_pid = int(await wait_file(tmp_path / "started-politely"))
+            with trio.fail_after(15):
+                aborted = await agent.abort()
+            # Answered only once settled: turn/end is on disk already.
+            assert aborted.outcome == "aborted" and aborted.turn_id is not None
+            end = agent.turn_end_on_disk(aborted.turn_id)
+            assert end is not None and end.end.kind == "aborted"
+        assert prompts[0].stop_reason == "cancelled"
+        # The server got the MCP cancel and stopped the tool; it keeps serving.
+        assert (tmp_path / "cancelled-politely").read_text() == "yes"
+        result = agent.results(aborted.turn_id)["w1"]
+        assert result.code == "ABORTED"
+        assert "answered a ping" in result.details["cancel"]
+        assert [(c.call_id, c.code) for c in aborted.tool_calls] == [("w1", "ABORTED")]
+        assert alive(server_pid)
+        agent.assert_balanced()
+
+
+async def test_a_stop_the_server_ignores_stays_pending_until_forced(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    script = [[call("w1", "mcp__tools__wait_stubbornly")],
+              [call("e1", "mcp__tools__echo", text="again")], [text("after")]]
+    # Progress every 50 ms; a quiet window of 0.5 s leaves a loaded machine some slack.
+    async with agent_daemon(marked, extra_args=("--stuck-after", "0.3"),
+                            env_extra={"QUIESCE_PLUGIN_QUIET_WINDOW": "0.5"}) as agent:
+        await new_plugin_session(agent, tmp_path, script)
+        aborted = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "go")
+            server_pid = int(await wait_file(tmp_path / "started-stubbornly"))
+
+            async def abort() -> None:
+                aborted.append(await agent.abort())
+
+            nursery.start_soon(abort)
+            await trio.sleep(1.6)  # three quiet windows: it is still reporting progress
+            assert aborted == []  # the plugin call is awaited, so the stop is too
+            code, show = await ops(marked, "show", agent.session_id)
+            assert code == 0, show
+            assert find_key(show, "stuck") is True
+            assert find_key(show, "class") == "plugin"
+            assert find_key(show, "state") in {"aborting", "draining"}
+            assert alive(server_pid)
+
+            code, forced = await ops(marked, "force", agent.session_id, "w1")
+            assert code == 0, forced
+        (stop,) = aborted
+        assert stop.outcome == "aborted"
+        result = agent.results(stop.turn_id or "")["w1"]
+        assert result.code == "ABORTED"
+        assert result.details["forced"] is True
+        assert result.details["pluginServerKilled"] == "tools"
+        assert not alive(server_pid)  # the force killed the server's tree
+        agent.assert_balanced()
+        # The next use starts the server again.
+        script_turn = await agent.prompt("again")
+        assert script_turn.stop_reason == "end_turn"
+        echo = agent.results(script_turn.turn_id or "")["e1"]
+        assert not echo.is_error and pid_in(echo.content[0].text) != server_pid  # type: ignore[union-attr]
+
+
+async def test_a_crashing_server_fails_its_call_and_restarts_on_next_use(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    script = [[call("e1", "mcp__tools__echo", text="one")],
+              [call("x1", "mcp__tools__crash")],
+              [call("e2", "mcp__tools__echo", text="two")],
+              [text("done")]]
+    async with agent_daemon(marked, env_extra=QUIET) as agent:
+        await new_plugin_session(agent, tmp_path, script)
+        with trio.fail_after(30):
+            answer = await agent.prompt("go")
+        assert answer.stop_reason == "end_turn"
+        results = agent.results(answer.turn_id or "")
+        crashed = results["x1"]
+        assert crashed.code == "TOOL_FAILED" and crashed.details["serverExited"] is True
+        first = pid_in(results["e1"].content[0].text)  # type: ignore[union-attr]
+        second = pid_in(results["e2"].content[0].text)  # type: ignore[union-attr]
+        assert first != second and not alive(first)
+        ends = [e for e in agent.log() if isinstance(e, TurnEnd)]
+        assert ends[-1].end.kind == "completed"
+        agent.assert_balanced()
