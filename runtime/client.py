@@ -10,7 +10,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import IO, Any
 
 import msgspec
 import trio
@@ -49,12 +49,17 @@ async def spawn_daemon(
     handlers: Mapping[str, Handler] | None = None,
     notification_handlers: Mapping[str, NotificationHandler] | None = None,
     env: Mapping[str, str] | None = None,
-    stderr: int | None = None,
+    stderr: int | IO[bytes] | None = None,
+    start_new_session: bool = False,
 ) -> AsyncIterator[DaemonClient]:
-    """Run ``quiesce serve``; on exit close its stdin and wait for it (kill past a deadline)."""
+    """Run ``quiesce serve``; on exit close its stdin and wait for it (kill past a deadline).
+
+    ``start_new_session`` keeps the daemon out of the caller's terminal process group
+    (a terminal's Ctrl-C must never signal it: the chat stops turns itself)."""
     process = await trio.lowlevel.open_process(
         list(command or serve_command()), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=stderr, env=dict(env) if env is not None else None,
+        start_new_session=start_new_session,
     )
     assert process.stdin is not None and process.stdout is not None
     endpoint = Endpoint("daemon", process.stdout, process.stdin, incoming=RUNTIME_TO_CLIENT,
