@@ -12,8 +12,10 @@ to a running body is the tool class's policy:
 - mutating: the body is shielded and completes atomically; the call ends
   ``ABORTED`` with what the operation did in ``details``.
 - plugin: the body watches ``stop`` and forwards it to the plugin (MCP
-  ``notifications/cancelled``), and awaits its answer; an operator's force kills
-  the plugin server's process tree (``host.plugins``).
+  ``notifications/cancelled``), and awaits its answer (or, once the server read
+  the cancel, a quiet window: ``ABORTED`` marked unconfirmed); an operator's force
+  kills the plugin server's process tree (``host.plugins``). A stop before the
+  request reached the server is the body's own ``ABORTED_BEFORE_DISPATCH``.
 
 "Body invoked" is recorded immediately before the body is called; it alone
 separates ``ABORTED`` from ``ABORTED_BEFORE_DISPATCH``.
@@ -35,6 +37,7 @@ from host.admission import Admission, AdmissionLimits, Overloaded
 from host.calls import Call, CallTable
 from host.permissions import Verdict, evaluate, risk_of
 from host.plugins import PluginSettings, SessionPlugins, load_servers
+from host.proctree import ENV_MARKER
 from host.tombstones import TombstoneRegistry
 from host.tools import TOOLS, ToolSpec
 from host.tools.context import HostToolConfig, ToolContext
@@ -63,8 +66,6 @@ from protocol.tools import (
 )
 
 log = logging.getLogger(__name__)
-
-ENV_MARKER = "QUIESCE_HOST_CALL"
 
 
 class RuntimePort(Protocol):
@@ -143,6 +144,13 @@ class CallManager:
         if session is None:
             raise RpcError(ErrorCode.NOT_FOUND, f"unknown session {session_id!r}")
         return await session.plugins.list_all()
+
+    async def close_session(self, session_id: str) -> None:
+        """Forget a session (the runtime settled its turns) and kill its plugin servers."""
+        session = self.sessions.pop(session_id, None)
+        if session is not None:
+            with trio.CancelScope(shield=True):
+                await session.plugins.close("its session was closed")
 
     async def close_plugins(self, why: str) -> None:
         """Kill every plugin server's tree (the host is leaving)."""
@@ -287,6 +295,9 @@ class CallManager:
             return result
         if result is None:
             return aborted_result(before_dispatch=False, details={"discarded": True})
+        if call.tool_class is ToolClass.PLUGIN and \
+                result.code == ErrorCode.ABORTED_BEFORE_DISPATCH.name:
+            return result  # the plugin body knows its request never reached the server
         result = msgspec.structs.replace(result, body_invoked=True)
         if not call.stop.is_set() or result.is_error:
             return result  # no stop, or an error more specific than the stop

@@ -47,6 +47,8 @@ import trio
 log = logging.getLogger(__name__)
 
 PR_SET_CHILD_SUBREAPER = 36
+ENV_MARKER = "QUIESCE_HOST_CALL"
+"""In the environment of every process a host starts: ``<host pid>:<session>:<call>``."""
 KILL_TIMEOUT = 2.0
 """How long the KILL phase keeps trying before reporting survivors."""
 _POLL = 0.01

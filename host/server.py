@@ -25,6 +25,7 @@ from protocol.messages.host import (
     PermissionWithdrawnParams,
     PluginsListParams,
     PluginsListResult,
+    SessionCloseHostParams,
     SessionOpenParams,
     ToolsAbortParams,
     ToolsAbortResult,
@@ -73,6 +74,7 @@ class HostServer:
         return {
             "initialize": self.initialize,
             "session.open": self.session_open,
+            "session.close": self.session_close,
             "plugins.list": self.plugins_list,
             "tools.execute": self.tools_execute,
             "tools.abort": self.tools_abort,
@@ -117,6 +119,10 @@ class HostServer:
     async def session_open(self, params: SessionOpenParams) -> Empty:
         self.manager.open_session(params.session_id, params.workspace, params.permission_mode,
                                   params.mcp_servers)
+        return Empty()
+
+    async def session_close(self, params: SessionCloseHostParams) -> Empty:
+        await self.manager.close_session(params.session_id)
         return Empty()
 
     async def plugins_list(self, params: PluginsListParams) -> PluginsListResult:

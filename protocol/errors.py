@@ -18,6 +18,8 @@ class ErrorCode(enum.IntEnum):
     METHOD_NOT_FOUND = -32601
     INVALID_PARAMS = -32602
     INTERNAL = -32603
+    # The cancellation code of LSP and ACP's ``$/cancel_request``.
+    REQUEST_CANCELLED = -32800
     # quiesce codes (implementation-defined server error range).
     PROTOCOL_MISMATCH = -32001
     NOT_INITIALIZED = -32002
@@ -40,6 +42,7 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.METHOD_NOT_FOUND: "Method not found",
     ErrorCode.INVALID_PARAMS: "Invalid params",
     ErrorCode.INTERNAL: "Internal error",
+    ErrorCode.REQUEST_CANCELLED: "Request cancelled",
     ErrorCode.PROTOCOL_MISMATCH: "Protocol version mismatch",
     ErrorCode.NOT_INITIALIZED: "Not initialized",
     ErrorCode.NOT_FOUND: "Not found",

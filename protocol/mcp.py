@@ -136,7 +136,8 @@ _file_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
 def check_servers(servers: Iterable[McpServerConfig], where: str) -> None:
-    """Names are ``[A-Za-z0-9_-]+`` and unique, every server has a command."""
+    """Names are ``[A-Za-z0-9_-]+`` and unique; every server has a command; nothing that
+    ``exec`` would refuse (a NUL byte, an environment name that is empty or holds ``=``)."""
     seen: set[str] = set()
     for server in servers:
         if not SERVER_NAME.fullmatch(server.name):
@@ -144,9 +145,24 @@ def check_servers(servers: Iterable[McpServerConfig], where: str) -> None:
                                     "[A-Za-z0-9_-]+")
         if server.name in seen:
             raise PluginConfigError(f"{where}: server {server.name!r} is declared twice")
-        if not server.command.strip() or "\x00" in server.command:
+        if not server.command.strip():
             raise PluginConfigError(f"{where}: server {server.name!r} has no command")
+        _check_exec_fields(server, f"{where}: server {server.name!r}")
         seen.add(server.name)
+
+
+def _check_exec_fields(server: McpServerConfig, where: str) -> None:
+    if "\x00" in server.command:
+        raise PluginConfigError(f"{where}: command contains a NUL byte")
+    for n, arg in enumerate(server.args):
+        if "\x00" in arg:
+            raise PluginConfigError(f"{where}: args[{n}] contains a NUL byte")
+    for name, value in server.env.items():
+        if not name or "=" in name or "\x00" in name:
+            raise PluginConfigError(f"{where}: env name {name!r} must be non-empty, "
+                                    "without '=' or NUL")
+        if "\x00" in value:
+            raise PluginConfigError(f"{where}: env[{name!r}] contains a NUL byte")
 
 
 def parse_servers_file(data: bytes, where: str) -> tuple[McpServerConfig, ...]:

@@ -20,6 +20,7 @@ from protocol.messages.client import (
     AgentPromptResult,
     DebugRunToolParams,
     DebugRunToolResult,
+    SessionCloseParams,
     SessionEventParams,
     SessionListResult,
     SessionLoadParams,
@@ -35,6 +36,7 @@ from protocol.messages.host import (
     PermissionWithdrawnParams,
     PluginsListParams,
     PluginsListResult,
+    SessionCloseHostParams,
     SessionOpenParams,
     ToolsAbortParams,
     ToolsAbortResult,
@@ -129,6 +131,10 @@ CLIENT_TO_RUNTIME = Direction("client → runtime", [
                "Replay a session's log as session.event notifications, then answer. A log "
                "that ends inside a turn (the runtime died) is first closed with honest "
                "records: a synthetic ABORTED result per unanswered call, turn/end interrupted."),
+    MethodSpec("session.close", SessionCloseParams, Empty,
+               "Stop the session's turn (cause `disposed`) and answer once it is settled and "
+               "the session is released: its log closed (it stays loadable), its plugin "
+               "servers stopped, its queued prompts answered `cancelled`."),
     MethodSpec("agent.prompt", AgentPromptParams, AgentPromptResult,
                "Queue a prompt; answers when its turn ends. A stopped turn answers "
                "`cancelled`, never an error."),
@@ -161,6 +167,9 @@ RUNTIME_TO_HOST = Direction("runtime → host", [
                "Start the session's plugin (MCP) servers not yet running and list their "
                "tools, named mcp__<server>__<tool>; a server that fails to start is reported "
                "with its error, not raised."),
+    MethodSpec("session.close", SessionCloseHostParams, Empty,
+               "Forget a session whose turns are settled: its plugin servers are stopped "
+               "(their trees killed). Unknown sessions are a no-op."),
     MethodSpec("tools.execute", ToolsExecuteParams, ToolResult,
                "Run one tool call; always answers with exactly one tool result."),
     MethodSpec("tools.abort", ToolsAbortParams, ToolsAbortResult,

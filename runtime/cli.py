@@ -1,25 +1,82 @@
 """The ``quiesce`` command: ``serve`` (the runtime daemon), ``acp`` (the same daemon speaking
 the Agent Client Protocol), ``chat`` (a terminal client), ``host``, ``ops``, ``demo``."""
 
+# Start-up of ``serve`` is two Python processes importing (the runtime's modules, and the
+# host's, each ~0.3-0.4 s). ``serve`` spawns its host before anything heavy is imported, so
+# the two import side by side, and the daemon adopts it: the imports here are light, the
+# heavy ones are in the functions that need them.
+
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import pathlib
+import subprocess
 import sys
+from typing import TYPE_CHECKING
 
-import trio
-
-from protocol.framing import DEFAULT_MAX_FRAME_SIZE
-from protocol.messages.client import ProviderConfig
-from runtime.logs import setup_logging
-from runtime.providers.factory import ProviderConfigError, parse_provider_option
-
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from protocol.messages.client import ProviderConfig
+    from runtime.popen_process import PopenProcess
 
 
-async def _serve(args: argparse.Namespace) -> None:
+def _spawn_host() -> subprocess.Popen[bytes]:
+    """The host, as the daemon's host link would spawn it: the same command
+    (``runtime.host_link.default_host_command()``), environment, pipes and fds (its
+    stderr is ours; ``close_fds``: nothing else is inherited, the client's stdin and
+    stdout included, which become its pipes)."""
+    return subprocess.Popen([sys.executable, "-m", "host"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def _reap(popen: subprocess.Popen[bytes]) -> None:
+    """Kill the early host unless it is already reaped (a daemon that adopted it stops
+    and reaps it itself): never left running, whatever ended ``serve``."""
+    if popen.poll() is None:
+        popen.kill()
+        popen.wait()
+    for pipe in (popen.stdin, popen.stdout):  # closed already if it was adopted
+        if pipe is not None:
+            pipe.close()
+
+
+def _provider_option(parser: argparse.ArgumentParser, value: str) -> ProviderConfig:
+    """``--provider``, checked after the host is spawned (the check's imports are heavy);
+    a bad one is reported as argparse reports a bad option value."""
+    from runtime.providers.factory import ProviderConfigError, parse_provider_option
+
+    try:
+        return parse_provider_option(value)
+    except ProviderConfigError as exc:
+        parser.error(f"argument --provider: {exc}")
+
+
+def _run_serve(args: argparse.Namespace, host: subprocess.Popen[bytes]) -> int:
+    import logging
+
+    import trio
+
+    from protocol.framing import DEFAULT_MAX_FRAME_SIZE
+    from runtime.logs import setup_logging
+    from runtime.popen_process import PopenProcess
+
+    setup_logging("runtime")
+    if args.max_frame_size is None:
+        args.max_frame_size = DEFAULT_MAX_FRAME_SIZE
+    first_host: PopenProcess | None
+    try:
+        first_host = PopenProcess(host)
+    except OSError as exc:  # no pidfd here: the daemon spawns its own host, as before
+        logging.getLogger(__name__).info("host %d not adoptable (%s): killing it",
+                                         host.pid, exc)
+        _reap(host)
+        first_host = None
+    trio.run(_serve, args, first_host)
+    return 0
+
+
+async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> None:
+    import pathlib
+
     from host.proctree import become_subreaper
     from runtime.daemon import Daemon
     from runtime.stdio import take_stdio
@@ -32,6 +89,7 @@ async def _serve(args: argparse.Namespace) -> None:
         ping_interval=args.ping_interval,
         liveness_timeout=args.liveness_timeout,
         stuck_after=args.stuck_after,
+        first_host=first_host,
     )
     # Orphans of a crashed host are re-parented to us and killed by their marker.
     become_subreaper()
@@ -39,24 +97,17 @@ async def _serve(args: argparse.Namespace) -> None:
     await daemon.serve(receive, send)
 
 
-def _provider_option(value: str) -> ProviderConfig:
-    try:
-        return parse_provider_option(value)
-    except ProviderConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="quiesce", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the runtime daemon on stdin/stdout (JSON-RPC)")
+    frame_env = os.environ.get("QUIESCE_MAX_FRAME")  # its default is looked up after the spawn
     serve.add_argument("--max-frame-size", type=int,
-                       default=int(os.environ.get("QUIESCE_MAX_FRAME", DEFAULT_MAX_FRAME_SIZE)),
+                       default=int(frame_env) if frame_env is not None else None,
                        help="largest accepted message in bytes (env QUIESCE_MAX_FRAME)")
     serve.add_argument("--data-dir", help="where session logs live (env QUIESCE_DATA_DIR; "
                        "default $XDG_DATA_HOME/quiesce)")
-    serve.add_argument("--provider", type=_provider_option,
-                       default=os.environ.get("QUIESCE_PROVIDER") or None,
+    serve.add_argument("--provider", default=os.environ.get("QUIESCE_PROVIDER") or None,
                        help="default model provider: scripted:FILE or openai "
                             "(env QUIESCE_PROVIDER)")
     serve.add_argument("--process-grace", type=float, default=10.0,
@@ -98,14 +149,19 @@ def main(argv: list[str] | None = None) -> int:
         from runtime.chat.cli import main as chat_main
 
         return chat_main(rest)
+    if args.command == "serve":
+        # First, before any heavy import: the host's imports then run beside ours.
+        host = _spawn_host()
+        try:
+            if args.provider is not None:
+                args.provider = _provider_option(serve, args.provider)
+            if rest:
+                parser.error(f"unrecognized arguments: {' '.join(rest)}")
+            return _run_serve(args, host)
+        finally:
+            _reap(host)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    if args.command == "serve":
-        setup_logging("runtime")
-        if isinstance(args.provider, str):
-            args.provider = _provider_option(args.provider)
-        trio.run(_serve, args)
-        return 0
     from runtime.demo import run_demo
 
     return run_demo(keep=args.keep)

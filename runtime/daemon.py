@@ -28,6 +28,7 @@ from protocol.messages.client import (
     DebugRunToolParams,
     DebugRunToolResult,
     ProviderConfig,
+    SessionCloseParams,
     SessionEventParams,
     SessionListResult,
     SessionLoadParams,
@@ -40,6 +41,7 @@ from protocol.messages.events import AnnouncedEvent, ToolAbortEvent, ToolProgres
 from protocol.messages.host import (
     PluginsListParams,
     PluginsListResult,
+    SessionCloseHostParams,
     SessionOpenParams,
     ToolsAbortResult,
     ToolsExecuteParams,
@@ -61,10 +63,11 @@ from runtime.host_supervisor import (
 from runtime.ops.rundir import UnsafeRunDir
 from runtime.ops.server import OpsServer
 from runtime.permission_relay import PermissionRelay
+from runtime.popen_process import PopenProcess
 from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, make_provider
 from runtime.registry import DisposedCause, ToolRegistry
-from runtime.rpc import Endpoint, Handler
+from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent
 from runtime.sessionlog import default_data_dir
 from runtime.sessions import Session, SessionStore
 
@@ -73,6 +76,7 @@ log = logging.getLogger(__name__)
 VERSION = "0.1.0"
 DRAIN_TIMEOUT = 10.0
 DISPOSE_GRACE = 15.0
+CLOSE_TIMEOUT = 10.0  # for the host to stop a closed session's plugin servers
 _provider_decoder = msgspec.json.Decoder(ProviderConfig)
 
 
@@ -85,7 +89,10 @@ class Daemon:
                  turn_config: TurnConfig | None = None,
                  ping_interval: float = DEFAULT_PING_INTERVAL,
                  liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
-                 stuck_after: float = DEFAULT_STUCK_AFTER) -> None:
+                 stuck_after: float = DEFAULT_STUCK_AFTER,
+                 first_host: PopenProcess | None = None) -> None:
+        """``first_host``: a host already started for the default command (by ``quiesce
+        serve``, before its imports), adopted as the first host; see HostSupervisor."""
         self.stuck_after = stuck_after
         self.max_frame_size = max_frame_size
         self.data_dir = data_dir or default_data_dir()
@@ -99,6 +106,7 @@ class Daemon:
             notification_handlers={"permission.withdrawn": self.permissions.withdrawn,
                                    "tools.output": self._on_tool_output},
             ping_interval=ping_interval, liveness_timeout=liveness_timeout,
+            first_host=first_host,
         )
         self.ops = DaemonOps(self)
         self.ops_server = OpsServer(self.ops, data_dir=self.data_dir)
@@ -108,6 +116,7 @@ class Daemon:
         self._debug_ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
         self._running: set[str] = set()  # sessions whose agent task runs
+        self._agent_scopes: dict[str, trio.CancelScope] = {}  # cancelled by session.close
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -116,6 +125,7 @@ class Daemon:
             "session.new": self.session_new,
             "session.list": self.session_list,
             "session.load": self.session_load,
+            "session.close": self.session_close,
             "agent.prompt": self.agent_prompt,
             "agent.abort": self.agent_abort,
             "debug.runTool": self.debug_run_tool,
@@ -239,7 +249,12 @@ class Daemon:
             return
         self._running.add(session.session_id)
         session.agent.stuck_after = self.stuck_after
-        self._nursery.start_soon(session.agent.run)
+        self._nursery.start_soon(self._serve_agent, session)
+
+    async def _serve_agent(self, session: Session) -> None:
+        with trio.CancelScope() as scope:
+            self._agent_scopes[session.session_id] = scope
+            await session.agent.run()
 
     # -- client methods -------------------------------------------------------------
 
@@ -276,9 +291,11 @@ class Daemon:
             await self.host.open_session(self._open_params(session))
             listed = await self._list_plugins(session)
         except BaseException:
-            # Never leave a session that can accept a prompt nobody would run.
+            # Never leave a session that can accept a prompt nobody would run, nor plugin
+            # servers the host started for it.
             self.sessions.discard(session.session_id, forget=True)
             self.host.forget_session(session.session_id)
+            await self._close_in_host(session.session_id)
             raise
         self._start_agent(session)
         log.info("session %s opened on %s", session.session_id, session.workspace)
@@ -329,6 +346,37 @@ class Daemon:
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered)
+
+    async def session_close(self, params: SessionCloseParams) -> Empty:
+        self._require_initialized()
+        # Out of the store first: no prompt, load or operator reaches it from here on.
+        session = self.sessions.take(params.session_id)
+        try:
+            # Shielded: a close that began finishes the stop (a shutdown would no longer
+            # find this session to dispose of it).
+            with trio.CancelScope(shield=True):
+                await session.agent.cancel(DisposedCause())
+        finally:
+            scope = self._agent_scopes.pop(session.session_id, None)
+            if scope is not None:
+                scope.cancel()
+            self._running.discard(session.session_id)
+            session.agent.journal.close()
+            self.host.forget_session(session.session_id)
+        await self._close_in_host(session.session_id)
+        log.info("session %s closed", session.session_id)
+        return Empty()
+
+    async def _close_in_host(self, session_id: str) -> None:
+        """Tell a live host to drop the session and stop its plugin servers (a dead host's
+        servers were swept with it)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+            try:
+                await self.host.request_if_alive("session.close",
+                                                 SessionCloseHostParams(session_id))
+            except (NotSent, ConnectionClosed, RpcError) as exc:
+                log.info("session %s: the host was not told of its close (%s)",
+                         session_id, exc)
 
     async def agent_prompt(self, params: AgentPromptParams) -> AgentPromptResult:
         self._require_initialized()

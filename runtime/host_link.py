@@ -1,6 +1,8 @@
 """The runtime's link to its host process: spawn, handshake, requests, stop.
 
-The host is the runtime's child over stdio; its stderr is the runtime's stderr.
+The host is the runtime's child over stdio; its stderr is the runtime's stderr. A link
+spawns its host, or adopts one already started for it (``quiesce serve`` starts its first
+host before its own imports: ``runtime/popen_process.py``).
 Stopping it is a request (``shutdown``), then EOF on its stdin, then, past a
 deadline, SIGKILL; the process is always reaped.
 """
@@ -11,7 +13,7 @@ import logging
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import trio
@@ -32,6 +34,26 @@ def default_host_command() -> list[str]:
     return [sys.executable, "-m", "host"]
 
 
+class HostProcess(Protocol):
+    """What a link needs of its host process: a ``trio.Process``, or an adopted one."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def stdin(self) -> trio.abc.SendStream | None: ...
+
+    @property
+    def stdout(self) -> trio.abc.ReceiveStream | None: ...
+
+    def kill(self) -> None: ...
+
+    async def wait(self) -> int: ...
+
+
 class HostLink:
     def __init__(
         self,
@@ -40,12 +62,16 @@ class HostLink:
         handlers: Mapping[str, Handler] | None = None,
         notification_handlers: Mapping[str, NotificationHandler] | None = None,
         env: Mapping[str, str] | None = None,
+        process: HostProcess | None = None,
     ) -> None:
+        """``process``: a host already started (as ``command`` with ``env`` would start
+        it) that :meth:`start` adopts instead of spawning one; the link then owns it."""
         self._command = list(command or default_host_command())
+        self._adopted = process
         self._env = dict(env) if env is not None else None
         self._handlers = dict(handlers or {})
         self._notification_handlers = dict(notification_handlers or {})
-        self._process: trio.Process | None = None
+        self._process: HostProcess | None = None
         self._endpoint: Endpoint | None = None
         self.info: InitializeResult | None = None
         self.exited = trio.Event()
@@ -55,10 +81,16 @@ class HostLink:
         return self._process.pid if self._process is not None else None
 
     async def start(self, nursery: trio.Nursery) -> InitializeResult:
-        """Spawn the host, serve its link in ``nursery`` and shake hands."""
-        process = await trio.lowlevel.open_process(
-            self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self._env
-        )
+        """Spawn the host (or adopt the one given), serve its link in ``nursery`` and
+        shake hands."""
+        process: HostProcess
+        if self._adopted is not None:
+            process, self._adopted = self._adopted, None
+            log.info("host %d adopted (started before the runtime's imports)", process.pid)
+        else:
+            process = await trio.lowlevel.open_process(
+                self._command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=self._env
+            )
         self._process = process
         assert process.stdin is not None and process.stdout is not None
         endpoint = Endpoint(
@@ -89,7 +121,7 @@ class HostLink:
         log.info("host %d ready", process.pid)
         return info
 
-    async def _watch_exit(self, process: trio.Process) -> None:
+    async def _watch_exit(self, process: HostProcess) -> None:
         code = await process.wait()
         log.info("host %d exited with %s", process.pid, code)
         self.exited.set()

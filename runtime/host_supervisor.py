@@ -8,6 +8,11 @@ sent), the tool processes the dead host started are killed by the marker it
 set on them, and the next request starts a fresh host with a new handshake,
 to which every open session is re-announced.
 
+The first host may be given, already started (``first_host``: ``quiesce serve`` starts
+it before its own imports): the first link adopts it if it runs the command this
+supervisor would run; otherwise it is killed and reaped, and one is spawned as usual.
+Later hosts are always spawned.
+
 Tool processes do not get a parent-death signal: Linux delivers it when the
 *thread* that forked exits, and the host spawns from worker threads. The
 marker-based kill here, and the runtime being a child subreaper (orphans of a
@@ -25,12 +30,12 @@ import msgspec
 import psutil
 import trio
 
-from host.manager import ENV_MARKER
-from host.proctree import find_marked, kill_marked
+from host.proctree import ENV_MARKER, find_marked, kill_marked
 from protocol.errors import RemoteError
 from protocol.messages.common import Empty
 from protocol.messages.host import SessionOpenParams
-from runtime.host_link import HostLink
+from runtime.host_link import HostLink, default_host_command
+from runtime.popen_process import PopenProcess
 from runtime.rpc import ConnectionClosed, Handler, NotificationHandler, NotSent
 
 log = logging.getLogger(__name__)
@@ -45,8 +50,10 @@ class HostSupervisor:
                  handlers: Mapping[str, Handler] | None = None,
                  notification_handlers: Mapping[str, NotificationHandler] | None = None,
                  ping_interval: float = DEFAULT_PING_INTERVAL,
-                 liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT) -> None:
+                 liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
+                 first_host: PopenProcess | None = None) -> None:
         self._command = command
+        self._first_host = first_host
         self._handlers = dict(handlers or {})
         self._notification_handlers = dict(notification_handlers or {})
         self._ping_interval = ping_interval
@@ -75,13 +82,27 @@ class HostSupervisor:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
-        """Own the hosts' tasks until cancelled; start the first host."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            await self.kill_orphans_of_dead_hosts()
-            await self.ensure()
-            task_status.started()
-            await trio.sleep_forever()
+        """Own the hosts' tasks until cancelled; start (or adopt) the first host."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                first = self._first_host
+                if first is not None and list(first.args) != list(
+                        self._command or default_host_command()):
+                    log.info("host %d was started as %s, not as this supervisor's host: "
+                             "killing it", first.pid, list(first.args))
+                    await self._discard_first_host()
+                await self.kill_orphans_of_dead_hosts()
+                await self.ensure()
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            await self._discard_first_host()  # one never adopted is not left running
+
+    async def _discard_first_host(self) -> None:
+        first, self._first_host = self._first_host, None
+        if first is not None:
+            await first.aclose()
 
     async def ensure(self) -> HostLink:
         """The live host, starting a fresh one if there is none."""
@@ -102,8 +123,10 @@ class HostSupervisor:
 
     async def _start(self) -> None:
         assert self._nursery is not None
+        # The first host given is adopted (it was checked in run()); later ones are spawned.
+        first, self._first_host = self._first_host, None
         link = HostLink(command=self._command, handlers=self._handlers,
-                        notification_handlers=self._notification_handlers)
+                        notification_handlers=self._notification_handlers, process=first)
         # The host's tasks live in their own nursery: its death ends them, not us.
         info = await self._nursery.start(self._serve_host, link)
         self.generation += 1

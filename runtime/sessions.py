@@ -164,6 +164,13 @@ class SessionStore:
                 with contextlib.suppress(OSError):
                     self.path_of(session_id).unlink()
 
+    def take(self, session_id: str) -> Session:
+        """Remove an open session and return it (``NOT_FOUND`` if it is not open here);
+        the caller settles it and closes its journal."""
+        session = self.get(session_id)
+        del self._sessions[session_id]
+        return session
+
     def get(self, session_id: str) -> Session:
         try:
             return self._sessions[session_id]

@@ -1,6 +1,7 @@
 """Plugin tools: MCP servers over stdio, started, listed, called and stopped by the host."""
 
-from host.plugins.connection import CallOutcome, McpConnection, PluginStartError
+from host.plugins.connection import McpConnection, PluginStartError
+from host.plugins.request import CallOutcome
 from host.plugins.servers import (
     PluginServer,
     PluginSettings,

@@ -10,11 +10,16 @@ A stop sends ``notifications/cancelled`` and keeps waiting for the answer.
 MCP servers (the official SDK included) never answer a request they
 cancelled, so waiting alone could never settle a stop a server honoured: the
 host also sends a ``ping`` after the cancel. Messages on stdio are read in
-order, so a ping answer proves the server has read the cancel; once it has,
-and it then sends nothing for the call (no answer, no progress) for a quiet
-window, the stop is taken as honoured. A server still reporting progress for
-the call is visibly ignoring the stop: the call stays pending until it
-answers, or an operator forces it (which kills the server's tree).
+order, so a ping answer proves the server has read the cancel. From that
+answer on, a server that sends nothing for the call (no answer, no progress)
+for a quiet window settles the stop, *unconfirmed*: MCP has no way to say a
+tool stopped, and the SDK runs sync tools in worker threads that a cancel
+cannot interrupt. So the call's request stays open after it settled, for as
+long as the connection lives: a late answer or progress for it is logged as a
+warning (the server ignored the cancel) and dropped. A server still reporting
+progress inside the window is visibly ignoring the stop: the call stays
+pending until it answers, or an operator forces it (which kills the server's
+tree).
 """
 
 from __future__ import annotations
@@ -24,12 +29,11 @@ import itertools
 import logging
 import os
 import subprocess
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import trio
 
+from host.plugins.request import CallOutcome, PluginRequest, ProgressSink
 from host.proctree import Child
 from protocol.errors import RemoteError
 from protocol.mcp import (
@@ -62,24 +66,11 @@ MAX_FRAME = 64 * 1024 * 1024
 EXIT_DRAIN = 0.5
 """After the server's process exits, how long its last output may still be read."""
 
-ProgressSink = Callable[[ProgressParams], None]
 STOP_REASON = "the tool call was stopped (quiesce)"
 
 
 class PluginStartError(Exception):
     """The server could not be started or did not complete the MCP handshake."""
-
-
-@dataclass(frozen=True)
-class CallOutcome:
-    """What became of one ``tools/call``: exactly one of result, error, crashed or
-    ``confirmed`` (a stop the server took, as far as the wire can tell)."""
-
-    result: CallToolResult | None = None
-    error: RemoteError | None = None
-    crashed: str | None = None
-    stopped: bool = False
-    confirmed: bool = False
 
 
 def _popen(argv: list[str], *, cwd: str, env: dict[str, str], stdin: int, stdout: int,
@@ -90,17 +81,25 @@ def _popen(argv: list[str], *, cwd: str, env: dict[str, str], stdin: int, stdout
 
 async def _spawn(config: McpServerConfig, cwd: str, marker: tuple[str, str]
                  ) -> tuple[Child, trio.lowlevel.FdStream]:
+    """``PluginStartError`` if it cannot be spawned. Shielded: a thread running ``Popen``
+    cannot be interrupted, and the child it started must not be lost to a cancel."""
     env = {**os.environ, **config.env, marker[0]: marker[1]}
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        popen = await trio.to_thread.run_sync(functools.partial(
-            _popen, [config.command, *config.args], cwd=cwd, env=env, stdin=in_r,
-            stdout=out_w, stderr=err_w))
-    except BaseException:
+        with trio.CancelScope(shield=True):
+            popen = await trio.to_thread.run_sync(functools.partial(
+                _popen, [config.command, *config.args], cwd=cwd, env=env, stdin=in_r,
+                stdout=out_w, stderr=err_w))
+    except BaseException as exc:
         for fd in (in_w, out_r, err_r):
             os.close(fd)
+        if isinstance(exc, OSError):
+            raise PluginStartError(f"cannot start {config.command!r}: "
+                                   f"{exc.strerror or exc}") from exc
+        if isinstance(exc, ValueError):  # a NUL byte, an env name with "="
+            raise PluginStartError(f"cannot start {config.command!r}: {exc}") from exc
         raise
     finally:
         for fd in (in_r, out_w, err_w):
@@ -120,6 +119,7 @@ class McpConnection:
         self._grace = kill_grace
         self._start_timeout = start_timeout
         self._endpoint: Endpoint | None = None
+        self._nursery: trio.Nursery | None = None
         self._scope = trio.CancelScope()
         self._progress: dict[str | int, ProgressSink] = {}
         self._ids = itertools.count(1)
@@ -132,18 +132,25 @@ class McpConnection:
         return not self.dead.is_set() and self._endpoint is not None \
             and not self._endpoint.closed.is_set()
 
+    @property
+    def open_requests(self) -> int:
+        """Calls whose request is still listened to (answered or not, settled or not)."""
+        return len(self._progress)
+
     async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                     ) -> None:
         """Spawn, shake hands, report started; serve until the server dies or is killed.
 
-        However it ends, the whole tree is killed and the root reaped before ``dead``.
+        However it ends, the whole tree is killed and the root reaped before ``dead``;
+        ``kill`` during the start ends it too (``PluginStartError``).
         """
         try:
-            child, stdin = await _spawn(self.config, self._cwd, self._marker)
-        except OSError as exc:
+            await self._serve(task_status)
+        finally:
             self.dead.set()
-            raise PluginStartError(f"cannot start {self.config.command!r}: "
-                                   f"{exc.strerror or exc}") from exc
+
+    async def _serve(self, task_status: trio.TaskStatus[None]) -> None:
+        child, stdin = await _spawn(self.config, self._cwd, self._marker)
         self.pid = child.pid
         endpoint = self._endpoint = Endpoint(
             f"mcp[{self.config.name}:{child.pid}]", child.stdout, stdin,
@@ -152,6 +159,7 @@ class McpConnection:
             notification_handlers={"notifications/progress": self._on_progress,
                                    "notifications/message": self._on_log})
         failed: PluginStartError | None = None
+        started = False
         try:
             with self._scope:
                 async with trio.open_nursery() as nursery:
@@ -164,10 +172,13 @@ class McpConnection:
                         # Raised after the nursery, not inside it (no exception group).
                         failed, self.why_dead = exc, str(exc)
                     else:
+                        self._nursery = nursery  # where calls' requests live
+                        started = True
                         task_status.started()
                         await endpoint.closed.wait()
                     nursery.cancel_scope.cancel()
         finally:
+            self._nursery = None
             with trio.CancelScope(shield=True):
                 report = await child.finish(self._grace)
                 await child.aclose()
@@ -175,6 +186,8 @@ class McpConnection:
                 self.dead.set()
             log.info("plugin server %s (%d) gone: %s; %d processes killed", self.config.name,
                      child.pid, self.why_dead, report.found)
+        if failed is None and not started:  # killed while starting
+            failed = PluginStartError(f"stopped while starting: {self.why_dead}")
         if failed is not None:
             raise failed
 
@@ -238,7 +251,8 @@ class McpConnection:
         log.info("plugin %s [%s]: %s", self.config.name, params.level, params.data)
 
     def kill(self, why: str) -> None:
-        """End the connection: the tree is killed, calls in flight fail (``serve`` returns)."""
+        """End the connection: the tree is killed, calls in flight fail (``serve`` returns;
+        while the server starts, ``serve`` raises ``PluginStartError``)."""
         if not self.dead.is_set():
             self.why_dead = why
         self._scope.cancel()
@@ -264,49 +278,45 @@ class McpConnection:
                    on_progress: ProgressSink, quiet: float) -> CallOutcome:
         """Call a tool; on ``stop``, cancel it and wait as the module docstring says."""
         endpoint = self._require()
-        request_id = f"quiesce-{next(self._ids)}"
-        last_activity = [trio.current_time()]
-
-        def progress(params: ProgressParams) -> None:
-            last_activity[0] = trio.current_time()
-            on_progress(params)
-
-        answered: list[CallOutcome] = []
-        done = trio.Event()
-
-        async def send() -> None:
-            try:
-                result: CallToolResult = await endpoint.request(
-                    "tools/call", CallToolParams(tool, arguments, RequestMeta(request_id)),
-                    request_id=request_id)
-                answered.append(CallOutcome(result=result, stopped=stop.is_set()))
-            except RemoteError as exc:
-                answered.append(CallOutcome(error=exc, stopped=stop.is_set()))
-            except ConnectionClosed:
-                answered.append(CallOutcome(crashed=self.why_dead, stopped=stop.is_set()))
-            done.set()
-
-        self._progress[request_id] = progress
+        nursery = self._nursery
+        if nursery is None:
+            raise ConnectionClosed(self.why_dead)
+        request = PluginRequest(self.config.name, f"quiesce-{next(self._ids)}", stop, on_progress)
+        self._progress[request.request_id] = request.progress
+        # In the connection's nursery, not the call's: after an unconfirmed stop the
+        # request is still listened to, until it is answered or the connection ends.
+        nursery.start_soon(self._send, endpoint, tool, arguments, request)
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(send)
-                await _first(done, stop)
-                if not done.is_set():
-                    confirmed = await self._cancel(endpoint, request_id, STOP_REASON, done,
-                                                   last_activity, quiet, nursery)
-                    if confirmed:
-                        nursery.cancel_scope.cancel()  # a late answer is dropped
-                        return CallOutcome(stopped=True, confirmed=True)
-            return answered[0]
+            await _first(request.done, stop)
+            if not request.done.is_set() and await self._cancel(endpoint, request, quiet):
+                return CallOutcome(stopped=True, unconfirmed=True)
+            assert request.outcome is not None
+            return request.outcome
         finally:
-            del self._progress[request_id]
+            request.settled = True  # whatever comes for it now is late
 
-    @staticmethod
-    async def _cancel(endpoint: Endpoint, request_id: str, reason: str, done: trio.Event,
-                      last_activity: list[float], quiet: float, nursery: trio.Nursery) -> bool:
-        """Send the cancel; True once it is confirmed (ping answered, then quiet)."""
-        endpoint.notify("notifications/cancelled", CancelledParams(request_id, reason))
-        last_activity[0] = trio.current_time()
+    async def _send(self, endpoint: Endpoint, tool: str, arguments: dict[str, Any],
+                    request: PluginRequest) -> None:
+        outcome: CallOutcome | None = None
+        try:
+            result: CallToolResult = await endpoint.request(
+                "tools/call", CallToolParams(tool, arguments, RequestMeta(request.request_id)),
+                request_id=request.request_id)
+            outcome = CallOutcome(result=result)
+        except RemoteError as exc:
+            outcome = CallOutcome(error=exc)
+        except ConnectionClosed:
+            pass
+        finally:  # also when the connection is killed under it (cancelled)
+            self._progress.pop(request.request_id, None)
+            request.deliver(outcome or CallOutcome(crashed=self.why_dead))
+
+    async def _cancel(self, endpoint: Endpoint, request: PluginRequest, quiet: float) -> bool:
+        """Send the cancel and a ping; True once the server answered the ping and then
+        sent nothing for the call for ``quiet`` seconds, measured from that answer."""
+        endpoint.notify("notifications/cancelled", CancelledParams(request.request_id,
+                                                                   STOP_REASON))
+        request.cancel_sent = True
         read = trio.Event()
 
         async def ping() -> None:
@@ -318,14 +328,19 @@ class McpConnection:
                 return  # the call's own crash settles it
             read.set()
 
-        nursery.start_soon(ping)
-        await _first(done, read)
-        while not done.is_set():
-            deadline = last_activity[0] + quiet
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(ping)
+            await _first(request.done, read)
+            nursery.cancel_scope.cancel()
+        request.last_activity = trio.current_time()  # the ping's answer: the cancel is read
+        while not request.done.is_set():
+            deadline = request.last_activity + quiet
             if trio.current_time() >= deadline:
+                log.info("plugin %s: request %s quiet for %g s after its cancel was read; "
+                         "settled unconfirmed", self.config.name, request.request_id, quiet)
                 return True
             with trio.move_on_at(deadline):
-                await done.wait()
+                await request.done.wait()
         return False
 
 

@@ -6,7 +6,8 @@
 - an error response: ``TOOL_FAILED``, or ``ABORTED`` after a stop (servers that
   answer a cancelled request answer it with an error);
 - the server exiting under the call: ``TOOL_FAILED`` (the body ran);
-- a stop the server took without answering: ``ABORTED``.
+- a stop the server read and then stayed silent about: ``ABORTED`` marked
+  ``unconfirmed`` (``details.cancelRead``): MCP cannot confirm a tool stopped.
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from typing import Any
 
 import msgspec
 
-from host.plugins.connection import CallOutcome
+from host.plugins.request import CallOutcome
 from protocol.errors import ErrorCode
 from protocol.tools import Content, TextContent, ToolResult, aborted_result, error_result
 
 MAX_TEXT = 256 * 1024
+UNCONFIRMED_TEXT = ("The plugin server acknowledged reading the cancel, but MCP gives no "
+                    "confirmation that the tool stopped: it may still be running, and its "
+                    "effects are unknown.")
 
 
 def _summary(block: dict[str, Any]) -> str:
@@ -52,10 +56,13 @@ def _content(blocks: tuple[dict[str, Any], ...],
 
 def to_tool_result(outcome: CallOutcome, server: str, tool: str, quiet: float) -> ToolResult:
     where = {"plugin": {"server": server, "tool": tool}}
-    if outcome.confirmed:
-        return aborted_result(before_dispatch=False, details={**where, "cancel": (
-            f"sent; the server read it (answered a ping) and sent nothing more for the call "
-            f"within {quiet:g} s")})
+    if outcome.unconfirmed:
+        return aborted_result(
+            before_dispatch=False,
+            details={**where, "unconfirmed": True, "cancelRead": True, "cancel": (
+                f"sent; the server read it (answered a ping) and then sent nothing for the "
+                f"call for {quiet:g} s; MCP gives no confirmation that the tool stopped")},
+            extra_text=UNCONFIRMED_TEXT)
     if outcome.crashed is not None:
         return error_result(ErrorCode.TOOL_FAILED,
                             f"plugin server {server} ended during the call: {outcome.crashed}",

@@ -60,8 +60,9 @@ class PluginSettings:
     start_timeout: float = _env_seconds("QUIESCE_PLUGIN_START_TIMEOUT", 30.0)
     """Seconds a server has to start and answer MCP ``initialize``."""
     quiet_window: float = _env_seconds("QUIESCE_PLUGIN_QUIET_WINDOW", 1.0)
-    """After a stop, how long a server that read the cancel must stay silent about the
-    call before the stop counts as honoured (see ``host.plugins.connection``)."""
+    """After a stop, how long a server must stay silent about the call, from its answer to
+    the ping that shows it read the cancel, before the stop settles (``ABORTED``, marked
+    unconfirmed; see ``host.plugins.connection``)."""
 
 
 def load_servers(workspace: str, session: tuple[McpServerConfig, ...]
@@ -97,18 +98,23 @@ class PluginServer:
         self.connection: McpConnection | None = None
         self.tools: tuple[McpTool, ...] | None = None
         self.starts = 0
+        self.closed = ""
+        """Why the server is closed for good (its session closed, re-opened or the host
+        leaving); empty while it may be started."""
 
     async def ensure(self) -> McpConnection:
         """The running process, starting one (again) if there is none."""
         async with self._lock:
+            if self.closed:
+                raise PluginStartError(f"not started again: {self.closed}")
             if self.connection is not None and self.connection.alive:
                 return self.connection
-            connection = McpConnection(self.config, cwd=self._cwd, marker=self._marker,
-                                       kill_grace=self._grace,
-                                       start_timeout=self.settings.start_timeout)
+            # Recorded before the handshake (up to start_timeout): kill() reaches it.
+            connection = self.connection = McpConnection(
+                self.config, cwd=self._cwd, marker=self._marker, kill_grace=self._grace,
+                start_timeout=self.settings.start_timeout)
             self.starts += 1
             await self._nursery().start(connection.serve)
-            self.connection = connection
             if self.starts > 1:
                 log.info("plugin server %s restarted (start %d)", self.config.name, self.starts)
             return connection
@@ -120,13 +126,19 @@ class PluginServer:
         return self.tools
 
     async def kill(self, why: str) -> None:
-        """Kill the current process tree (if any) and wait until it is dead and reaped."""
+        """Kill the current process tree (if any, running or starting) and wait until it
+        is dead and reaped; a later call starts it again."""
         connection = self.connection
         if connection is None:
             return
         connection.kill(why)
         with trio.CancelScope(shield=True):
             await connection.dead.wait()
+
+    async def close(self, why: str) -> None:
+        """Kill it for good: nothing starts it again."""
+        self.closed = why
+        await self.kill(why)
 
     async def _ensure_unless_stopped(self, stop: trio.Event
                                      ) -> McpConnection | PluginStartError | None:
@@ -156,8 +168,8 @@ class PluginServer:
             return error_result(ErrorCode.TOOL_FAILED,
                                 f"plugin server {self.config.name} could not start: "
                                 f"{connection}", body_invoked=True, details=where)
-        if connection is None or ctx.stop.is_set():
-            return aborted_result(before_dispatch=False, details={
+        if connection is None or ctx.stop.is_set():  # no tools/call was sent
+            return aborted_result(before_dispatch=True, details={
                 **where, "cancel": "stopped before the call reached the server"})
         if not connection.alive:  # died since: the next call restarts it
             return error_result(ErrorCode.TOOL_FAILED, f"plugin server {self.config.name} "
@@ -244,4 +256,4 @@ class SessionPlugins:
     async def close(self, why: str) -> None:
         async with trio.open_nursery() as nursery:
             for server in self.servers.values():
-                nursery.start_soon(server.kill, why)
+                nursery.start_soon(server.close, why)

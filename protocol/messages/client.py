@@ -72,6 +72,10 @@ class SessionLoadParams(Struct, frozen=True):
     session_id: str
 
 
+class SessionCloseParams(Struct, frozen=True):
+    session_id: str
+
+
 class SessionLoadResult(Struct, frozen=True):
     session_id: str
     workspace: str

@@ -95,6 +95,10 @@ class PluginsListParams(Struct, frozen=True):
     session_id: str
 
 
+class SessionCloseHostParams(Struct, frozen=True):
+    session_id: str
+
+
 class PluginTool(Struct, frozen=True):
     """A plugin tool as the model sees it: ``mcp__<server>__<tool>``, with the server's
     description and JSON input schema (arguments are validated by the server)."""

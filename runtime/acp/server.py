@@ -32,6 +32,7 @@ from protocol.messages.client import (
     AgentPromptParams,
     AgentPromptResult,
     PermissionMode,
+    SessionCloseParams,
     SessionEventParams,
     SessionLoadParams,
     SessionNewParams,
@@ -87,6 +88,16 @@ class _Prompt:
 
 
 @dataclass
+class _NewSession:
+    """A ``session/new`` seen on the wire, until it answers; ``$/cancel_request`` marks it."""
+
+    request_id: RequestId | None
+    params: NewSessionRequest
+    cancelled: trio.Event = field(default_factory=trio.Event)
+    claimed: bool = False  # its handler runs (equal requests are told apart by order)
+
+
+@dataclass
 class _Session:
     session_id: str
     translator: Translator = field(default_factory=Translator)
@@ -105,6 +116,7 @@ class AcpServer:
         self._initialized = False
         self._by_id: dict[RequestId, _Prompt] = {}
         self._unstarted: dict[str, list[_Prompt]] = {}  # session id -> seen, not started
+        self._new_sessions: list[_NewSession] = []  # session/new seen, not answered
 
     def attach(self, acp: Endpoint, native: Endpoint) -> None:
         self.permissions.acp = acp
@@ -139,6 +151,15 @@ class AcpServer:
             prompt = _Prompt(request.id, request.params)
             self._by_id[request.id] = prompt
             self._unstarted.setdefault(prompt.session_id, []).append(prompt)
+        elif request.method == "session/new":
+            self._new_sessions.append(_NewSession(request.id, request.params))
+
+    def _claim_new(self, params: NewSessionRequest) -> _NewSession:
+        for new in self._new_sessions:
+            if new.params == params and not new.claimed:
+                new.claimed = True
+                return new
+        return _NewSession(None, params)
 
     def _claim(self, params: PromptRequest) -> _Prompt:
         """The prompt seen for these params: the first unstarted one equal to them (two
@@ -177,13 +198,25 @@ class AcpServer:
         return session
 
     async def session_new(self, params: NewSessionRequest) -> NewSessionResponse:
-        self._require_initialized()
-        if not os.path.isabs(params.cwd):
-            raise RpcError(ErrorCode.INVALID_PARAMS, "cwd must be an absolute path")
-        created: SessionNewResult = await self._native("session.new", SessionNewParams(
-            params.cwd, self.permission_mode, None, mcp_servers(params.mcp_servers)))
-        self._sessions[created.session_id] = _Session(created.session_id)
-        return NewSessionResponse(created.session_id)
+        new = self._claim_new(params)
+        try:
+            self._require_initialized()
+            if not os.path.isabs(params.cwd):
+                raise RpcError(ErrorCode.INVALID_PARAMS, "cwd must be an absolute path")
+            if new.cancelled.is_set():
+                raise RpcError(ErrorCode.REQUEST_CANCELLED)
+            created: SessionNewResult = await self._native("session.new", SessionNewParams(
+                params.cwd, self.permission_mode, None, mcp_servers(params.mcp_servers)))
+            if new.cancelled.is_set():
+                # Cancelled while the session opened (its plugin servers starting): undo
+                # it whole, servers included, and answer as ``$/cancel_request`` says.
+                await self._native("session.close", SessionCloseParams(created.session_id))
+                raise RpcError(ErrorCode.REQUEST_CANCELLED)
+            self._sessions[created.session_id] = _Session(created.session_id)
+            return NewSessionResponse(created.session_id)
+        finally:
+            if new in self._new_sessions:
+                self._new_sessions.remove(new)
 
     async def session_load(self, params: LoadSessionRequest) -> LoadSessionResponse:
         self._require_initialized()
@@ -228,11 +261,19 @@ class AcpServer:
 
     async def _run_prompt(self, session: _Session, prompt: _Prompt,
                           text: str) -> PromptResponse:
+        failure: RpcError | None = None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._abort_when_cancelled, prompt)
-            answer: AgentPromptResult = await self._native(
-                "agent.prompt", AgentPromptParams(session.session_id, text))
+            try:
+                answer: AgentPromptResult = await self._native(
+                    "agent.prompt", AgentPromptParams(session.session_id, text))
+            except RpcError as exc:
+                # Raised here it would leave the nursery wrapped in an ExceptionGroup and
+                # lose its code: re-raised below, for the endpoint's one error mapping.
+                failure = exc
             nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
         if answer.turn_id is not None:
             # Every update before the answer, and a final one for each call shown.
             self._publish(session.session_id, session.translator.close_turn(answer.turn_id))
@@ -247,8 +288,14 @@ class AcpServer:
     async def _abort_when_cancelled(self, prompt: _Prompt) -> None:
         await prompt.cancelled.wait()
         while True:
-            result: AgentAbortResult = await self._native(
-                "agent.abort", AgentAbortParams(prompt.session_id, Cause(prompt.cause)))
+            try:
+                result: AgentAbortResult = await self._native(
+                    "agent.abort", AgentAbortParams(prompt.session_id, Cause(prompt.cause)))
+            except RpcError as exc:
+                # The prompt's own answer says how the turn ended (cancelled, since it was
+                # marked); a failed stop must not turn that answer into an error.
+                log.warning("agent.abort for %s failed: %s", prompt.session_id, exc)
+                return
             if result.outcome == "aborted":
                 return
             # ``idle``: the daemon runs each request in a task of its own, so our prompt may
@@ -265,6 +312,10 @@ class AcpServer:
         """``$/cancel_request``: a prompt is cancelled as by ``session/cancel`` and answers
         ``cancelled`` (a valid response, as the spec allows). Other requests are short and
         answer normally (cancelling them is optional in ACP v1)."""
+        for new in self._new_sessions:
+            if new.request_id is not None and new.request_id == params.request_id:
+                new.cancelled.set()
+                return
         prompt = self._by_id.get(params.request_id) if params.request_id is not None else None
         if prompt is None:
             log.debug("$/cancel_request for %r: not a running prompt", params.request_id)

@@ -16,7 +16,7 @@ from typing import IO
 
 import psutil
 
-from host.manager import ENV_MARKER  # in the environment of every tool process
+from host.proctree import ENV_MARKER  # in the environment of every tool process
 from runtime.client import DaemonClient, spawn_daemon
 from runtime.rpc import Handler, NotificationHandler
 

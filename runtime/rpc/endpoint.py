@@ -171,10 +171,12 @@ class Endpoint:
         return spec.result_decoder.decode(pending.result)
 
     def notify(self, method: str, params: msgspec.Struct) -> None:
-        """Queue a notification; never blocks, so it keeps its order among others."""
+        """Queue a notification; never blocks, so it keeps its order among others.
+
+        Also once reading stopped (``closed``): a shutting-down daemon still tells its
+        client how each turn ended. Dropped only once the writer is gone."""
         assert self._outgoing.specs[method].is_notification, method
-        if not self.closed.is_set():
-            self._enqueue(encode_notification(method, params))
+        self._enqueue_quietly(encode_notification(method, params))
 
     def _enqueue(self, payload: bytes) -> None:
         try:

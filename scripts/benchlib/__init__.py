@@ -1,10 +1,16 @@
 """The pieces of ``scripts/bench``: statistics, the machine, a benchmark client of
 ``quiesce serve``, the scenarios and the report.
 
-Each scenario is a function that takes a :class:`~benchlib.harness.Bench` and a
-repetition count and returns a :class:`~benchlib.stats.Series` of samples in
-milliseconds; new scenario groups (issue 8: round trips, throughput, start-up,
-growth) add a module beside ``stop.py`` and register in ``bench.py``.
+- ``stop.py``: stop latency per tool class, with floors, in one daemon (a scenario takes
+  a :class:`~benchlib.harness.Bench` and a repetition count and returns a
+  :class:`~benchlib.stats.Series`).
+- ``link.py``: tool-call round trip and throughput on the runtime's host link, start-up;
+  beside them the raw pipe floor (``pipe_floor.py``, a script) and the MCP Python SDK
+  (``mcp_peer.py``, a script run in its own asyncio process).
+- ``growth.py``: stop latency as the calls in flight grow, memory per session and per
+  call, tombstone memory. ``micro.py``: dispatch and codec cost per message.
+- ``report.py`` (the stop tables), ``report_perf.py`` (the goals and the other rows),
+  ``plot.py`` (``docs/benchmarks.png``).
 
 ``load.py`` and ``load_report.py`` are ``scripts/load``: the load test (many sessions
 stopped at once, thousands of stops interleaved with executions) and its block of

@@ -12,6 +12,13 @@ import pathlib
 from dataclasses import dataclass, field
 
 from benchlib.machine import Machine
+from benchlib.report_perf import (
+    PERF_METHOD,
+    goals_section,
+    growth_section,
+    link_sections,
+    micro_section,
+)
 from benchlib.stats import Series, median_of
 
 _METHOD = """\
@@ -62,6 +69,7 @@ class Report:
     leftovers: list[str] = field(default_factory=list)
     load_after: str = ""
     duration_s: float = 0.0
+    plot_name: str | None = None
 
     def ratio(self, top: str, bottom: str) -> float | None:
         a, b = self.series.get(top), self.series.get(bottom)
@@ -71,11 +79,12 @@ class Report:
 
     @property
     def stops(self) -> list[Series]:
-        return [s for s in self.series.values() if s.goal is not None]
+        return [s for s in self.series.values() if s.key.startswith("stop-")]
 
     @property
     def floors(self) -> list[Series]:
-        return [s for s in self.series.values() if s.goal is None]
+        return [s for s in self.series.values()
+                if s.key.startswith("floor-") and not s.key.startswith("floor-pipe-")]
 
     def markdown(self) -> str:
         m = self.machine
@@ -92,6 +101,8 @@ class Report:
             f"- Python: {m.python}; "
             + ", ".join(f"{k} {v}" for k, v in m.packages.items()),
             "",
+            *goals_section(self.series),
+            *link_sections(self.series),
             "## Stop latency: `agent.abort` sent until answered",
             "",
             "| scenario | n | median | p90 | min | max | goal | met (median)? | runs within "
@@ -144,6 +155,7 @@ class Report:
             value = self.ratio(top, bottom)
             shown = "—" if value is None else f"{value:.1f}x"
             out.append(f"| {what} (`{top}` / `{bottom}`) | {shown} |")
+        out += ["", *growth_section(self.series, self.plot_name), *micro_section(self.series)]
         notes = [f"- {s.key}: {note}" for s in self.series.values() for note in s.notes]
         anomalies = [f"- {s.key}: {a}" for s in self.series.values() for a in s.anomalies]
         out += ["", "## Observations", ""]
@@ -153,7 +165,7 @@ class Report:
         out += anomalies + [f"- {f}" for f in self.failures] or ["- none"]
         out += ["", "Processes left at the end of the run: "
                 + ("none" if not self.leftovers else ", ".join(self.leftovers)) + ".", ""]
-        out += ["## How it is measured", "", _METHOD, ""]
+        out += ["## How it is measured", "", _METHOD, "", PERF_METHOD, ""]
         return "\n".join(out)
 
     def _grep_note(self) -> list[str]:
@@ -179,8 +191,9 @@ class Report:
                          f"max {ms(max(s.samples, default=math.nan)):>8} ms  "
                          f"goal {s.goal.text if s.goal else ''}: "
                          f"{'met' if s.goal_met else 'NOT met'}")
-        for s in self.floors:
-            lines.append(f"{s.key:22} n={s.n:<3} median {ms(s.median):>8} ms")
+        for s in self.series.values():
+            if not s.key.startswith("stop-"):
+                lines.append(f"{s.key:22} n={s.n:<3} median {ms(s.median):>8} {s.unit}")
         for top, bottom, _what in self.ratios:
             value = self.ratio(top, bottom)
             if value is not None:

@@ -46,6 +46,8 @@ class Series:
     anomalies: list[str] = field(default_factory=list)
     """Anything that makes a repetition not measure what it claims (wrong code, survivors)."""
     notes: list[str] = field(default_factory=list)
+    unit: str = "ms"
+    """What a sample is: milliseconds unless said otherwise (e.g. ``calls/s``, ``µs``, ``KiB``)."""
 
     def add_extra(self, name: str, value: float) -> None:
         self.extra.setdefault(name, []).append(value)
@@ -82,6 +84,7 @@ class Series:
             "key": self.key, "title": self.title, "samplesMs": self.samples,
             "goalMs": self.goal.limit_ms if self.goal else None,
             "extraMs": self.extra, "anomalies": self.anomalies, "notes": self.notes,
+            "unit": self.unit,
         }
 
 

@@ -265,11 +265,11 @@ def test_sigterm_mid_turn_is_an_orderly_shutdown(marked: Marked, tmp_path: pathl
             assert await prompt == "cancelled"
             assert await asyncio.wait_for(editor.process.wait(), TIMEOUT) == 0
             updates = assert_settled_before_answer(editor)
-            # The daemon's shutdown stops announcing events (runtime.rpc.Endpoint.notify
-            # drops them once reading stopped), so the call's result may not have reached
-            # the dialect; it then reports the call failed itself, before the answer.
-            assert [u["status"] for u in updates if u.get("status") in
-                    ("completed", "failed")] == ["failed"]
+            # The shutting-down daemon still announces how the call ended: the editor
+            # gets the real result (code and all), not a placeholder.
+            finals = [u for u in updates if u.get("status") in ("completed", "failed")]
+            assert [(u["status"], u.get("rawOutput", {}).get("code")) for u in finals] == [
+                ("failed", "ABORTED")]
             return session.session_id
 
     session_id = run(main())
@@ -299,3 +299,42 @@ def test_editor_quitting_during_permission_prompt(marked: Marked, tmp_path: path
     ends = [e for e in native_log(marked, session_id) if isinstance(e, TurnEnd)]
     assert [e.end.reason.kind for e in ends if e.end.reason] == ["disposed"]
     assert not (ws / "a.txt").exists()
+
+
+def test_cancel_request_of_session_new_undoes_the_session(marked: Marked,
+                                                          tmp_path: pathlib.Path) -> None:
+    """$/cancel_request naming a session/new whose plugin server is starting: the request
+    answers -32800 (Request cancelled) and the half-opened session is closed, its server
+    stopped (the fixture fails on any survivor)."""
+    import sys
+
+    from acp.exceptions import RequestError
+    from acp.schema import McpServerStdio
+
+    from tests.plugins.support import SERVER
+    from tests.support import command_line, marked_processes
+
+    ws = workspace(tmp_path)
+
+    def servers() -> list[Any]:
+        return [p for p in marked_processes(marked.mark) if str(SERVER) in command_line(p)]
+
+    async def main() -> None:
+        async with acp_agent(marked, [], tmp_path) as (conn, editor):
+            new = asyncio.create_task(conn.new_session(cwd=str(ws), mcp_servers=[
+                McpServerStdio(name="tools", command=sys.executable, args=[str(SERVER)],
+                               env=[])]))
+            sent = await asyncio.wait_for(editor.wait_for(
+                lambda d, m: d == "out" and m.get("method") == "session/new"), TIMEOUT)
+            async with asyncio.timeout(TIMEOUT):
+                while not servers():  # the session is opening: its server is starting
+                    await asyncio.sleep(0.02)
+            await conn._conn.send_notification("$/cancel_request", {"requestId": sent["id"]})
+            try:
+                await asyncio.wait_for(new, TIMEOUT)
+            except RequestError as exc:
+                assert exc.code == -32800
+            else:
+                raise AssertionError("a cancelled session/new answered a session")
+            assert servers() == []  # stopped before the answer
+    run(main())

@@ -1,15 +1,17 @@
 """The host's plugin client in process (a real ``CallManager``, real server processes):
-servers that fail to start, a stop while a server starts, routing and re-opening."""
+servers that fail to start, a stop, a kill or a close while a server starts, routing
+and re-opening."""
 
 from __future__ import annotations
 
 import pathlib
 import sys
 
+import pytest
 import trio
 
 from host.manager import CallManager, HostConfig
-from host.plugins import PluginSettings
+from host.plugins import McpConnection, PluginSettings, PluginStartError
 from protocol.messages.common import McpServerConfig
 from protocol.messages.host import (
     PermissionRequestParams,
@@ -20,7 +22,7 @@ from protocol.messages.host import (
 )
 from protocol.tools import Decision, ToolResult
 from tests.conftest import Marked
-from tests.plugins.support import SERVER
+from tests.plugins.support import SERVER, alive, wait_file
 from tests.support import MARK_VAR
 
 
@@ -90,10 +92,62 @@ async def test_a_stop_while_the_server_starts_ends_the_call_at_once(
                 await trio.sleep(0.3)
                 manager.abort(ToolsAbortParams("s", "c1", "mcp__slow__tool"))
         (result,) = results
-        assert result.code == "ABORTED"
+        # No tools/call was ever sent: from the plugin's side, the body never ran.
+        assert result.code == "ABORTED_BEFORE_DISPATCH" and not result.body_invoked
+        assert result.content[0].text == "Error: tool call aborted before dispatch"  # type: ignore[union-attr]
         assert result.details["cancel"] == "stopped before the call reached the server"
         background.cancel_scope.cancel()
     # marked: the half-started server's process is gone (the fixture checks).
+
+
+HANG = "import os, time; open('hang-pid', 'w').write(str(os.getpid())); time.sleep(60)"
+"""A "server" that never answers ``initialize``: it stays starting for the 30 s allowed."""
+
+
+async def test_a_kill_or_close_while_a_server_starts_leaves_no_process(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    manager = CallManager(HostConfig(), NoRuntime())  # 30 s to start: nothing may wait it out
+    listed: list[dict[str, str]] = []
+
+    async def list_servers() -> None:
+        result = await manager.list_plugins("s")
+        listed.append({s.name: s.error or "" for s in result.servers})
+
+    with trio.fail_after(15):
+        async with trio.open_nursery() as background:
+            manager.attach(background)
+            manager.open_session("s", str(tmp_path), "auto", (python(marked, "hang", HANG),))
+            background.start_soon(list_servers)
+            first = int(await wait_file(tmp_path / "hang-pid"))
+            routed = manager.sessions["s"].plugins.route("mcp__hang__tool")
+            assert routed is not None
+            await routed[0].kill("an operator forced a call")  # as ops force does
+            assert not alive(first)  # dead and reaped when kill returns
+            while not listed:
+                await trio.sleep(0.01)
+            assert listed.pop()["hang"] == "stopped while starting: an operator forced a call"
+
+            (tmp_path / "hang-pid").unlink()
+            background.start_soon(list_servers)  # a kill is not final: it starts again
+            second = int(await wait_file(tmp_path / "hang-pid"))
+            manager.open_session("s", str(tmp_path), "auto", ())  # another config: closed
+            while alive(second) or not listed:
+                await trio.sleep(0.01)
+            assert listed.pop()["hang"] == "stopped while starting: its session was re-opened"
+            await manager.stop_all("disposed")
+            background.cancel_scope.cancel()
+
+
+async def test_a_spawn_that_exec_refuses_is_a_start_error(tmp_path: pathlib.Path,
+                                                          marked: Marked) -> None:
+    # check_servers refuses these at session open; the spawn maps them anyway.
+    for config in (McpServerConfig("a", sys.executable, ("n\x00ul",)),
+                   McpServerConfig("a", sys.executable, (), {"A=B": "1"})):
+        connection = McpConnection(config, cwd=str(tmp_path), marker=(MARK_VAR, marked.mark),
+                                   kill_grace=1.0, start_timeout=5.0)
+        with trio.fail_after(5), pytest.raises(PluginStartError, match="cannot start"):
+            await connection.serve()
+        assert connection.dead.is_set() and connection.pid is None
 
 
 async def test_reopening_a_session_keeps_or_replaces_its_servers(
@@ -116,3 +170,34 @@ async def test_reopening_a_session_keeps_or_replaces_its_servers(
             assert not three.is_error, three
             await manager.stop_all("disposed")
             background.cancel_scope.cancel()
+
+
+async def test_an_unconfirmed_stop_listens_until_its_server_is_gone(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    manager = CallManager(HostConfig(plugins=PluginSettings(quiet_window=0.2)), NoRuntime())
+    server = McpServerConfig("t", sys.executable, (str(SERVER),), {MARK_VAR: marked.mark})
+    results: list[ToolResult] = []
+
+    async def call() -> None:
+        results.append(await run(manager, "c1", "mcp__t__sleep_then_write", {"seconds": 30}))
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as background:
+            manager.attach(background)
+            manager.open_session("s", str(tmp_path), "auto", (server,))
+            background.start_soon(call)
+            await wait_file(tmp_path / "started-sync")
+            manager.abort(ToolsAbortParams("s", "c1", "mcp__t__sleep_then_write"))
+            while not results:
+                await trio.sleep(0.01)
+            (result,) = results
+            assert result.code == "ABORTED" and result.body_invoked
+            assert result.details["unconfirmed"] is True
+            routed = manager.sessions["s"].plugins.route("mcp__t__x")
+            assert routed is not None and routed[0].connection is not None
+            connection = routed[0].connection
+            assert connection.open_requests == 1  # settled, still listened to
+            await manager.stop_all("disposed")
+            assert connection.dead.is_set() and connection.open_requests == 0
+            background.cancel_scope.cancel()
+    assert not (tmp_path / "finished-sync").exists()  # its server died under it

@@ -41,6 +41,22 @@ def test_bad_files_say_what_and_where(data: bytes, message: str) -> None:
         parse_servers_file(data, "f")
 
 
+@pytest.mark.parametrize(("server", "message"), [
+    (McpServerConfig("a", "x\x00"), "s: server 'a': command contains a NUL byte"),
+    (McpServerConfig("a", "x", ("-v", "\x00")), "s: server 'a': args[1] contains a NUL byte"),
+    (McpServerConfig("a", "x", (), {"K=V": "1"}), "s: server 'a': env name 'K=V' must be"),
+    (McpServerConfig("a", "x", (), {"": "1"}), "s: server 'a': env name '' must be"),
+    (McpServerConfig("a", "x", (), {"K\x00": "1"}), "s: server 'a': env name 'K\\x00'"),
+    (McpServerConfig("a", "x", (), {"K": "\x00"}), "s: server 'a': env['K'] contains a NUL"),
+])
+def test_what_exec_would_refuse_is_a_config_error(server: McpServerConfig,
+                                                   message: str) -> None:
+    with pytest.raises(PluginConfigError) as refused:
+        check_servers([server], "s")
+    assert str(refused.value).startswith(message), str(refused.value)
+    check_servers([McpServerConfig("a", "x", ("-v", ""), {"K": "", "L": "a=b"})], "s")
+
+
 def test_names_and_merge() -> None:
     with pytest.raises(PluginConfigError, match="declared twice"):
         check_servers([McpServerConfig("a", "x"), McpServerConfig("a", "y")], "s")

@@ -38,7 +38,7 @@ async def test_workspace_servers_and_session_servers_merge_by_name(
     async with agent_daemon(marked, env_extra=QUIET) as agent:
         opened = await new_plugin_session(agent, tmp_path, script)
         statuses = {s.name: (s.tools, s.error) for s in opened.plugin_servers}
-        assert statuses["ws"] == (6, None) and statuses["tools"] == (6, None)
+        assert statuses["ws"] == (7, None) and statuses["tools"] == (7, None)
         assert statuses["gone"][0] == 0 and "cannot start" in (statuses["gone"][1] or "")
         with trio.fail_after(30):
             answer = await agent.prompt("go")
@@ -53,6 +53,17 @@ BAD_CONFIGURATIONS: list[tuple[str | None, tuple[McpServerConfig, ...], str]] = 
     (None, (McpServerConfig("bad name", "x"),), "must match [A-Za-z0-9_-]+"),
     (None, (McpServerConfig("a", "x"), McpServerConfig("a", "y")), "declared twice"),
     (None, (McpServerConfig("a", " "),), "has no command"),
+    (None, (McpServerConfig("a", "x", ("ok", "n\x00ul")),),
+     "server 'a': args[1] contains a NUL byte"),
+    (None, (McpServerConfig("a", "x", (), {"A=B": "1"}),), "server 'a': env name 'A=B'"),
+    (None, (McpServerConfig("a", "x", (), {"": "1"}),), "server 'a': env name ''"),
+    (None, (McpServerConfig("a", "x", (), {"A": "1\x002"}),),
+     "server 'a': env['A'] contains a NUL byte"),
+    (None, (McpServerConfig("a", "x\x00y"),), "server 'a': command contains a NUL byte"),
+    ('{"mcpServers": {"a": {"command": "x", "args": ["\\u0000"]}}}', (),
+     ".quiesce/mcp.json: server 'a': args[0] contains a NUL byte"),
+    ('{"mcpServers": {"a": {"command": "x", "env": {"=": ""}}}}', (),
+     ".quiesce/mcp.json: server 'a': env name '='"),
     ("{not json", (), ".quiesce/mcp.json: not a JSON object"),
     ('{"mcpServers": {"a": {"args": []}}}', (), "mcpServers.a"),
     ('{"mcpServers": {"a.b": {"command": "x"}}}', (), "must match"),

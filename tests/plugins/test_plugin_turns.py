@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 
+import pytest
 import trio
 
-from protocol.messages.events import ToolCallEvent, ToolProgressEvent, TurnEnd
+from protocol.messages.events import ToolCallEvent, ToolProgressEvent, ToolResultEvent, TurnEnd
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.e2e.test_ops import find_key, ops
@@ -22,7 +24,7 @@ async def test_plugin_tools_are_listed_and_called_with_progress(tmp_path: pathli
     async with agent_daemon(marked, env_extra=QUIET) as agent:
         opened = await new_plugin_session(agent, tmp_path, script)
         (status,) = opened.plugin_servers
-        assert status.name == "tools" and status.tools == 6 and status.error is None
+        assert status.name == "tools" and status.tools == 7 and status.error is None
         with trio.fail_after(30):
             answer = await agent.prompt("go")
         assert answer.stop_reason == "end_turn"
@@ -66,8 +68,53 @@ async def test_a_stop_the_server_honours(tmp_path: pathlib.Path, marked: Marked)
         result = agent.results(aborted.turn_id)["w1"]
         assert result.code == "ABORTED"
         assert "answered a ping" in result.details["cancel"]
+        # Honoured, as it happens; but MCP cannot say so, and the result does not claim it.
+        assert result.details["unconfirmed"] is True and result.details["cancelRead"] is True
         assert [(c.call_id, c.code) for c in aborted.tool_calls] == [("w1", "ABORTED")]
         assert alive(server_pid)
+        agent.assert_balanced()
+
+
+def ignored_cancel_warnings(stderr: str) -> list[dict[str, object]]:
+    """The host's JSON log lines (on the daemon's stderr) saying a cancel was ignored."""
+    complete = stderr[:stderr.rfind("\n") + 1]  # a line still being written waits
+    lines = [json.loads(line) for line in complete.splitlines() if line.startswith("{")]
+    return [line for line in lines
+            if line.get("level") == "warning" and "ignored the cancel" in str(line.get("msg"))]
+
+
+async def test_a_stop_a_sync_tool_silently_ignores_is_unconfirmed_and_its_end_logged(
+        tmp_path: pathlib.Path, marked: Marked, capfd: pytest.CaptureFixture[str]) -> None:
+    # The SDK runs a sync tool in a worker thread: the cancel cannot interrupt it, and
+    # it sends nothing for the call until it has slept (well past the quiet window).
+    script = [[call("s1", "mcp__tools__sleep_then_write", seconds=1.5)]]
+    async with agent_daemon(marked, env_extra=QUIET) as agent:
+        await new_plugin_session(agent, tmp_path, script)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "go")
+            await wait_file(tmp_path / "started-sync")
+            with trio.fail_after(15):
+                aborted = await agent.abort()
+        assert aborted.outcome == "aborted" and aborted.turn_id is not None
+        # Settled while the tool still runs: what the result says must not claim otherwise.
+        assert not (tmp_path / "finished-sync").exists()
+        result = agent.results(aborted.turn_id)["s1"]
+        assert result.code == "ABORTED"
+        assert result.details["unconfirmed"] is True and result.details["cancelRead"] is True
+        texts = [c.text for c in result.content]  # type: ignore[union-attr]
+        assert any("no confirmation that the tool stopped" in t for t in texts), texts
+        # The tool goes on, finishes, and says so for the request: the host logs it.
+        assert await wait_file(tmp_path / "finished-sync") == "yes"
+        stderr = ""
+        with trio.fail_after(10):
+            while not ignored_cancel_warnings(stderr):
+                await trio.sleep(0.05)
+                stderr += capfd.readouterr().err
+        (warning,) = ignored_cancel_warnings(stderr)
+        assert warning["proc"] == "host" and str(warning["msg"]).startswith("plugin tools sent")
+        await trio.sleep(0.2)  # nothing else comes of it: one result, in the log and on disk
+        results = [e for e in agent.log() if isinstance(e, ToolResultEvent)]
+        assert [(e.call_id, e.code) for e in results] == [("s1", "ABORTED")]
         agent.assert_balanced()
 
 

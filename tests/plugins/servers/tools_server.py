@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import pathlib
+import time
 
 import anyio
+import anyio.from_thread
 from mcp.server.mcpserver import Context, MCPServer
 
 app = MCPServer("tools")
@@ -51,6 +53,17 @@ async def wait_stubbornly(ctx: Context) -> str:
             await ctx.report_progress(i + 1, 1200, "still working")
             await anyio.sleep(0.05)
     return "finished anyway"
+
+
+@app.tool()
+def sleep_then_write(seconds: float, ctx: Context) -> str:
+    """A sync tool: the SDK runs it in a worker thread, which a cancel cannot interrupt.
+    Sleep, report progress, then leave a file saying it finished."""
+    pathlib.Path("started-sync").write_text(str(os.getpid()))
+    time.sleep(seconds)
+    anyio.from_thread.run(ctx.report_progress, 1, 1, "slept")
+    pathlib.Path("finished-sync").write_text("yes")
+    return "slept"
 
 
 @app.tool()
