@@ -107,13 +107,14 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
     sq, sm = f.med("startup-quiesce"), f.med("startup-mcp")
     rows.append(GoalRow("3. start-up", "< 300 ms", f"{num(sq)} ms",
                         _check(sq, lambda v: v < 300),
-                        "two CPython processes start one after the other: the runtime "
-                        "imports trio, msgspec and its modules (a `python` doing only that: "
-                        f"{num(f.med('startup-import-runtime'))} ms), only then spawns its "
-                        "host, which imports its own (alone: "
+                        "two CPython processes each import their modules: `quiesce serve` "
+                        "spawns its host first, so the two import side by side (the runtime's "
+                        "imports alone: "
+                        f"{num(f.med('startup-import-runtime'))} ms; the host's alone: "
                         f"{num(f.med('startup-import-host'))} ms; a bare interpreter "
-                        f"{num(f.med('startup-python'))} ms), and answers `initialize` only "
-                        "once the host has answered its own. Of each process's imports, "
+                        f"{num(f.med('startup-python'))} ms), and it answers `initialize` "
+                        "only once the host has answered its own: on 2 cores start-up is "
+                        "bounded below by the slower of the two. Of each process's imports, "
                         "jsonrpcserver, the dispatcher the project's owner chose, is "
                         f"{num(f.med('startup-import-jsonrpcserver'))} ms alone (it pulls in "
                         "asyncio and jsonschema); dropping it for msgspec-only dispatch is "

@@ -104,9 +104,15 @@ async def test_a_host_for_another_command_is_killed_and_reaped(
     ours, theirs = trio.testing.memory_stream_pair()
     client = Endpoint("daemon", theirs, theirs, incoming=RUNTIME_TO_CLIENT,
                       outgoing=CLIENT_TO_RUNTIME)
+    served = trio.Event()
+
+    async def serve() -> None:
+        await daemon.serve(ours, ours)
+        served.set()
+
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(daemon.serve, ours, ours)
+            nursery.start_soon(serve)
             await nursery.start(client.run)
             info: InitializeResult = await client.request("initialize", InitializeParams(
                 PROTOCOL_VERSION, PeerInfo("test", "0")))
@@ -118,7 +124,9 @@ async def test_a_host_for_another_command_is_killed_and_reaped(
             assert reaped(early.pid)
             assert [proc.pid for proc in marked_processes(marked.mark)] == [host_pid]
             await theirs.send_stream.aclose()  # EOF: the daemon stops its host and ends
-            nursery.cancel_scope.deadline = trio.current_time() + 20
+            with trio.fail_after(15):
+                await served.wait()
+            nursery.cancel_scope.cancel()  # the test's client endpoint
     assert not psutil.pid_exists(host_pid) or reaped(host_pid)
 
 
