@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from protocol.messages.client import AgentAbortResult
 from protocol.messages.events import (
     AnnouncedEvent,
+    AssistantDeltaEvent,
     AssistantMessageEvent,
     SessionMeta,
     ToolAbortEvent,
@@ -174,6 +175,8 @@ def event_summary(event: AnnouncedEvent) -> str:
         text = " ".join(b.text for b in event.blocks if b.type == "text")
         mark = " INTERRUPTED" if event.interrupted else ""
         return f"step {event.step}{mark} {_snippet(text)!r}"
+    if isinstance(event, AssistantDeltaEvent):
+        return f"step {event.step} {event.type} {_snippet(event.text)!r}"
     if isinstance(event, ToolCallEvent):
         return f"{event.call_id} {event.tool} ({event.tool_class})"
     if isinstance(event, ToolProgressEvent):

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import typing
+
 from protocol.messages.events import (
+    AnnouncedEvent,
+    AssistantDeltaEvent,
     AssistantMessageEvent,
     Block,
+    Cause,
     SessionMeta,
     ToolAbortEvent,
     ToolProgressEvent,
+    ToolResultEvent,
+    TurnEnd,
+    TurnOutcome,
     UserMessageEvent,
 )
 from protocol.messages.ops import OpsEventParams
@@ -37,6 +45,20 @@ def test_every_event_kind_has_a_summary() -> None:
     assert event_summary(ToolProgressEvent(5, "t-7", "c", "stdout", "a\nb")) == "c stdout: 'a b'"
     assert event_summary(ToolAbortEvent(6, "t-7", "c", "Bash", "running", True)) == (
         "c Bash: host running, body invoked")
+    assert event_summary(AssistantDeltaEvent(7, "t-7", 2, "text", "Hel")) == "step 2 text 'Hel'"
+    assert event_summary(ToolResultEvent(8, "t-7", 1, "c", True, "ABORTED", (),
+                                         {"forced": True})) == "c ABORTED forced"
+    assert event_summary(TurnEnd(9, "t-7", TurnOutcome("aborted", Cause("user")),
+                                 "cancelled")) == "aborted (user), stop reason cancelled"
+
+
+def test_the_summary_test_covers_every_announced_kind() -> None:
+    # A new event kind must get a summary (and a line above), not an assertion error in
+    # an operator's tail.
+    covered = {"SessionMeta", "TurnStart", "UserMessageEvent", "AssistantMessageEvent",
+               "ToolCallEvent", "ToolProgressEvent", "ToolAbortEvent", "AssistantDeltaEvent",
+               "ToolResultEvent", "TurnEnd"}
+    assert {kind.__name__ for kind in typing.get_args(AnnouncedEvent)} == covered
 
 
 def test_event_line_reports_drops() -> None:
