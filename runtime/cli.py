@@ -51,26 +51,16 @@ def _provider_option(parser: argparse.ArgumentParser, value: str) -> ProviderCon
 
 
 def _run_serve(args: argparse.Namespace, host: subprocess.Popen[bytes]) -> int:
-    import logging
-
     import trio
 
     from protocol.framing import DEFAULT_MAX_FRAME_SIZE
     from runtime.logs import setup_logging
-    from runtime.popen_process import PopenProcess
+    from runtime.popen_process import adopt_or_kill
 
     setup_logging("runtime")
     if args.max_frame_size is None:
         args.max_frame_size = DEFAULT_MAX_FRAME_SIZE
-    first_host: PopenProcess | None
-    try:
-        first_host = PopenProcess(host)
-    except OSError as exc:  # no pidfd here: the daemon spawns its own host, as before
-        logging.getLogger(__name__).info("host %d not adoptable (%s): killing it",
-                                         host.pid, exc)
-        _reap(host)
-        first_host = None
-    trio.run(_serve, args, first_host)
+    trio.run(_serve, args, adopt_or_kill(host))
     return 0
 
 
@@ -142,9 +132,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return ops_main(rest)
     if args.command == "acp":
-        from runtime.acp.cli import main as acp_main
+        host = _spawn_host()  # as for serve: the host imports beside the ACP agent
+        try:
+            from runtime.acp.cli import main as acp_main
 
-        return acp_main(rest)
+            return acp_main(rest, early_host=host)
+        finally:
+            _reap(host)
     if args.command == "chat":
         from runtime.chat.cli import main as chat_main
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import subprocess
 
@@ -93,3 +94,16 @@ class PopenProcess:
             fd, self._pidfd = self._pidfd, None
             trio.lowlevel.notify_closing(fd)
             os.close(fd)
+
+
+def adopt_or_kill(popen: subprocess.Popen[bytes]) -> PopenProcess | None:
+    """``popen`` made adoptable; where it cannot be (no pidfd), it is killed and reaped
+    at once and ``None`` returned: the daemon then spawns its own host, as before."""
+    try:
+        return PopenProcess(popen)
+    except OSError as exc:
+        logging.getLogger(__name__).info("host %d not adoptable (%s): killing it",
+                                         popen.pid, exc)
+        popen.kill()
+        popen.wait()
+        return None

@@ -16,6 +16,7 @@ import logging
 import os
 import pathlib
 import socket
+import subprocess
 from typing import get_args
 
 import trio
@@ -29,6 +30,7 @@ from runtime.acp.messages import AGENT_TO_CLIENT, CLIENT_TO_AGENT
 from runtime.acp.server import VERSION, AcpServer
 from runtime.acp.taps import ReceiveTap
 from runtime.logs import setup_logging
+from runtime.popen_process import PopenProcess, adopt_or_kill
 from runtime.providers.factory import ProviderConfigError, parse_provider_option
 from runtime.rpc import Endpoint
 
@@ -70,7 +72,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-async def run(args: argparse.Namespace) -> None:
+async def run(args: argparse.Namespace, first_host: PopenProcess | None = None) -> None:
     from host.proctree import become_subreaper
     from runtime.daemon import Daemon
     from runtime.stdio import take_stdio
@@ -80,7 +82,7 @@ async def run(args: argparse.Namespace) -> None:
         data_dir=pathlib.Path(args.data_dir) if args.data_dir else None,
         default_provider=args.provider, process_grace=args.process_grace,
         ping_interval=args.ping_interval, liveness_timeout=args.liveness_timeout,
-        stuck_after=args.stuck_after,
+        stuck_after=args.stuck_after, first_host=first_host,
     )
     become_subreaper()  # orphans of a crashed host are re-parented to us and killed
     stdin, stdout = take_stdio()
@@ -134,8 +136,10 @@ async def _stop_reading_when_closed(native: Endpoint, acp: Endpoint) -> None:
     acp.stop_reading()
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], early_host: subprocess.Popen[bytes] | None = None) -> int:
+    """``early_host``: the host ``quiesce`` spawned before importing this module, adopted
+    by the daemon (the caller kills and reaps it if it was not)."""
     args = parser().parse_args(argv)
     setup_logging("runtime")
-    trio.run(run, args)
+    trio.run(run, args, adopt_or_kill(early_host) if early_host is not None else None)
     return 0

@@ -239,3 +239,30 @@ def test_mcp_servers_of_session_new_are_plugin_tools(marked: Marked, tmp_path: p
         assert (ws / "cancelled-politely").read_text() == "yes"
 
     run(main())
+
+
+def test_the_agent_adopts_the_host_it_started_before_its_imports(
+        marked: Marked, tmp_path: pathlib.Path) -> None:
+    """As ``quiesce serve``: the host is spawned first and imports beside the ACP agent;
+    the daemon adopts it (one host child, never a second spawn)."""
+    import json
+
+    import psutil
+
+    ws = workspace(tmp_path)
+    (ws / "a.txt").write_text("alpha\n")
+    script = [[{"toolCall": {"id": "r1", "name": "Read", "args": {"path": "a.txt"}}}],
+              [{"text": "done"}]]
+
+    async def main() -> None:
+        async with acp_agent(marked, script, tmp_path) as (conn, editor):
+            session = await new_session(conn, editor, ws)
+            assert await session.prompt("read") == "end_turn"
+            children = psutil.Process(editor.process.pid).children()
+            assert [c.cmdline()[1:3] for c in children] == [["-m", "host"]]
+            host_pid = children[0].pid
+        lines = [json.loads(line) for line in
+                 (tmp_path / "acp-stderr.log").read_text().splitlines() if line.startswith("{")]
+        assert any(line.get("msg") == f"host {host_pid} adopted (started before the "
+                   "runtime's imports)" for line in lines)
+    run(main())
