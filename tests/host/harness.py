@@ -21,8 +21,23 @@ from protocol.messages.host import (
     ToolsExecuteParams,
     ToolsOutputParams,
 )
-from protocol.tools import ToolResult
+from protocol.tools import Decision, ToolResult
 from runtime.host_link import HostLink
+
+
+class NoRuntime:
+    """The runtime port of an in-process ``CallManager``: every prompt allowed, output
+    dropped."""
+
+    async def request_permission(self, params: PermissionRequestParams) -> Decision:
+        return "allow-once"
+
+    def permission_withdrawn(self, params: PermissionWithdrawnParams) -> None:
+        pass
+
+    def tool_output(self, params: ToolsOutputParams) -> None:
+        pass
+
 
 PermissionAnswer = Callable[[PermissionRequestParams], Awaitable[PermissionRequestResult]]
 

@@ -10,25 +10,12 @@ import trio
 from host.manager import CallManager, HostConfig
 from host.tools.context import ToolContext, ToolSpec
 from protocol.messages.host import (
-    PermissionRequestParams,
-    PermissionWithdrawnParams,
     ToolsAbortParams,
     ToolsExecuteParams,
-    ToolsOutputParams,
 )
 from protocol.toolclass import ToolClass
-from protocol.tools import Decision, ToolResult, ok_result
-
-
-class NoRuntime:
-    async def request_permission(self, params: PermissionRequestParams) -> Decision:
-        return "allow-once"
-
-    def permission_withdrawn(self, params: PermissionWithdrawnParams) -> None:
-        pass
-
-    def tool_output(self, params: ToolsOutputParams) -> None:
-        pass
+from protocol.tools import ToolResult, ok_result
+from tests.host.harness import NoRuntime
 
 
 class StuckArgs(msgspec.Struct, frozen=True):

@@ -14,27 +14,14 @@ from host.manager import CallManager, HostConfig
 from host.plugins import McpConnection, PluginSettings, PluginStartError
 from protocol.messages.common import McpServerConfig
 from protocol.messages.host import (
-    PermissionRequestParams,
-    PermissionWithdrawnParams,
     ToolsAbortParams,
     ToolsExecuteParams,
-    ToolsOutputParams,
 )
-from protocol.tools import Decision, ToolResult
+from protocol.tools import ToolResult
 from tests.conftest import Marked
+from tests.host.harness import NoRuntime
 from tests.plugins.support import SERVER, alive, wait_file
 from tests.support import MARK_VAR
-
-
-class NoRuntime:
-    async def request_permission(self, params: PermissionRequestParams) -> Decision:
-        return "allow-once"
-
-    def permission_withdrawn(self, params: PermissionWithdrawnParams) -> None:
-        pass
-
-    def tool_output(self, params: ToolsOutputParams) -> None:
-        pass
 
 
 def python(marked: Marked, name: str, code: str) -> McpServerConfig:
