@@ -334,36 +334,44 @@ class Daemon:
                 config = None
             return self._provider(config)[1]
 
-        loaded = await self.sessions.load(params.session_id, provider=provider,
-                                          announce=self._announce, tools=self._tools_factory)
-        session = loaded.session
-        if session.session_id not in self._running:
-            # The agent runs before the host hears of the session: if the host refuses
-            # it (its workspace is gone), prompts still get answered (with that error).
-            self._start_agent(session)
-            await self.host.open_session(self._open_params(session))
-            await self._list_plugins(session)
+        self.sessions.path_of(params.session_id)  # a malformed id makes no lock
+        async with self.sessions.lock(params.session_id):
+            loaded = await self.sessions.load(params.session_id, provider=provider,
+                                              announce=self._announce,
+                                              tools=self._tools_factory)
+            session = loaded.session
+            if session.session_id not in self._running:
+                # The agent runs before the host hears of the session: if the host refuses
+                # it (its workspace is gone), prompts still get answered (with that error).
+                self._start_agent(session)
+                await self.host.open_session(self._open_params(session))
+                await self._list_plugins(session)
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered)
 
     async def session_close(self, params: SessionCloseParams) -> Empty:
         self._require_initialized()
-        # Out of the store first: no prompt, load or operator reaches it from here on.
-        session = self.sessions.take(params.session_id)
-        try:
-            # Shielded: a close that began finishes the stop (a shutdown would no longer
-            # find this session to dispose of it).
-            with trio.CancelScope(shield=True):
-                await session.agent.cancel(DisposedCause())
-        finally:
-            scope = self._agent_scopes.pop(session.session_id, None)
-            if scope is not None:
-                scope.cancel()
-            self._running.discard(session.session_id)
-            session.agent.journal.close()
-            self.host.forget_session(session.session_id)
-        await self._close_in_host(session.session_id)
+        self.sessions.path_of(params.session_id)  # a malformed id makes no lock
+        async with self.sessions.lock(params.session_id):
+            session = self.sessions.get(params.session_id)
+            # Closing, it takes no prompt; aborts join this stop and operators still see
+            # it (a stuck call may need their force before the close can answer).
+            session.closing = True
+            try:
+                # Shielded: a close that began finishes its stop.
+                with trio.CancelScope(shield=True):
+                    await session.agent.cancel(DisposedCause())
+            finally:
+                scope = self._agent_scopes.pop(session.session_id, None)
+                if scope is not None:
+                    scope.cancel()
+                self._running.discard(session.session_id)
+                session.agent.journal.close()
+                self.sessions.remove(session.session_id)
+                self.ops.forget_session(session.session_id)
+                self.host.forget_session(session.session_id)
+            await self._close_in_host(session.session_id)
         log.info("session %s closed", session.session_id)
         return Empty()
 
@@ -380,7 +388,10 @@ class Daemon:
 
     async def agent_prompt(self, params: AgentPromptParams) -> AgentPromptResult:
         self._require_initialized()
-        pending = self.sessions.get(params.session_id).agent.prompt(params.text)
+        session = self.sessions.get(params.session_id)
+        if session.closing:
+            raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")
+        pending = session.agent.prompt(params.text)
         await pending.done.wait()
         assert pending.result is not None
         return pending.result

@@ -45,6 +45,9 @@ class DaemonOps:
 
     # -- fed by the daemon ------------------------------------------------------------
 
+    def forget_session(self, session_id: str) -> None:
+        self._tools.pop(session_id, None)
+
     def track_tools(self, session_id: str, turn_id: str, tools: HostTools) -> None:
         turns = self._tools.setdefault(session_id, {})
         top = turn_id.split(CHILD_SEPARATOR, 1)[0]

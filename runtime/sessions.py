@@ -52,6 +52,9 @@ class Session:
     mcp_servers: tuple[McpServerConfig, ...] = ()
     plugin_tools: tuple[PluginTool, ...] = ()
     """The plugin tools the host listed for this session (what the model is offered)."""
+    closing: bool = False
+    """``session.close`` is settling its turn: no new prompt; still visible to ``agent.abort``
+    and operators (who may have to force a stuck call for the close to finish)."""
 
     def info(self) -> SessionInfo:
         return SessionInfo(self.session_id, self.workspace, self.permission_mode,
@@ -71,7 +74,7 @@ class SessionStore:
         self.dir = data_dir / "sessions"
         self._config = config or TurnConfig()
         self._sessions: dict[str, Session] = {}
-        self._loading: dict[str, trio.Lock] = {}
+        self._locks: dict[str, trio.Lock] = {}
 
     def path_of(self, session_id: str) -> pathlib.Path:
         if not _SESSION_ID.fullmatch(session_id):
@@ -114,15 +117,8 @@ class SessionStore:
     async def load(self, session_id: str, *, provider: Callable[[dict[str, Any]], Provider],
                    announce: Callable[[str, AnnouncedEvent], None],
                    tools: Callable[[str], ToolsFactory]) -> Loaded:
-        """Open a session from its log; close the turns a crash cut off, honestly."""
-        lock = self._loading.setdefault(session_id, trio.Lock())
-        async with lock:  # two concurrent loads make one session, not two agents
-            return await self._load(session_id, provider=provider, announce=announce,
-                                    tools=tools)
-
-    async def _load(self, session_id: str, *, provider: Callable[[dict[str, Any]], Provider],
-                    announce: Callable[[str, AnnouncedEvent], None],
-                    tools: Callable[[str], ToolsFactory]) -> Loaded:
+        """Open a session from its log; close the turns a crash cut off, honestly.
+        The caller holds :meth:`lock` for the id."""
         if session_id in self._sessions:
             return Loaded(self._sessions[session_id], False)
         path = self.path_of(session_id)
@@ -164,12 +160,15 @@ class SessionStore:
                 with contextlib.suppress(OSError):
                     self.path_of(session_id).unlink()
 
-    def take(self, session_id: str) -> Session:
-        """Remove an open session and return it (``NOT_FOUND`` if it is not open here);
-        the caller settles it and closes its journal."""
-        session = self.get(session_id)
-        del self._sessions[session_id]
-        return session
+    def lock(self, session_id: str) -> trio.Lock:
+        """Held by a load or a close of the session for its whole length: two loads make one
+        session, not two agents, and a close and a load never interleave (the host would see
+        their ``session.open`` and ``session.close`` in either order)."""
+        return self._locks.setdefault(session_id, trio.Lock())
+
+    def remove(self, session_id: str) -> None:
+        """Forget a closed session (its journal already closed)."""
+        self._sessions.pop(session_id, None)
 
     def get(self, session_id: str) -> Session:
         try:

@@ -181,7 +181,8 @@ class Endpoint:
     def _enqueue(self, payload: bytes) -> None:
         try:
             self._out_send.send_nowait(encode_frame(payload))
-        except trio.ClosedResourceError:
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            # Closed: the link drained and ended; broken: its writer was cancelled.
             raise NotSent(f"{self.name}: link closed") from None
 
     async def _write_loop(self) -> None:
@@ -270,8 +271,8 @@ class Endpoint:
     def _enqueue_quietly(self, payload: bytes) -> None:
         try:
             self._out_send.send_nowait(encode_frame(payload))
-        except trio.ClosedResourceError:
-            log.debug("%s: answer dropped, link closed", self.name)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            log.debug("%s: message dropped, link closed", self.name)
 
     async def _serve_request(self, request: IncomingRequest) -> None:
         response = await dispatch_request(self._handlers, request)

@@ -21,7 +21,8 @@ from protocol.messages.events import ToolProgressEvent, TurnEnd
 from protocol.tools import TextContent
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, call, text
-from tests.plugins.support import new_plugin_session
+from tests.e2e.test_ops import find_key, ops
+from tests.plugins.support import alive, new_plugin_session, wait_file
 from tests.support import command_line, marked_processes
 
 TREE = "echo up; ( setsid sleep 60 & ) ; ( sleep 60 & ) ; sleep 60"
@@ -86,3 +87,67 @@ async def test_close_of_an_idle_session_stops_its_plugin_servers(tmp_path: pathl
         with pytest.raises(RemoteError) as unknown:
             await agent.daemon.request("session.close", SessionCloseParams(agent.session_id))
         assert unknown.value.code.name == "NOT_FOUND"
+
+
+async def test_during_a_close_aborts_join_its_stop_and_prompts_are_refused(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    script = [[call("b1", "Bash", command=TREE)], [text("never")]]
+    async with agent_daemon(marked) as agent:
+        await agent.new_session(tmp_path, script)
+        aborts = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "go")
+            await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
+
+            async def close() -> None:
+                await agent.daemon.request("session.close",
+                                           SessionCloseParams(agent.session_id))
+
+            nursery.start_soon(close)
+            await agent.wait_for(lambda e: type(e).__name__ == "ToolAbortEvent")
+            with pytest.raises(RemoteError) as refused:
+                await agent.daemon.request("agent.prompt",
+                                           AgentPromptParams(agent.session_id, "more"))
+            assert "closing" in refused.value.message
+            # An abort of a closing session is not NOT_FOUND: it joins the close's stop
+            # and answers only once the turn's end is on disk.
+            aborts.append(await agent.abort())
+            assert [e.end.kind for e in agent.log() if isinstance(e, TurnEnd)] == ["aborted"]
+        (joined,) = aborts
+        assert joined.outcome == "aborted" and joined.cause is not None
+        assert joined.cause.kind == "disposed"  # the first cause wins
+        agent.assert_balanced()
+
+
+async def test_a_stuck_call_of_a_closing_session_is_visible_and_forceable(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    # A plugin that keeps reporting progress after the cancel: the close waits for it (it
+    # is awaited), operators see the session and force the call, and the close answers.
+    script = [[call("w1", "mcp__tools__wait_stubbornly")], [text("never")]]
+    async with agent_daemon(marked, extra_args=("--stuck-after", "0.3"),
+                            env_extra={"QUIESCE_PLUGIN_QUIET_WINDOW": "0.5"}) as agent:
+        await new_plugin_session(agent, tmp_path, script)
+        closed = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "go")
+            server_pid = int(await wait_file(tmp_path / "started-stubbornly"))
+
+            async def close() -> None:
+                with trio.fail_after(30):
+                    await agent.daemon.request("session.close",
+                                               SessionCloseParams(agent.session_id))
+                closed.set()
+
+            nursery.start_soon(close)
+            await trio.sleep(1.2)
+            assert not closed.is_set()  # the plugin call is awaited, so the close is too
+            code, show = await ops(marked, "show", agent.session_id)
+            assert code == 0, show
+            assert find_key(show, "stuck") is True and find_key(show, "class") == "plugin"
+            code, forced = await ops(marked, "force", agent.session_id, "w1")
+            assert code == 0, forced
+        assert closed.is_set()
+        (end,) = [e for e in agent.log() if isinstance(e, TurnEnd)]
+        assert agent.results(end.turn_id)["w1"].details["forced"] is True
+        assert not alive(server_pid)
+        agent.assert_balanced()

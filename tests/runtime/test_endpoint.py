@@ -92,6 +92,41 @@ async def test_notifications_keep_their_order() -> None:
     assert [n.seq for n in notes] == list(range(500))
 
 
+async def test_notifications_after_reading_stopped_still_go_out() -> None:
+    # A shutting-down daemon stops reading while its handlers still run (turns being
+    # disposed of), and tells its client how each turn ended before its link drains.
+    notes: list[ToolsOutputParams] = []
+    release = trio.Event()
+    holder: list[Endpoint] = []
+
+    async def disposing(params: SessionOpenParams) -> Empty:
+        await release.wait()
+        holder[0].notify("tools.output", ToolsOutputParams("s", "c", 1, "stdout", "late\n"))
+        return Empty()
+
+    async with linked({"session.open": disposing}, notes=notes) as (runtime, host):
+        holder.append(host)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runtime.request, "session.open", SessionOpenParams("s", "/w"))
+            await trio.testing.wait_all_tasks_blocked()
+            host.stop_reading()
+            with trio.fail_after(5):
+                await host.closed.wait()
+            release.set()
+        with trio.fail_after(5):
+            while not notes:
+                await trio.sleep(0.01)
+    assert [n.text for n in notes] == ["late\n"]
+
+
+async def test_a_notification_after_the_link_was_cancelled_is_dropped_quietly() -> None:
+    async with linked({}) as (_, host):
+        pass  # the link's tasks are cancelled, not drained: the writer is gone
+    # Once a broken channel raised here, out of whatever task announced an event.
+    host.notify("tools.output", ToolsOutputParams("s", "c", 1, "stdout", "dropped\n"))
+    assert host.closed.is_set()
+
+
 async def test_oversized_request_fails_at_once_instead_of_hanging() -> None:
     async with linked({}, limit=2000) as (runtime, _):
         with trio.fail_after(5), pytest.raises(OversizedMessage):
