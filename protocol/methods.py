@@ -134,7 +134,9 @@ CLIENT_TO_RUNTIME = Direction("client → runtime", [
     MethodSpec("session.close", SessionCloseParams, Empty,
                "Stop the session's turn (cause `disposed`) and answer once it is settled and "
                "the session is released: its log closed (it stays loadable), its plugin "
-               "servers stopped, its queued prompts answered `cancelled`."),
+               "servers stopped, its queued prompts answered `cancelled`. While it closes, "
+               "prompts are refused (NOT_FOUND), agent.abort joins the stop, and operators "
+               "still see and may force its calls."),
     MethodSpec("agent.prompt", AgentPromptParams, AgentPromptResult,
                "Queue a prompt; answers when its turn ends. A stopped turn answers "
                "`cancelled`, never an error."),
