@@ -184,23 +184,32 @@ def test_cancel_request_of_a_prompt(marked: Marked, tmp_path: pathlib.Path) -> N
     run(main())
 
 
+BASH_UP_SCRIPT = [[{"toolCall": {"id": "b1", "name": "Bash",
+                                 "args": {"command": "echo up; sleep 30 & wait"}}}]]
+"""One Bash call that prints ``up`` and then waits on a background child."""
+
+
+async def shown(editor: Editor, text: str) -> None:
+    """Until a ``session/update`` whose content carries ``text`` has reached the editor."""
+    await asyncio.wait_for(editor.wait_for(
+        lambda d, m: text in str(m.get("params", {}).get("update", {}).get("content"))),
+        TIMEOUT)
+
+
 def test_editor_quitting_mid_turn_stops_everything(marked: Marked, tmp_path: pathlib.Path
                                                    ) -> None:
     """The editor closes stdin while a Bash tree runs: quiesce acp stops the turn (cause
     disposed), kills the tree and exits 0 (the harness checks the exit; the fixture,
     the survivors); the native log is balanced."""
     ws = workspace(tmp_path)
-    script = [[{"toolCall": {"id": "b1", "name": "Bash",
-                             "args": {"command": "echo up; sleep 30 & wait"}}}]]
+    script = BASH_UP_SCRIPT
 
     async def main() -> str:
         async with acp_agent(marked, script, tmp_path,
                              extra=("--permission-mode", "auto")) as (conn, editor):
             session = await new_session(conn, editor, ws)
             prompt = asyncio.create_task(session.prompt("run"))
-            await asyncio.wait_for(editor.wait_for(
-                lambda d, m: "up" in str(m.get("params", {}).get("update", {})
-                                         .get("content"))), TIMEOUT)
+            await shown(editor, "up")
         # The editor left without an answer: its side of the link is closed.
         [outcome] = await asyncio.gather(prompt, return_exceptions=True)
         assert isinstance(outcome, ConnectionError)
@@ -250,17 +259,14 @@ def test_sigterm_mid_turn_is_an_orderly_shutdown(marked: Marked, tmp_path: pathl
     import signal
 
     ws = workspace(tmp_path)
-    script = [[{"toolCall": {"id": "b1", "name": "Bash",
-                             "args": {"command": "echo up; sleep 30 & wait"}}}]]
+    script = BASH_UP_SCRIPT
 
     async def main() -> str:
         async with acp_agent(marked, script, tmp_path,
                              extra=("--permission-mode", "auto")) as (conn, editor):
             session = await new_session(conn, editor, ws)
             prompt = asyncio.create_task(session.prompt("run"))
-            await asyncio.wait_for(editor.wait_for(
-                lambda d, m: "up" in str(m.get("params", {}).get("update", {})
-                                         .get("content"))), TIMEOUT)
+            await shown(editor, "up")
             editor.process.send_signal(signal.SIGTERM)
             assert await prompt == "cancelled"
             assert await asyncio.wait_for(editor.process.wait(), TIMEOUT) == 0
