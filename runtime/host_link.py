@@ -116,6 +116,7 @@ class HostLink:
             process.kill()  # a host that failed its handshake is not left running
             with trio.CancelScope(shield=True):
                 await process.wait()
+            await self.release()
             raise
         self.info = info
         log.info("host %d ready", process.pid)
@@ -159,3 +160,16 @@ class HostLink:
                 log.warning("host %d did not exit; killing it", process.pid)
                 process.kill()
                 await process.wait()
+        await self.release()
+
+    async def release(self) -> None:
+        """Close both pipes to the host (idempotent): a dead or failed host's file
+        descriptors are not left to the garbage collector. A reader still blocked on
+        the host's stdout sees ``ClosedResourceError`` and ends like on EOF."""
+        process = self._process
+        if process is None:
+            return
+        with trio.CancelScope(shield=True):
+            for stream in (process.stdin, process.stdout):
+                if stream is not None:
+                    await stream.aclose()

@@ -148,6 +148,7 @@ class HostSupervisor:
             nursery.start_soon(self._ping, link)
             await link.exited.wait()
             nursery.cancel_scope.cancel()
+        await link.release()
         if self._restarting:
             self._restarting = False
             await self._kill_survivors(link.pid)
