@@ -9,23 +9,30 @@ the Agent Client Protocol), ``chat`` (a terminal client), ``host``, ``ops``, ``d
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import pathlib
 import subprocess
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from protocol.messages.client import ProviderConfig
     from runtime.popen_process import PopenProcess
 
 
-def _spawn_host() -> subprocess.Popen[bytes]:
-    """The host, as the daemon's host link would spawn it: the same command
-    (``runtime.host_link.default_host_command()``), environment, pipes and fds (its
-    stderr is ours; ``close_fds``: nothing else is inherited, the client's stdin and
-    stdout included, which become its pipes)."""
-    return subprocess.Popen([sys.executable, "-m", "host"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+def host_command(host_config: str | None) -> list[str]:
+    """How the daemon starts a host (``runtime.host_link.default_host_command()`` plus the
+    configuration file's ``[host]`` table): the early one and every replacement alike."""
+    command = [sys.executable, "-m", "host"]
+    return command if host_config is None else [*command, "--config", host_config]
+
+
+def _spawn_host(command: list[str]) -> subprocess.Popen[bytes]:
+    """The host, as the daemon's host link would spawn it: the same command, environment,
+    pipes and fds (its stderr is ours; ``close_fds``: nothing else is inherited, the
+    client's stdin and stdout included, which become its pipes)."""
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
 def _reap(popen: subprocess.Popen[bytes]) -> None:
@@ -50,6 +57,44 @@ def _provider_option(parser: argparse.ArgumentParser, value: str) -> ProviderCon
         parser.error(f"argument --provider: {exc}")
 
 
+# ``serve``'s options that the configuration file may also set, with their built-in default.
+SERVE_DEFAULTS: dict[str, float | int | None] = {
+    "max_frame_size": None, "process_grace": 10.0, "ping_interval": 2.0,
+    "liveness_timeout": 10.0, "stuck_after": 30.0, "max_steps": None,
+}
+
+
+def _apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                       path: pathlib.Path | None, raw: dict[str, Any]) -> None:
+    """Fill every option not given (on the command line or in its environment variable)
+    from the configuration file, then from the built-in default; check the host table."""
+    from runtime.config import ConfigError, parse_serve_config
+
+    try:
+        config = parse_serve_config(path, raw)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    for name, default in SERVE_DEFAULTS.items():
+        if getattr(args, name) is None:
+            from_file = getattr(config, name)
+            setattr(args, name, from_file if from_file is not None else default)
+    if args.data_dir is None:
+        args.data_dir = config.data_dir
+    if args.provider is not None:
+        args.provider = _provider_option(parser, args.provider)
+    elif isinstance(config.provider, str):
+        args.provider = _provider_option(parser, config.provider)
+    else:
+        args.provider = config.provider
+    if config.host:
+        from host.main import parse_config
+
+        try:  # the host checks it too; here a mistake is reported before anything runs
+            parse_config(json.dumps(config.host))
+        except ValueError as exc:
+            parser.error(f"configuration file {str(path)!r}: [host]: {exc}")
+
+
 def _run_serve(args: argparse.Namespace, host: subprocess.Popen[bytes]) -> int:
     import trio
 
@@ -72,6 +117,7 @@ async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> N
     from runtime.stdio import take_stdio
 
     daemon = Daemon(
+        host_command=args.host_command,
         max_frame_size=args.max_frame_size,
         data_dir=pathlib.Path(args.data_dir) if args.data_dir else None,
         default_provider=args.provider,
@@ -95,22 +141,28 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--max-frame-size", type=int,
                        default=int(frame_env) if frame_env is not None else None,
                        help="largest accepted message in bytes (env QUIESCE_MAX_FRAME)")
-    serve.add_argument("--data-dir", help="where session logs live (env QUIESCE_DATA_DIR; "
+    serve.add_argument("--config", help="configuration file (TOML; env QUIESCE_CONFIG; "
+                       "default $XDG_CONFIG_HOME/quiesce/config.toml if it exists): "
+                       "docs/configuration.md")
+    serve.add_argument("--data-dir", default=os.environ.get("QUIESCE_DATA_DIR") or None,
+                       help="where session logs live (env QUIESCE_DATA_DIR; "
                        "default $XDG_DATA_HOME/quiesce)")
     serve.add_argument("--provider", default=os.environ.get("QUIESCE_PROVIDER") or None,
                        help="default model provider: scripted:FILE or openai "
                             "(env QUIESCE_PROVIDER)")
-    serve.add_argument("--process-grace", type=float, default=10.0,
+    serve.add_argument("--process-grace", type=float,
                        help="seconds a stopped Bash/GenerateImages call may take to return "
                             "its output (default 10)")
-    serve.add_argument("--ping-interval", type=float, default=2.0,
+    serve.add_argument("--ping-interval", type=float,
                        help="seconds between liveness pings of the host (default 2)")
-    serve.add_argument("--liveness-timeout", type=float, default=10.0,
+    serve.add_argument("--liveness-timeout", type=float,
                        help="a host that does not answer a ping within this is killed and "
                             "replaced (default 10)")
-    serve.add_argument("--stuck-after", type=float, default=30.0,
+    serve.add_argument("--stuck-after", type=float,
                        help="a stop still unsettled after this many seconds is flagged "
                             "stuck in ops and logged (default 30)")
+    serve.add_argument("--max-steps", type=int,
+                       help="model steps a turn may take before it ends max_steps")
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
     sub.add_parser("ops", add_help=False,
                    help="find running daemons and act on their sessions (quiesce ops --help)")
@@ -132,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return ops_main(rest)
     if args.command == "acp":
-        host = _spawn_host()  # as for serve: the host imports beside the ACP agent
+        # As for serve: the host imports beside the ACP agent.
+        host = _spawn_host(host_command(None))
         try:
             from runtime.acp.cli import main as acp_main
 
@@ -144,13 +197,19 @@ def main(argv: list[str] | None = None) -> int:
 
         return chat_main(rest)
     if args.command == "serve":
-        # First, before any heavy import: the host's imports then run beside ours.
-        host = _spawn_host()
+        from runtime.config_file import ConfigError, host_config_json, read_config_file
+
         try:
-            if args.provider is not None:
-                args.provider = _provider_option(serve, args.provider)
+            config_path, config_raw = read_config_file(args.config)
+            args.host_command = host_command(host_config_json(config_raw))
+        except ConfigError as exc:
+            serve.error(str(exc))
+        # First, before any heavy import: the host's imports then run beside ours.
+        host = _spawn_host(args.host_command)
+        try:
             if rest:
                 parser.error(f"unrecognized arguments: {' '.join(rest)}")
+            _apply_config_file(serve, args, config_path, config_raw)
             return _run_serve(args, host)
         finally:
             _reap(host)

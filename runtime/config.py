@@ -1,0 +1,47 @@
+"""The daemon's configuration file: defaults for ``quiesce serve``'s options, and the
+host's settings.
+
+TOML, at ``--config FILE``, else ``$QUIESCE_CONFIG``, else
+``$XDG_CONFIG_HOME/quiesce/config.toml`` when that file exists. Precedence, highest first:
+a command-line option, its environment variable, the file, the built-in default. Top-level
+keys are the long options in snake case; ``provider`` is an option string
+(``"scripted:FILE"``, ``"openai"``) or a table shaped like ``session.new``'s provider;
+the ``[host]`` table is handed to every host the daemon starts (``quiesce host --config``),
+which validates it.
+
+Read in two passes because ``serve`` spawns its host before its heavy imports: the file
+and its host table are read for that spawn (:mod:`runtime.config_file`, standard library
+only); the rest is checked afterwards (:func:`parse_serve_config`).
+"""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Annotated, Any
+
+import msgspec
+
+from protocol.messages.client import ProviderConfig
+from runtime.config_file import ConfigError
+
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+
+
+class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    provider: str | ProviderConfig | None = None
+    data_dir: str | None = None
+    max_frame_size: PositiveInt | None = None
+    process_grace: Positive | None = None
+    ping_interval: Positive | None = None
+    liveness_timeout: Positive | None = None
+    stuck_after: Positive | None = None
+    max_steps: PositiveInt | None = None
+    host: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+def parse_serve_config(path: pathlib.Path | None, raw: dict[str, Any]) -> ServeConfig:
+    try:
+        return msgspec.convert(raw, ServeConfig)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"configuration file {str(path)!r}: {exc}") from exc

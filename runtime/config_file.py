@@ -1,0 +1,46 @@
+"""Reading the daemon's configuration file (standard library only: ``serve`` reads it
+before spawning its host, ahead of its heavy imports). What the file may hold, and the
+precedence of its values, is in :mod:`runtime.config`."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import tomllib
+from typing import Any
+
+
+class ConfigError(Exception):
+    """A configuration file that cannot be read or is invalid; the message names it."""
+
+
+def default_config_path() -> pathlib.Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return pathlib.Path(base) / "quiesce" / "config.toml"
+
+
+def read_config_file(option: str | None) -> tuple[pathlib.Path | None, dict[str, Any]]:
+    """The file's path and its raw table: ``(None, {})`` when none is named and the default
+    does not exist. A named file that is missing or is not TOML is a ``ConfigError``."""
+    named = option or os.environ.get("QUIESCE_CONFIG") or None
+    path = pathlib.Path(named) if named else default_config_path()
+    try:
+        with open(path, "rb") as file:
+            return path, tomllib.load(file)
+    except FileNotFoundError:
+        if named:
+            raise ConfigError(f"configuration file {str(path)!r} does not exist") from None
+        return None, {}
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"configuration file {str(path)!r}: {exc}") from exc
+
+
+def host_config_json(raw: dict[str, Any]) -> str | None:
+    """The ``[host]`` table as the host's ``--config`` argument (``None`` when absent)."""
+    table = raw.get("host")
+    if table is None or table == {}:
+        return None
+    if not isinstance(table, dict):
+        raise ConfigError("'host' must be a table")
+    return json.dumps(table)
