@@ -68,7 +68,8 @@ def _apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace
                        path: pathlib.Path | None, raw: dict[str, Any]) -> None:
     """Fill every option not given (on the command line or in its environment variable)
     from the configuration file, then from the built-in default; check the host table."""
-    from runtime.config import ConfigError, parse_serve_config
+    from runtime.config import parse_serve_config
+    from runtime.config_file import ConfigError
 
     try:
         config = parse_serve_config(path, raw)
