@@ -9,11 +9,15 @@ whose ``signal`` is a required ``AbortSignal``: a body defined through
 
 Optional parts: ``final_content(result) -> content``, a content-only callback the
 registry runs on every candidate result, aborts included, before publishing it;
-and ``stop(exec)``, which the scheduler's stop walk awaits directly for a call
-whose body was invoked (for a host tool: send ``tools.abort``).
+and ``stop(exec)``, which the scheduler's stop walk runs directly for a call
+whose body was invoked (for a host tool: send ``tools.abort``). A stop handler
+is cancelled if it is still running when its call settles, and an exception it
+raises is logged, not propagated (``ToolCall.stop``).
 
-Arguments must be deeply immutable, so the argument Struct is checked when the
-tool is defined: frozen Structs, tuples, frozensets and immutable scalars only.
+Arguments must be deeply immutable and materialize losslessly, so the argument
+Struct is checked when the tool is defined: frozen Structs that forbid unknown
+fields (an unknown or mistyped argument is an error, never silently dropped),
+tuples, frozensets and immutable scalars only.
 A tool whose arguments are free-form JSON validated by the tool itself (a
 plugin's) takes ``JsonObjectArgs`` (the object frozen as its JSON text) and
 gives the model its own ``input_schema``.
@@ -42,22 +46,29 @@ FinalContent = Callable[[ToolResult], tuple[Content, ...]]
 StopHandler = Callable[[ToolExecution], Awaitable[None]]
 
 
-class JsonObjectArgs(msgspec.Struct, frozen=True):
+class JsonObjectArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Free-form arguments: any JSON object, frozen as its JSON text."""
 
     json: str
 
     @classmethod
     def materialize(cls, raw: Any) -> JsonObjectArgs:
-        """From an object or JSON text; a ``ValidationError`` unless it is an object."""
+        """From an object or JSON text; a ``ValidationError`` unless it is an object
+        that its JSON text represents exactly (no NaN or infinity, which JSON would
+        turn into ``null``; no non-string keys; lists, not tuples)."""
         value = msgspec.json.decode(raw) if isinstance(raw, bytes | str) else raw
         if not isinstance(value, dict):
             raise msgspec.ValidationError(
                 f"Expected `object`, got `{type(value).__name__}`")
         try:
-            return cls(msgspec.json.encode(value).decode())
-        except TypeError as exc:  # a value with no JSON form
+            text = msgspec.json.encode(value)
+        except (TypeError, RecursionError) as exc:  # a value with no JSON form, or a cycle
             raise msgspec.ValidationError(str(exc)) from exc
+        if msgspec.json.decode(text) != value:
+            raise msgspec.ValidationError(
+                "arguments must survive their JSON form unchanged "
+                "(no NaN or infinite numbers, non-string keys or tuples)")
+        return cls(text.decode())
 
     def value(self) -> dict[str, Any]:
         decoded: dict[str, Any] = msgspec.json.decode(self.json)
@@ -92,7 +103,8 @@ def define_tool(
 ) -> ToolDefinition[A]:
     """Define a tool. ``exclusive`` defaults to ``True`` except for read-only tools.
 
-    Raises ``TypeError`` if ``args`` is not a deeply immutable msgspec Struct.
+    Raises ``TypeError`` if ``args`` is not a deeply immutable msgspec Struct whose
+    Structs all forbid unknown fields.
     """
     if not name:
         raise ValueError("a tool needs a name")
@@ -128,8 +140,11 @@ def _check_immutable(t: mi.Type, where: str, seen: set[type]) -> None:
         if t.cls in seen:
             return
         seen.add(t.cls)
-        if not t.cls.__struct_config__.frozen:
+        config = t.cls.__struct_config__
+        if not config.frozen:
             raise TypeError(f"{where}: {t.cls.__qualname__} must be a frozen Struct")
+        if not config.forbid_unknown_fields:  # else a mistyped argument is silently dropped
+            raise TypeError(f"{where}: {t.cls.__qualname__} must forbid unknown fields")
         for field in t.fields:
             _check_immutable(field.type, f"{where}.{field.name}", seen)
     else:

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 Stage = Literal[
     "arguments", "pre-policy", "approval", "wrapper", "body", "post-policy",
-    "result-snapshot", "final-content", "observer",
+    "result-snapshot", "final-content", "observer", "stop-handler",
 ]
 
 
@@ -58,10 +58,17 @@ def denied(stage: Stage, reason: str) -> ToolResult:
                         name="ToolDenied", body_invoked=False, details={"stage": stage})
 
 
+def _text_of(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # noqa: BLE001 -- a stage's exception whose __str__ fails is still a result
+        return "(the exception cannot be printed)"
+
+
 def stage_failed(stage: Stage, exc: BaseException, *, body_invoked: bool) -> ToolResult:
     root = root_exception(exc)
     name = type(root).__name__
-    text = str(root)
+    text = _text_of(root)
     message = f"{stage} failed: {name}: {text}" if text else f"{stage} failed: {name}"
     return error_result(ErrorCode.TOOL_FAILED, message, name=name, body_invoked=body_invoked,
                         details={"stage": stage})

@@ -9,20 +9,23 @@ as it and every earlier call have settled. Every call that is recorded also
 starts, so the started calls are always a prefix of the step.
 
 On a stop (the step's signal aborts): nothing more starts; the stop walk
-awaits the stop handler of every in-flight call whose body was invoked, itself,
+drives the stop handler of every in-flight call whose body was invoked, itself,
 not only through the signal; the started calls are drained (each awaited until
 it settles, committing its real result); then every call that never started,
 later groups included, gets a ``tool/call`` and a synthetic
 ``ABORTED_BEFORE_DISPATCH`` ``tool/result``, in model order. The transcript of
-the step is balanced.
+the step is balanced. A stop handler cannot unbalance or hang it: one that
+raises is logged and contained (``ToolCall.stop``), and one still running when
+its call settles is cancelled then, so the step waits for its calls, never for
+a handler.
 
-On an internal failure (the recorder raises, a stop handler raises, a bug):
-nothing more starts or is recorded, the started calls are drained (their runs
-are shielded, so the nursery's cancellation cannot cut them short), and the
-failure is raised as trio raises it, in an ``ExceptionGroup``. No result is
-invented: the recorded calls still waiting for a result are left to the
-session log's repair. Cancelling the enclosing trio scope does the same (drain,
-then ``Cancelled``): stop a step with its signal to get a balanced transcript.
+On an internal failure (the recorder raises, a bug): nothing more starts or is
+recorded, the started calls are drained (their runs are shielded, so the
+nursery's cancellation cannot cut them short), and the failure is raised as
+trio raises it, in an ``ExceptionGroup``. No result is invented: the recorded
+calls still waiting for a result are left to the session log's repair.
+Cancelling the enclosing trio scope does the same (drain, then ``Cancelled``):
+stop a step with its signal to get a balanced transcript.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import trio
 
 from protocol.tools import ToolResult
 from runtime.registry import outcomes
+from runtime.registry.frozen import freeze_result
 from runtime.registry.pipeline import ToolCall
 from runtime.registry.registry import ToolRegistry
 from runtime.registry.signal import AbortSignal
@@ -153,7 +157,7 @@ class _Step:
 
     async def _record_skipped(self, index: int) -> None:
         call = self._calls[index]
-        result = self._results[index] = outcomes.aborted(body_invoked=False)
+        result = self._results[index] = freeze_result(outcomes.aborted(body_invoked=False))
         await self._recorder.record_call(call)
         await self._recorder.record_result(call, result)
 
@@ -170,5 +174,8 @@ class _Step:
 
     @staticmethod
     async def _drive_stop(token: ToolCall) -> None:
-        with trio.CancelScope(shield=True):  # a failing sibling must not cut a stop short
+        # Shielded so an internal failure cannot cut a stop short on its way to the tool;
+        # bounded all the same: token.stop() ends the handler when the call settles, and
+        # the drain awaits every started call anyway.
+        with trio.CancelScope(shield=True):
             await token.stop()

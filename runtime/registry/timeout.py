@@ -1,6 +1,6 @@
 """The timeout policy: an around-dispatch wrapper that owns ``TOOL_TIMEOUT``.
 
-It replaces the call's signal with ``fuse(upstream, deadline)`` for the
+It replaces the call's signal (``replace_signal``) with ``fuse(upstream, deadline)`` for the
 delegated lifetime, where ``deadline`` is aborted with ``TimeoutCause`` when the
 time is up, unless ``upstream`` (the caller's stop, or an outer wrapper's
 signal) aborted first. The body learns of the deadline through its signal like
@@ -56,7 +56,7 @@ class TimeoutPolicy:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_expire, seconds, upstream, deadline)
             with fuse(upstream, deadline.signal) as scoped:
-                call.signal = scoped
+                call.replace_signal(scoped)
                 try:
                     result = await delegate()
                 except AbortError:

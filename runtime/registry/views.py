@@ -6,11 +6,14 @@ of it:
 - ``ToolExecution`` (tool bodies, pre-policy, approval, post-policy, result
   observers, stop handlers): every field read-only, the signal included. Tool
   bodies see the signal fused for the body; every other stage sees the caller's.
-- ``ToolDispatchExecution`` (around-dispatch wrappers only): the same, except
-  that ``signal`` may be *replaced* by another ``AbortSignal`` for the wrapper's
-  delegated lifetime. It cannot be set to ``None`` (a type error) or deleted
-  (the property has no deleter; mypy does not check ``del`` of attributes, so
-  this one is refused at run time with ``AttributeError``). The registry keeps
+- ``ToolDispatchExecution`` (around-dispatch wrappers only): the same read-only
+  ``signal``, plus ``replace_signal(signal)``, which replaces it by another
+  ``AbortSignal`` for the wrapper's delegated lifetime. Replacement is the only
+  operation there is: ``signal`` is a read-only property (assigning or deleting
+  it fails at run time, and assigning is a type error), and
+  ``replace_signal(None)`` is a type error and a run-time ``TypeError``, so no
+  well-typed code can remove the signal. (A method, not a settable property,
+  because mypy does not type-check ``del`` of attributes.) The registry keeps
   the caller's signal outside this object, fuses the replacement with it right
   before the body, and restores the upstream signal when each wrapper returns.
 
@@ -127,7 +130,7 @@ class ToolExecution:
 
 
 class ToolDispatchExecution(ToolExecution):
-    """The around-dispatch view: like ``ToolExecution``, but ``signal`` is replaceable."""
+    """The around-dispatch view: like ``ToolExecution``, but the signal is replaceable."""
 
     __slots__ = ()
 
@@ -138,6 +141,8 @@ class ToolDispatchExecution(ToolExecution):
     def signal(self) -> AbortSignal:
         return self._run.dispatch_signal
 
-    @signal.setter
-    def signal(self, value: AbortSignal) -> None:
-        self._run.dispatch_signal = value
+    def replace_signal(self, signal: AbortSignal) -> None:
+        """Use ``signal`` from here on, until this wrapper returns (then it is restored)."""
+        if not isinstance(signal, AbortSignal):
+            raise TypeError(f"the signal must be an AbortSignal, not {type(signal).__name__}")
+        self._run.dispatch_signal = signal

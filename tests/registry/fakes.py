@@ -38,17 +38,19 @@ class BodyLog:
     invoked: list[str] = field(default_factory=list)
     finished: list[str] = field(default_factory=list)
     signals: dict[str, AbortSignal] = field(default_factory=dict)
-    caller_aborted_on_entry: dict[str, bool] = field(default_factory=dict)
+    aborted_on_entry: dict[str, bool] = field(default_factory=dict)  # the body's signal
     running: int = 0
     max_running: int = 0
     exclusive_overlap: bool = False
     exclusive_running: int = 0
     started_at: dict[str, float] = field(default_factory=dict)
+    finished_at: dict[str, float] = field(default_factory=dict)
 
     def enter(self, call: ToolExecution, *, exclusive: bool) -> None:
         self.invoked.append(call.call_id)
         self.started_at[call.call_id] = trio.current_time()
         self.signals[call.call_id] = call.signal
+        self.aborted_on_entry[call.call_id] = call.signal.aborted
         self.running += 1
         self.max_running = max(self.max_running, self.running)
         if exclusive:
@@ -61,6 +63,7 @@ class BodyLog:
         if exclusive:
             self.exclusive_running -= 1
         self.finished.append(call.call_id)
+        self.finished_at[call.call_id] = trio.current_time()
 
 
 Behaviour = Callable[[Args, ToolExecution], Awaitable[ToolResult]]

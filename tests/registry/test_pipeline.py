@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -30,6 +32,7 @@ from runtime.registry import (
     Delegate,
     Deny,
     HookCause,
+    JsonObjectArgs,
     PolicyDecision,
     ToolDispatchExecution,
     ToolExecution,
@@ -60,6 +63,7 @@ class Spy:
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
+        self.observed: list[ToolResult] = []
 
     async def pre(self, call: ToolExecution) -> PolicyDecision:
         self.calls["pre"] += 1
@@ -79,6 +83,7 @@ class Spy:
 
     async def observer(self, call: ToolExecution, result: ToolResult) -> None:
         self.calls["observer"] += 1
+        self.observed.append(result)
 
     def registry(self, *tools: Any) -> ToolRegistry:
         return ToolRegistry(tools, pre_policies=[self.pre], approval=self.approval,
@@ -106,7 +111,8 @@ async def test_pre_aborted_call_skips_every_stage_and_publishes_one_frozen_resul
     tool = logged_tool("T", cooperative(1), log, final_content=final)
     call = spy.registry(tool).prepare(request("c1", "T", aborted_controller().signal))
     result = await call.run()
-    assert spy.calls == Counter() and log.invoked == []
+    # Every stage before publication is skipped; observers see the one published result.
+    assert spy.calls == Counter(observer=1) and spy.observed == [result] and log.invoked == []
     assert [r.code for r in final_seen] == [ABD]  # through the final-content callback once
     assert result.code == ABD and result.is_error and not result.body_invoked
     assert result.content == (TextContent(ABORTED_BEFORE_DISPATCH_TEXT), TextContent("[final]"))
@@ -114,6 +120,9 @@ async def test_pre_aborted_call_skips_every_stage_and_publishes_one_frozen_resul
     assert call.result is result and call.settled
     with pytest.raises(AttributeError):
         result.is_error = False  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        spy.observed[0].details["late"] = True  # an observer cannot add to empty details
+    assert result.details == {}
     with pytest.raises(RuntimeError):
         await call.run()  # exactly one run, exactly one result
 
@@ -149,10 +158,11 @@ async def test_materialization_failure_wins_over_a_pre_aborted_signal() -> None:
 
 async def test_arguments_are_a_frozen_snapshot() -> None:
     got: list[Args] = []
+    views_agree: list[bool] = []
 
     async def body(args: Args, call: ToolExecution) -> ToolResult:
         got.append(args)
-        assert call.args is args
+        views_agree.append(call.args is args)  # asserted outside: the body's errors are results
         return ok_result("ok")
 
     raw: dict[str, Any] = {"value": 1, "tags": ["a"]}
@@ -161,12 +171,46 @@ async def test_arguments_are_a_frozen_snapshot() -> None:
     raw["value"] = 2
     raw["tags"].append("b")
     await call.run()
-    assert got == [Args(value=1, tags=("a",))]
+    assert got == [Args(value=1, tags=("a",))] and views_agree == [True]
     with pytest.raises(AttributeError):
         got[0].value = 3  # type: ignore[misc]
     json_call = await registry.execute(request("c2", "T", AbortController().signal,
                                                args=b'{"value": 7}'))
-    assert json_call.code is None and got[-1] == Args(value=7)
+    assert json_call.code is None and got[-1] == Args(value=7) and views_agree == [True, True]
+
+
+class Measure(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    amount: float | None = None
+
+
+@pytest.mark.parametrize("amount", [math.nan, math.inf, -math.inf])
+async def test_arguments_that_json_would_change_are_invalid(amount: float) -> None:
+    seen: list[Measure] = []
+
+    async def body(args: Measure, call: ToolExecution) -> ToolResult:
+        seen.append(args)
+        return ok_result("ok")
+
+    async def plugin(args: JsonObjectArgs, call: ToolExecution) -> ToolResult:
+        return ok_result(args.json)
+
+    registry = ToolRegistry([
+        define_tool("M", args=Measure, tool_class=ToolClass.LOCAL, body=body),
+        define_tool("P", args=JsonObjectArgs, tool_class=ToolClass.PLUGIN, body=plugin),
+    ])
+    signal = AbortController().signal
+    for tool in ("M", "P"):  # JSON would publish the number as null
+        result = await registry.execute(request("c1", tool, signal, args={"amount": amount}))
+        assert result.code == ErrorCode.INVALID_PARAMS.name, (tool, result)
+    looped: dict[str, Any] = {}
+    looped["self"] = looped
+    for raw in ({1: "non-string key"}, {"pair": (1, 2)}, {"set": {1}}, looped):
+        result = await registry.execute(request("c2", "P", signal, args=raw))
+        assert result.code == ErrorCode.INVALID_PARAMS.name, (raw, result)
+    exact = await registry.execute(request("c3", "M", signal, args={"amount": 0.1}))
+    assert exact.code is None and seen == [Measure(0.1)]
+    text = await registry.execute(request("c4", "P", signal, args={"a": [1, 2.5], "b": None}))
+    assert text.code is None and text.content == (TextContent('{"a":[1,2.5],"b":null}'),)
 
 
 # -- stops during the stages --------------------------------------------------------------------
@@ -249,9 +293,24 @@ async def test_stop_in_a_wrapper_before_delegation_is_before_dispatch_and_keeps_
     assert result.code == ABD and result.details["contexts"] == ["from cache"]
 
 
+async def test_a_wrapper_that_answers_without_the_body_reports_no_body_invocation() -> None:
+    async def cache(call: ToolDispatchExecution, delegate: Delegate) -> ToolResult:
+        if call.call_id == "hit":
+            return ok_result("cached")  # ok_result says body_invoked=True: the registry knows
+        return await delegate()
+
+    log = BodyLog()
+    registry = ToolRegistry([logged_tool("T", cooperative(0), log)], wrappers=[cache])
+    hit = await registry.execute(request("hit", "T", AbortController().signal))
+    miss = await registry.execute(request("miss", "T", AbortController().signal))
+    assert log.invoked == ["miss"]
+    assert hit.code is None and not hit.body_invoked
+    assert miss.code is None and miss.body_invoked
+
+
 async def test_an_already_aborted_wrapper_signal_never_invokes_the_body() -> None:
     async def aborted_scope(call: ToolDispatchExecution, delegate: Delegate) -> ToolResult:
-        call.signal = aborted_controller().signal
+        call.replace_signal(aborted_controller().signal)
         return await delegate()
 
     log = BodyLog()
@@ -314,14 +373,14 @@ async def test_wrapper_signal_is_fused_with_the_callers_and_restored() -> None:
 
     async def outer(call: ToolDispatchExecution, delegate: Delegate) -> ToolResult:
         assert call.signal is caller.signal
-        call.signal = wrapper_scope.signal
+        call.replace_signal(wrapper_scope.signal)
         result = await delegate()
         seen["outer after"] = call.signal
         return result
 
     async def inner(call: ToolDispatchExecution, delegate: Delegate) -> ToolResult:
         seen["inner"] = call.signal
-        call.signal = AbortController().signal  # replaced again; restored when inner returns
+        call.replace_signal(AbortController().signal)  # replaced again; restored on return
         return await delegate()
 
     async def body(args: Args, call: ToolExecution) -> ToolResult:
@@ -357,7 +416,7 @@ async def test_a_wrapper_scope_abort_reaches_the_body_but_not_the_caller() -> No
     caller, scope = AbortController(), AbortController()
 
     async def wrapper(call: ToolDispatchExecution, delegate: Delegate) -> ToolResult:
-        call.signal = scope.signal
+        call.replace_signal(scope.signal)
         return await delegate()
 
     async def body(args: Args, call: ToolExecution) -> ToolResult:

@@ -95,10 +95,27 @@ step_plans = st.builds(
     calls=st.lists(call_plans, min_size=0, max_size=7).map(tuple),
     stop_at=st.none() | halves,
     max_parallel=st.integers(1, 4),
-    timeout=st.none() | st.none() | st.sampled_from([0.5, 1.5, 3.0]),
+    timeout=st.sampled_from([None, None, 0.5, 1.5, 3.0]),
     wrapper_delay=st.sampled_from([0.0, 0.0, 0.5]),
     post_delay=st.sampled_from([0.0, 0.0, 0.5]),
     fail_record=st.none() | st.none() | st.none() | st.integers(0, 12),
+)
+# Steps stopped while bodies run (random plans rarely are): the stop walk, ABORTED and
+# its races with timeouts, wrappers and post-policies get exercised every run.
+in_flight_plans = st.builds(
+    StepPlan,
+    calls=st.lists(st.builds(CallPlan, exclusive=st.booleans(),
+                             seconds=st.sampled_from([1.0, 2.0, 3.5]),
+                             cooperative=st.booleans(), outcome=st.just("ok"),
+                             policy=st.just("allow"), bad_args=st.just(False),
+                             stop_handler=st.booleans()),
+                   min_size=1, max_size=5).map(tuple),
+    stop_at=st.sampled_from([0.5, 1.0, 1.5]),
+    max_parallel=st.integers(1, 4),
+    timeout=st.sampled_from([None, 0.5, 1.0, 1.5]),  # before, at and after the stop
+    wrapper_delay=st.sampled_from([0.0, 0.5]),
+    post_delay=st.sampled_from([0.0, 0.5]),
+    fail_record=st.none(),
 )
 
 
@@ -116,18 +133,25 @@ class FailingRecorder(MemoryRecorder):
             raise RecorderFailure(f"record {self.fail_at} ({kind} {call_id})")
 
 
-def build(plan: StepPlan, log: BodyLog) -> tuple[ToolRegistry, list[ToolCallRequest]]:
+@dataclass(frozen=True)
+class HandlerRun:
+    """One stop handler run: which call, and whether the call's signal was aborted then."""
+
+    call_id: str
+    signal_aborted: bool
+
+
+def build(plan: StepPlan, log: BodyLog,
+          handled: list[HandlerRun]) -> tuple[ToolRegistry, list[ToolCallRequest]]:
     plans = {f"c{i}": p for i, p in enumerate(plan.calls)}
-    stopped: list[str] = []
 
     async def stop(call: ToolExecution) -> None:
-        stopped.append(call.call_id)
+        handled.append(HandlerRun(call.call_id, call.signal.aborted))
 
     def behaviour(p: CallPlan) -> Behaviour:
         inner = cooperative(p.seconds) if p.cooperative else uncooperative(p.seconds)
 
         async def body(args: Args, call: ToolExecution) -> ToolResult:
-            assert not call.signal.aborted, "a body was invoked after a stop"
             result = await inner(args, call)
             if p.outcome == "raise":
                 raise ValueError("tool failed")
@@ -193,15 +217,17 @@ class TurnMachine(RuleBasedStateMachine):
     def next_turn(self) -> None:
         self.controller = AbortController()
 
-    @rule(plan=step_plans)
+    @rule(plan=step_plans | in_flight_plans)
     def run_step(self, plan: StepPlan) -> None:
         log = BodyLog()
-        registry, step = build(plan, log)
+        handled: list[HandlerRun] = []
+        registry, step = build(plan, log, handled)
         recorder = FailingRecorder(plan.fail_record)
         stopped_on_entry = self.controller.signal.aborted
         run = trio.run(self._run, plan, registry, step, recorder,
                        clock=trio.testing.MockClock(autojump_threshold=0))
         self.check(plan, step, log, recorder, run, stopped_on_entry)
+        self.check_stop_handlers(plan, log, handled, run, stopped_on_entry)
 
     async def _run(self, plan: StepPlan, registry: ToolRegistry, step: list[ToolCallRequest],
                    recorder: MemoryRecorder) -> StepRun:
@@ -229,6 +255,8 @@ class TurnMachine(RuleBasedStateMachine):
         # Quiescence: every body that started had finished; no task was left running.
         assert sorted(log.finished) == sorted(log.invoked)
         assert run.leftover_tasks == 0 and run.listeners == 0
+        # No body was invoked with its signal already aborted (a stop or a timeout).
+        assert not any(log.aborted_on_entry.values()), log.aborted_on_entry
         # The pool and the barriers.
         assert log.max_running <= plan.max_parallel and not log.exclusive_overlap
         if stopped_on_entry:
@@ -241,6 +269,8 @@ class TurnMachine(RuleBasedStateMachine):
             assert recorder.records.index(("call", i)) < recorder.records.index(("result", i))
         for i, result in recorder.results.items():
             self.check_classification(i, result, log)
+            if plan.timeout is None:  # only the timeout policy produces TOOL_TIMEOUT
+                assert result.code != ErrorCode.TOOL_TIMEOUT.name, (i, result)
             event(f"result {result.code or 'ok'}")
         event("recorder failed" if run.failure is not None else
               "stopped" if run.stopped_during_step else "completed")
@@ -255,6 +285,34 @@ class TurnMachine(RuleBasedStateMachine):
         if not run.stopped_during_step:
             assert all(r.code != ABD for r in run.results)
             assert all(r.code != ABORTED for r in run.results)
+
+    @staticmethod
+    def check_stop_handlers(plan: StepPlan, log: BodyLog, handled: list[HandlerRun],
+                            run: StepRun, stopped_on_entry: bool) -> None:
+        """The stop walk drove each handler once, on the stop, for exactly the calls in flight.
+
+        A call is surely in flight at the stop (virtual time ``stop_at``) when its body
+        started by then and finished later; a handler may also run for a call whose
+        body had finished but which had not yet settled (a post-policy still running).
+        """
+        ids = [h.call_id for h in handled]
+        assert len(set(ids)) == len(ids), ids  # once per call
+        if plan.stop_at is None or stopped_on_entry:
+            assert handled == []  # no stop during the step: no walk
+            return
+        for h in handled:
+            index = int(h.call_id.removeprefix("c"))
+            assert h.signal_aborted and plan.calls[index].stop_handler, h
+            assert log.started_at[h.call_id] <= plan.stop_at, h  # its body ran before the stop
+        if run.failure is not None:
+            return  # an internal failure may cancel the walk before the stop
+        in_flight = {
+            f"c{i}" for i, p in enumerate(plan.calls)
+            if p.stop_handler and f"c{i}" in log.started_at
+            and log.started_at[f"c{i}"] <= plan.stop_at < log.finished_at[f"c{i}"]
+        }
+        assert in_flight <= set(ids), (in_flight, ids)
+        event("stop handlers driven" if handled else "no stop handler in flight")
 
     @staticmethod
     def check_classification(call_id: str, result: ToolResult, log: BodyLog) -> None:
@@ -273,7 +331,7 @@ async def _abort_after(seconds: float, controller: AbortController) -> None:
 
 
 TurnMachine.TestCase.settings = settings(
-    max_examples=75, stateful_step_count=4, deadline=None,
+    max_examples=100, stateful_step_count=4, deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_turns = TurnMachine.TestCase

@@ -7,6 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from protocol.errors import ErrorCode
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, ok_result
 from runtime.registry import (
@@ -43,7 +44,12 @@ async def test_views_refuse_writes_and_the_dispatch_view_refuses_deletion() -> N
     async def wrapper(call: ToolDispatchExecution, delegate: Delegate) -> ToolResult:
         with pytest.raises(AttributeError):
             del call.signal
-        call.signal = other
+        with pytest.raises(AttributeError):
+            call.signal = other  # type: ignore[misc]
+        with pytest.raises(TypeError):
+            call.replace_signal(None)  # type: ignore[arg-type]
+        assert call.signal is caller.signal  # none of that changed it
+        call.replace_signal(other)
         assert call.signal is other
         seen["wrapper"] = True
         return await delegate()
@@ -51,6 +57,7 @@ async def test_views_refuse_writes_and_the_dispatch_view_refuses_deletion() -> N
     async def body(args: Args, call: ToolExecution) -> ToolResult:
         with pytest.raises(AttributeError):
             call.signal = other  # type: ignore[misc]
+        assert not hasattr(call, "replace_signal")
         seen["body"] = call.signal
         return ok_result("ok")
 
@@ -62,39 +69,62 @@ async def test_views_refuse_writes_and_the_dispatch_view_refuses_deletion() -> N
     assert seen["body"] is not other and seen["body"] is not caller.signal
 
 
-class Nested(msgspec.Struct, frozen=True):
+class Strict(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    pass
+
+
+class Nested(Strict, frozen=True):
     names: tuple[str, ...]
 
 
-class Mutable(msgspec.Struct):
+class Mutable(msgspec.Struct, forbid_unknown_fields=True):
     value: int
 
 
-class WithList(msgspec.Struct, frozen=True):
+class WithList(Strict, frozen=True):
     items: list[int]
 
 
-class WithDict(msgspec.Struct, frozen=True):
+class WithDict(Strict, frozen=True):
     extra: dict[str, int]
 
 
-class WithNestedMutable(msgspec.Struct, frozen=True):
+class WithNestedMutable(Strict, frozen=True):
     inner: Mutable | None = None
 
 
-class Good(msgspec.Struct, frozen=True):
+class Loose(msgspec.Struct, frozen=True):
+    value: int = 0
+
+
+class WithNestedLoose(Strict, frozen=True):
+    inner: Loose | None = None
+
+
+class Good(Strict, frozen=True):
     nested: Nested
     maybe: int | None = None
     pairs: tuple[tuple[str, int], ...] = ()
     flags: frozenset[str] = frozenset()
 
 
-def test_define_tool_requires_deeply_immutable_arguments() -> None:
+def test_define_tool_requires_deeply_immutable_strict_arguments() -> None:
     good = define_tool("G", args=Good, tool_class=ToolClass.READ_ONLY, body=_good_body)
     assert good.args_type is Good
-    for bad in (Mutable, WithList, WithDict, WithNestedMutable):
+    for bad in (Mutable, WithList, WithDict, WithNestedMutable, Loose, WithNestedLoose):
         with pytest.raises(TypeError):
             define_tool("B", args=bad, tool_class=ToolClass.LOCAL, body=_any_body)
+
+
+async def test_unknown_fields_are_invalid_arguments_at_every_depth() -> None:
+    registry = ToolRegistry([define_tool("G", args=Good, tool_class=ToolClass.READ_ONLY,
+                                         body=_good_body)])
+    signal = AbortController().signal
+    ok = await registry.execute(request("c1", "G", signal, args={"nested": {"names": ["a"]}}))
+    assert ok.code is None
+    for raw in ({"nested": {"names": []}, "typo": 1}, {"nested": {"names": [], "typo": 1}}):
+        result = await registry.execute(request("c2", "G", signal, args=raw))
+        assert result.code == ErrorCode.INVALID_PARAMS.name and "typo" in result.content[0].text  # type: ignore[union-attr]
 
 
 async def _good_body(args: Good, call: ToolExecution) -> ToolResult:
