@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import msgspec
@@ -34,23 +35,29 @@ def _type_name(t: mi.Type) -> str:
     return type(t).__name__.removesuffix("Type").lower()
 
 
-def _default(field: mi.Field) -> str:
+def _default(field: mi.Field, always_sent: bool) -> str:
     if field.required:
         return "required"
+    sent = ", always sent" if always_sent else ""
     if field.default is not msgspec.NODEFAULT:
-        return f"default `{msgspec.json.encode(field.default).decode()}`"
-    return "optional"
+        return f"default `{msgspec.json.encode(field.default).decode()}`{sent}"
+    return f"optional{sent}"
 
 
 def _struct_table(cls: type[Any]) -> list[str]:
+    """The type's own docstring (if any), then its fields."""
+    doc = cls.__dict__.get("__doc__")
+    about = [inspect.cleandoc(doc).replace("``", "`"), ""] if doc else []
     info = mi.type_info(cls)
     assert isinstance(info, mi.StructType)
     if not info.fields:
-        return ["*(no fields)*", ""]
+        return [*about, "*(no fields)*", ""]
+    always_sent = not cls.__struct_config__.omit_defaults
     lines = ["| field | type | |", "|---|---|---|"]
     for f in info.fields:
-        lines.append(f"| `{f.encode_name}` | {_type_name(f.type)} | {_default(f)} |")
-    return [*lines, ""]
+        lines.append(f"| `{f.encode_name}` | {_type_name(f.type)} | "
+                     f"{_default(f, always_sent)} |")
+    return [*about, *lines, ""]
 
 
 def _nested_structs(cls: type[Any], seen: set[type[Any]]) -> list[type[Any]]:
@@ -86,10 +93,15 @@ def render() -> str:
         "",
         f"Protocol version **{PROTOCOL_VERSION}**. JSON-RPC 2.0, UTF-8, one message per line "
         f"(newline-delimited), at most {DEFAULT_MAX_FRAME_SIZE} bytes a frame. A frame that is "
-        "too large is answered with -32600 and skipped up to the next newline. Request ids are "
-        "minted by the sender. The first request on a link is `initialize`; a different major "
-        "version fails with `PROTOCOL_MISMATCH`. Params are objects (by-name), validated "
-        "strictly: unknown fields are refused.",
+        "too large is answered with -32600 (id null: its id is not read) and skipped up to the "
+        "next newline. Request ids are minted by the sender. The first request on a link is "
+        "`initialize`; a different major version fails with `PROTOCOL_MISMATCH`. Params are "
+        "objects (by-name), validated strictly: unknown fields are refused. Params that do not "
+        "validate are answered -32602 with `data: {path, detail}`: the JSON path of the "
+        "offending member (`$.params.workspace`; for a missing or unknown field, that field) "
+        "and a message for a person. A field with a default may be left out by a sender; "
+        "quiesce leaves it out when it holds its default, unless its table says `always "
+        "sent`.",
         "",
     ]
     nested: list[type[Any]] = []

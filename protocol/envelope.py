@@ -7,6 +7,7 @@ id where one can be recovered, so an endpoint answers it and keeps serving.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -50,6 +51,13 @@ class InvalidMessage:
     code: ErrorCode
     detail: str
     respond: bool = True
+    path: str | None = None  # bad params: the JSON path of the offending member
+
+    @property
+    def data(self) -> Any:
+        """The error response's ``data``: ``{path, detail}`` for bad params (a machine
+        reads the path), else the detail."""
+        return self.detail if self.path is None else {"path": self.path, "detail": self.detail}
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +197,11 @@ def _parse_careful(data: bytes, incoming: Direction) -> Incoming:
         message = incoming.decoder.decode(data)
     except msgspec.ValidationError as exc:
         detail = str(exc)
-        code = ErrorCode.INVALID_PARAMS if _about_params(detail) else ErrorCode.INVALID_REQUEST
-        return InvalidMessage(request_id, code, detail, respond=not is_notification)
+        if _about_params(detail):
+            return InvalidMessage(request_id, ErrorCode.INVALID_PARAMS, detail,
+                                  respond=not is_notification, path=_offending_path(detail))
+        return InvalidMessage(request_id, ErrorCode.INVALID_REQUEST, detail,
+                              respond=not is_notification)
     except RecursionError:
         return InvalidMessage(request_id, ErrorCode.INVALID_REQUEST, "message nested too deeply",
                               respond=not is_notification)
@@ -233,6 +244,19 @@ def _is_version(raw: msgspec.Raw) -> bool:
 def _about_params(detail: str) -> bool:
     """Whether a validation error of a whole message is about its ``params`` member."""
     return "`$.params" in detail or detail.endswith("field `params`")
+
+
+_AT_PATH = re.compile(r" - at `(\$[^`]*)`$")
+_NAMED_FIELD = re.compile(r"^Object (?:missing required|contains unknown) field `([^`]*)`")
+
+
+def _offending_path(detail: str) -> str:
+    """The JSON path a msgspec validation message points at; for a missing or unknown
+    field, the path of that field (``$.params.workspace``), not of its object."""
+    at = _AT_PATH.search(detail)
+    path = at.group(1) if at else "$"
+    field = _NAMED_FIELD.match(detail)
+    return f"{path}.{field.group(1)}" if field else path
 
 
 def decode_result(spec_decoder: msgspec.json.Decoder[Any], raw: msgspec.Raw) -> Any:

@@ -18,6 +18,7 @@ from protocol.messages.client import (
     AgentAbortResult,
     AgentPromptParams,
     AgentPromptResult,
+    ClientPermissionRequestParams,
     DebugRunToolParams,
     DebugRunToolResult,
     SessionCloseParams,
@@ -118,7 +119,9 @@ class Direction:
 
 INITIALIZE_DOC = (
     "Handshake; the first request on a link. A different major protocol version "
-    "fails with PROTOCOL_MISMATCH."
+    "fails with PROTOCOL_MISMATCH (`data.supported` gives this side's version). Until a "
+    "successful initialize, every other request but `shutdown` fails NOT_INITIALIZED; a "
+    "failed initialize leaves the link uninitialized (after a success, it changes nothing)."
 )
 
 CLIENT_TO_RUNTIME = Direction("client → runtime", [
@@ -153,10 +156,13 @@ RUNTIME_TO_CLIENT = Direction("runtime → client", [
     MethodSpec("session.event", SessionEventParams, None,
                "Every durable event, after it is on disk, and progress (tool/progress, "
                "tool/abort), in order."),
-    MethodSpec("permission.request", PermissionRequestParams, PermissionRequestResult,
-               "Ask the user whether a tool call may run."),
+    MethodSpec("permission.request", ClientPermissionRequestParams, PermissionRequestResult,
+               "Ask the user whether a tool call may run. `turnId` and `callId` are those of "
+               "the call's tool/call event (announced before the prompt)."),
     MethodSpec("permission.withdrawn", PermissionWithdrawnParams, None,
-               "A pending permission request was withdrawn by a stop; its answer is refused."),
+               "A pending permission request was withdrawn, by a stop of its call or because "
+               "nobody answered within the host's permission timeout (120 s by default; the "
+               "call is then denied); its answer is refused."),
 ])
 
 RUNTIME_TO_HOST = Direction("runtime → host", [
@@ -173,22 +179,42 @@ RUNTIME_TO_HOST = Direction("runtime → host", [
                "Forget a session whose turns are settled: its plugin servers are stopped "
                "(their trees killed). Unknown sessions are a no-op."),
     MethodSpec("tools.execute", ToolsExecuteParams, ToolResult,
-               "Run one tool call; always answers with exactly one tool result."),
+               "Run one tool call; always answers with exactly one tool result. A call beyond "
+               "the host's admission queue ends HOST_OVERLOADED; a Write/Edit path outside the "
+               "workspace is refused PATH_OUTSIDE_WORKSPACE before any permission prompt. A "
+               "read-only call that is stopped ends ABORTED with `details.discarded` (its "
+               "result is dropped)."),
     MethodSpec("tools.abort", ToolsAbortParams, ToolsAbortResult,
-               "Stop one tool call; an abort for an unknown call leaves a tombstone."),
+               "Stop one tool call. Answers at once, without waiting for the call: its "
+               "tools.execute answers later with the call's one result. Idempotent: a "
+               "repeated abort of a call in flight gets the first one's answer and the first "
+               "cause stays; an abort after the result was sent answers `settled`. An abort "
+               "for a call the host does not know yet leaves a tombstone keyed by (sessionId, "
+               "callId, tool), answered `tombstoned`: the matching tools.execute ends "
+               "ABORTED_BEFORE_DISPATCH without asking permission or starting work; another "
+               "tool reusing the call id is not affected. A tombstone expires after 60 s; at "
+               "most 10 000 are kept, the oldest dropped first (host settings `tombstone_ttl`, "
+               "`tombstone_capacity`)."),
     MethodSpec("tools.force", ToolsForceParams, ToolsForceResult,
                "Stop waiting for a stopped mutating or plugin call whose body is stuck (an "
                "operator's decision); the call ends ABORTED with details.forced."),
     MethodSpec("host.stats", Empty, HostStatsResult,
                "Counters: calls in flight, tombstones (live, expired, evicted), admission."),
-    MethodSpec("shutdown", Empty, Empty, "Stop every call, kill every process tree, exit."),
+    MethodSpec("shutdown", Empty, Empty,
+               "Stop every call, kill every process tree, exit. Calls still running after the "
+               "kill grace plus the host's `stop_timeout` (5 s) are forced (ABORTED, "
+               "`details.forced`). EOF on stdin does the same."),
 ])
 
 HOST_TO_RUNTIME = Direction("host → runtime", [
     MethodSpec("permission.request", PermissionRequestParams, PermissionRequestResult,
-               "Ask (through the runtime, the client) whether a call may run."),
+               "Ask (through the runtime, the client) whether a call may run. An error answer "
+               "is taken as a deny. If the link closes before an answer, the call ends "
+               "ABORTED_BEFORE_DISPATCH."),
     MethodSpec("permission.withdrawn", PermissionWithdrawnParams, None,
-               "A pending permission request was withdrawn by a stop."),
+               "A pending permission request was withdrawn: its call was stopped, or the "
+               "prompt timed out after the host's `permission_timeout` (120 s; the call is "
+               "denied). A later answer is ignored."),
     MethodSpec("tools.output", ToolsOutputParams, None,
                "Ordered, bounded progress output of a running call."),
 ])

@@ -5,6 +5,10 @@ question. When the host withdraws a prompt (its call was stopped, or the
 prompt timed out), the runtime stops waiting for the client and tells it the
 prompt is withdrawn; the client's late answer is a response to a forgotten
 request and is dropped.
+
+The host names a call by its host call id, ``<turnId>.<callId>``
+(``runtime.agent.hosttools``); the client is told the ``turnId`` and ``callId`` of
+the call's ``tool/call`` event instead, so it can match the prompt to the call.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 import trio
 
 from protocol.errors import ErrorCode, RemoteError, RpcError
+from protocol.messages.client import ClientPermissionRequestParams
 from protocol.messages.host import (
     PermissionRequestParams,
     PermissionRequestResult,
@@ -25,6 +30,22 @@ from runtime.rpc import ConnectionClosed, Endpoint
 log = logging.getLogger(__name__)
 
 EARLY_WITHDRAWALS_KEPT = 1024
+
+
+def split_host_call_id(host_call_id: str) -> tuple[str | None, str]:
+    """``(turnId, callId)`` of a host call id ``<turnId>.<callId>``; a call outside any
+    turn (``debug.runTool``'s ``dbg-<n>``) has no turn. Turn ids are ``t<n>``, and
+    ``<parent turn>~<Task callId>`` for a subagent: the first dot ends the turn id unless
+    a Task call's own id has one."""
+    turn_id, dot, call_id = host_call_id.partition(".")
+    return (turn_id, call_id) if dot and turn_id and call_id else (None, host_call_id)
+
+
+def client_params(params: PermissionRequestParams) -> ClientPermissionRequestParams:
+    """The host's prompt as the client is asked it: the call named as its tool/call is."""
+    turn_id, call_id = split_host_call_id(params.call_id)
+    return ClientPermissionRequestParams(params.session_id, params.request_id, turn_id, call_id,
+                                         params.tool, params.args_preview, params.risk)
 
 
 class PermissionRelay:
@@ -46,8 +67,8 @@ class PermissionRelay:
             self._pending[params.request_id] = scope
             self._calls[params.request_id] = params.call_id
             try:
-                answer: PermissionRequestResult = await client.request("permission.request",
-                                                                       params)
+                answer: PermissionRequestResult = await client.request(
+                    "permission.request", client_params(params))
                 return answer
             except RemoteError as exc:
                 log.info("permission %s: client could not answer (%s): deny",

@@ -99,19 +99,43 @@ class AgentAbortParams(Struct, frozen=True):
     keep_inbox: bool = False
 
 
-class AbortedCall(Struct, frozen=True):
+class AbortedCall(Struct, frozen=True, omit_defaults=False):
+    """A call the stop reached; ``code`` is null when it succeeded before the stop.
+    Every field is always on the wire."""
+
     call_id: str
     tool: str
     tool_class: str = msgspec.field(name="class")
     code: str | None = None
 
 
-class AgentAbortResult(Struct, frozen=True):
+class AgentAbortResult(Struct, frozen=True, omit_defaults=False):
+    """Every field is always on the wire: an ``idle`` answer has ``turnId`` and ``cause``
+    null, ``settledMs`` 0 and ``toolCalls`` empty."""
+
     outcome: Literal["aborted", "idle"]
     turn_id: str | None = None
     cause: Cause | None = None
     settled_ms: float = 0.0
     tool_calls: tuple[AbortedCall, ...] = ()
+
+
+class ClientPermissionRequestParams(Struct, frozen=True):
+    """The host's permission prompt as the runtime puts it to its client.
+
+    ``turnId`` and ``callId`` are those of the call's ``tool/call`` event, so a client
+    matches the prompt to the call it shows. A call outside any turn (``debug.runTool``)
+    has ``turnId`` null and the ``callId`` that ``debug.runTool`` answers. ``requestId``
+    names the prompt in ``permission.withdrawn``. Every field is always on the wire.
+    """
+
+    session_id: str
+    request_id: str
+    turn_id: str | None
+    call_id: str
+    tool: str
+    args_preview: str
+    risk: Literal["low", "medium", "high"]
 
 
 class SessionEventParams(Struct, frozen=True):

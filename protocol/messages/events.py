@@ -61,7 +61,11 @@ class AssistantMessageEvent(_Event, frozen=True, tag="assistant/message"):
     chunks: int = 0  # stream chunks the message was assembled from
 
 
-class ToolCallEvent(_Event, frozen=True, tag="tool/call"):
+class ToolCallEvent(_Event, frozen=True, tag="tool/call", omit_defaults=False):
+    """A call the model made, logged before it runs; ``args`` is always on the wire
+    (``{}`` for none). ``callId`` is unique within the turn; ``permission.request``
+    names the call by the same ``turnId`` and ``callId``."""
+
     step: int
     call_id: str
     tool: str
@@ -75,7 +79,10 @@ class ToolProgressEvent(_Event, frozen=True, tag="tool/progress"):
     text: str
 
 
-class ToolResultEvent(_Event, frozen=True, tag="tool/result"):
+class ToolResultEvent(_Event, frozen=True, tag="tool/result", omit_defaults=False):
+    """The one result of a ``tool/call``. Every field is always on the wire: ``code``
+    is null on success, ``details`` is ``{}`` when there are none."""
+
     step: int
     call_id: str
     is_error: bool

@@ -10,9 +10,7 @@ from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig, PluginServerStatus, Struct
 
 AbortCause = Literal["user", "parent", "hook", "disposed", "operator", "timeout"]
-CallState = Literal[
-    "unknown", "tombstoned", "admission", "permission-pending", "running", "aborting", "settled"
-]
+CallState = Literal["tombstoned", "admission", "permission-pending", "running", "settled"]
 
 
 class SessionOpenParams(Struct, frozen=True):
@@ -23,6 +21,9 @@ class SessionOpenParams(Struct, frozen=True):
 
 
 class ToolsExecuteParams(Struct, frozen=True):
+    """``callId`` is the runtime's host call id: ``<turnId>.<callId>`` of the call's
+    ``tool/call`` event (``dbg-<n>`` for ``debug.runTool``), unique in the session."""
+
     session_id: str
     call_id: str
     tool: str
@@ -38,7 +39,16 @@ class ToolsAbortParams(Struct, frozen=True):
 
 
 class ToolsAbortResult(Struct, frozen=True):
-    """``state`` is the call's phase when the (first) abort reached it."""
+    """What the host did with an abort, answered at once (it never waits for the call).
+
+    - ``found`` true, ``state`` ``admission`` / ``permission-pending`` / ``running``: the
+      call is in flight; ``state`` is its phase when the *first* abort reached it, and
+      ``bodyInvoked`` whether its body had started. Its ``tools.execute`` answers later.
+    - ``found`` true, ``state`` ``settled``: the call's result was already sent (the host
+      remembers the last 4096 settled calls).
+    - ``found`` false, ``state`` ``tombstoned``: the host does not know the call yet (its
+      ``tools.execute`` has not arrived): a tombstone is left, see ``tools.abort``.
+    """
 
     found: bool
     state: CallState
@@ -54,6 +64,10 @@ class ToolsOutputParams(Struct, frozen=True):
 
 
 class PermissionRequestParams(Struct, frozen=True):
+    """The host's prompt for one call; ``callId`` is the host call id of
+    ``tools.execute``. The runtime asks its client with ``ClientPermissionRequestParams``,
+    which names the call as its ``tool/call`` event does."""
+
     session_id: str
     request_id: str
     call_id: str

@@ -28,11 +28,8 @@ from typing import Literal
 import trio
 
 from protocol.errors import RemoteError
-from protocol.messages.host import (
-    PermissionRequestParams,
-    PermissionRequestResult,
-    PermissionWithdrawnParams,
-)
+from protocol.messages.client import ClientPermissionRequestParams
+from protocol.messages.host import PermissionRequestResult, PermissionWithdrawnParams
 from protocol.methods import RequestId
 from runtime.acp.messages import (
     CANCEL_REQUEST,
@@ -43,7 +40,7 @@ from runtime.acp.messages import (
     SelectedOutcome,
     ToolCallUpdate,
 )
-from runtime.acp.translate import tool_kind
+from runtime.acp.translate import tool_call_id, tool_kind
 from runtime.rpc import ConnectionClosed, Endpoint
 
 log = logging.getLogger(__name__)
@@ -103,7 +100,7 @@ class PermissionBridge:
         self._withdrawn_early = _Bounded()
         self._ids = itertools.count(1)
 
-    async def request(self, params: PermissionRequestParams) -> PermissionRequestResult:
+    async def request(self, params: ClientPermissionRequestParams) -> PermissionRequestResult:
         if self._withdrawn_early.pop(params.request_id):
             return DENY  # the native side forgot it already: nobody reads this
         prompt = _Prompt(params.session_id, params.call_id)
@@ -118,12 +115,15 @@ class PermissionBridge:
         finally:
             del self._prompts[params.request_id]
 
-    async def _ask(self, params: PermissionRequestParams,
+    async def _ask(self, params: ClientPermissionRequestParams,
                    prompt: _Prompt) -> PermissionRequestResult | None:
         """The editor's decision; None when it is not to be had (held instead)."""
         assert self.acp is not None
-        tool_call = self._describe(params.session_id, params.call_id) or ToolCallUpdate(
-            params.call_id, status="pending", title=f"{params.tool} {params.args_preview}",
+        # The call's tool/call came first, so the editor was shown it: name it the same way.
+        acp_call_id = (params.call_id if params.turn_id is None
+                       else tool_call_id(params.turn_id, params.call_id))
+        tool_call = self._describe(params.session_id, acp_call_id) or ToolCallUpdate(
+            acp_call_id, status="pending", title=f"{params.tool} {params.args_preview}",
             kind=tool_kind(params.tool))
         # Our own id (the endpoint's counter never makes strings): a stop names it in
         # ``$/cancel_request``. The request is queued before this returns to the loop, so

@@ -58,8 +58,8 @@ _KINDS: dict[str, ToolKind] = {"Read": "read", "Write": "edit", "Edit": "edit",
 
 
 def tool_call_id(turn_id: str, call_id: str) -> str:
-    """The ACP id of a call: unique in the session, and the host's id of it, which
-    ``permission.request`` names."""
+    """The ACP id of a call: unique in the session (a call id is unique in its turn);
+    ``permission.request`` names the call by the same turn id and call id."""
     return f"{turn_id}.{call_id}"
 
 

@@ -29,6 +29,7 @@ from protocol.messages.client import (
     AgentAbortResult,
     AgentPromptParams,
     AgentPromptResult,
+    ClientPermissionRequestParams,
     PermissionMode,
     ProviderConfig,
     SessionEventParams,
@@ -39,11 +40,7 @@ from protocol.messages.client import (
     SessionNewResult,
 )
 from protocol.messages.common import Empty
-from protocol.messages.host import (
-    PermissionRequestParams,
-    PermissionRequestResult,
-    PermissionWithdrawnParams,
-)
+from protocol.messages.host import PermissionRequestResult, PermissionWithdrawnParams
 from runtime.chat.commands import (
     HELP,
     Answer,
@@ -280,7 +277,8 @@ class Controller:
             self._commit(lines)
         self._wake()
 
-    async def _on_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
+    async def _on_permission(self, params: ClientPermissionRequestParams
+                             ) -> PermissionRequestResult:
         asked = _Asked(trio.Event())
         self._asked[params.request_id] = asked
         self.view.permission_asked(params.request_id, params.tool, params.args_preview,

@@ -13,9 +13,11 @@ unknown method's ``data`` is its name. Concurrency is the caller's nursery.
 What jsonrpcserver costs is measured by ``scripts/bench`` (its import is a visible part
 of each process's start-up; see docs/benchmarks.md).
 
-This module is the one place per endpoint where exceptions become error
-responses: an :class:`RpcError` keeps its catalogue code, anything else is an
-``INTERNAL`` error whose traceback goes to the log, never to the peer.
+This module is the one place per endpoint where a request's exceptions become error
+responses: an :class:`RpcError` keeps its catalogue code (also when a handler's nursery
+wraps it, alone, in an exception group), anything else is an ``INTERNAL`` error whose
+traceback goes to the log, never to the peer. (A notification's handler failing is
+logged and dropped by the endpoint: there is nobody to answer.)
 """
 
 from __future__ import annotations
@@ -79,14 +81,24 @@ async def dispatch_request(methods: dict[str, Handler], request: IncomingRequest
     handler: Handler = found._value
     try:
         result = Success(await handler(request.params))
-    except RpcError as exc:
-        result = Error(int(exc.code), exc.message, exc.data)
-    except Exception:  # the one mapping of unexpected failures for this endpoint
-        log.exception("handler of %s failed", request.method)
-        result = Error(int(ErrorCode.INTERNAL), ERROR_MESSAGES[ErrorCode.INTERNAL])
+    except Exception as exc:  # the one mapping of handler failures for this endpoint
+        rpc_error = _rpc_error_of(exc)
+        if rpc_error is None:
+            log.exception("handler of %s failed", request.method)
+            result = Error(int(ErrorCode.INTERNAL), ERROR_MESSAGES[ErrorCode.INTERNAL])
+        else:
+            result = Error(int(rpc_error.code), rpc_error.message, rpc_error.data)
     if isinstance(result, Left):
         return _error_response(result._error, request.id)
     return ResultResponse("2.0", result._value.result, request.id)
+
+
+def _rpc_error_of(exc: BaseException) -> RpcError | None:
+    """The catalogue error a failure stands for: an ``RpcError``, also when it is the one
+    error of a (nested) exception group, as a handler's nursery raises it."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, RpcError) else None
 
 
 def _error_response(error: ErrorResult, request_id: RequestId | None) -> ErrorResponse:

@@ -241,7 +241,7 @@ class Endpoint:
         elif isinstance(parsed, IncomingResponse):
             self._resolve(parsed)
         elif parsed.respond:
-            self._send_error(parsed.id, parsed.code, parsed.detail)
+            self._send_error(parsed.id, parsed.code, parsed.data)
         else:
             log.warning("%s: dropped bad notification: %s", self.name, parsed.detail)
 
@@ -250,7 +250,11 @@ class Endpoint:
         if handler is None:
             log.debug("%s: no handler for notification %s", self.name, note.method)
             return
-        handler(note.params)
+        try:
+            handler(note.params)
+        except Exception:  # a notification gets no answer: its failure must not end the link
+            log.exception("%s: handler of notification %s failed; dropped", self.name,
+                          note.method)
 
     def _resolve(self, response: IncomingResponse) -> None:
         pending = self._pending.pop(response.id, None)
@@ -264,8 +268,8 @@ class Endpoint:
             pending.result = response.result
         pending.done.set()
 
-    def _send_error(self, request_id: RequestId | None, code: ErrorCode, detail: str) -> None:
-        message = error_response(request_id, int(code), ERROR_MESSAGES[code], detail)
+    def _send_error(self, request_id: RequestId | None, code: ErrorCode, data: Any) -> None:
+        message = error_response(request_id, int(code), ERROR_MESSAGES[code], data)
         self._enqueue_quietly(encode_message(message))
 
     def _enqueue_quietly(self, payload: bytes) -> None:
@@ -296,7 +300,7 @@ class Endpoint:
             elif isinstance(item, InvalidMessage):
                 if item.respond:
                     responses.append(error_response(item.id, int(item.code),
-                                                    ERROR_MESSAGES[item.code], item.detail))
+                                                    ERROR_MESSAGES[item.code], item.data))
             elif isinstance(item, IncomingNotification):
                 self._handle_notification(item)
             else:

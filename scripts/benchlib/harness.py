@@ -22,6 +22,7 @@ from protocol.messages.client import (
     AgentAbortParams,
     AgentPromptParams,
     AgentPromptResult,
+    ClientPermissionRequestParams,
     ScriptedProviderConfig,
     SessionEventParams,
     SessionNewParams,
@@ -29,7 +30,6 @@ from protocol.messages.client import (
 )
 from protocol.messages.events import AnnouncedEvent, Cause, ToolResultEvent
 from protocol.messages.host import (
-    PermissionRequestParams,
     PermissionRequestResult,
     PermissionWithdrawnParams,
 )
@@ -51,7 +51,7 @@ class Session:
 
     session_id: str
     events: list[AnnouncedEvent] = field(default_factory=list)
-    permission_requests: list[PermissionRequestParams] = field(default_factory=list)
+    permission_requests: list[ClientPermissionRequestParams] = field(default_factory=list)
     withdrawn: list[str] = field(default_factory=list)
 
     def tool_result(self, turn_id: str | None, call_id: str) -> ToolResultEvent | None:
@@ -146,7 +146,7 @@ class Bench:
         self._session(params.session_id).events.append(params.event)
         self._touch()
 
-    async def on_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
+    async def on_permission(self, params: ClientPermissionRequestParams) -> PermissionRequestResult:
         """Never answered: the scenario stops the turn while the prompt is pending."""
         self._session(params.session_id).permission_requests.append(params)
         self._touch()
@@ -229,7 +229,7 @@ async def open_bench(workdir: pathlib.Path, extra_env: Mapping[str, str] | None 
     env = {**os.environ, **(extra_env or {}), MARK_VAR: mark, "QUIESCE_DATA_DIR": str(data_dir)}
     holder: list[Bench] = []
 
-    async def on_permission(params: PermissionRequestParams) -> PermissionRequestResult:
+    async def on_permission(params: ClientPermissionRequestParams) -> PermissionRequestResult:
         return await holder[0].on_permission(params)
 
     def on_event(params: SessionEventParams) -> None:

@@ -89,6 +89,10 @@ def test_permission_options_map_to_host_decisions(marked: Marked, tmp_path: path
             asked = editor.permission_requests
             assert [t.title for t in asked] == ["Write a.txt", "Write b.txt"]
             assert asked[0].kind == "edit"
+            # Each prompt names the call the editor was shown (the native prompt names it
+            # by its tool/call's turnId and callId).
+            shown = [u["toolCallId"] for u in updates if u["sessionUpdate"] == "tool_call"]
+            assert [t.tool_call_id for t in asked] == shown[:2]
             final = {u["toolCallId"]: u for u in updates if u["sessionUpdate"] ==
                      "tool_call_update"}
             statuses = [u["status"] for u in final.values()]

@@ -19,7 +19,7 @@ from protocol.messages.client import DebugRunToolParams, SessionNewParams
 from protocol.messages.common import InitializeParams, InitializeResult, PeerInfo
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.version import PROTOCOL_VERSION
-from runtime.cli import _spawn_host
+from runtime.cli import _spawn_host, host_command
 from runtime.client import DaemonClient, serve_command, spawn_daemon
 from runtime.daemon import Daemon
 from runtime.host_link import default_host_command
@@ -53,7 +53,7 @@ async def read_one(daemon: DaemonClient, workspace: pathlib.Path) -> None:
 
 
 def test_serve_spawns_the_command_the_link_would() -> None:
-    with _spawn_host() as popen:  # closes its pipes and reaps it
+    with _spawn_host(host_command(None)) as popen:  # closes its pipes and reaps it
         popen.kill()
         assert popen.args == default_host_command()
 
@@ -97,7 +97,7 @@ async def test_a_host_for_another_command_is_killed_and_reaped(
         tmp_path: pathlib.Path, marked: Marked, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(marked.run_dir))
     monkeypatch.setenv(MARK_VAR, marked.mark)  # the hosts inherit our environment
-    popen = _spawn_host()  # as serve does, before trio
+    popen = _spawn_host(host_command(None))  # as serve does, before trio
     early = PopenProcess(popen)
     other = [sys.executable, "-m", "runtime", "host"]  # a working host, another command
     daemon = Daemon(host_command=other, data_dir=marked.data_dir, first_host=early)

@@ -97,7 +97,7 @@ async def test_malformed_input_of_every_class_then_still_serving(
 
         answer = await raw.call("session.new", {"workspace": 17})
         assert answer["error"]["code"] == -32602
-        assert "$.params.workspace" in answer["error"]["data"]
+        assert answer["error"]["data"]["path"] == "$.params.workspace"
 
         answer = await raw.call("session.new", {"workspace": "relative/dir"})
         assert answer["error"]["code"] == -32602

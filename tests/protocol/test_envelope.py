@@ -70,13 +70,31 @@ def test_bad_input_gets_the_error_it_deserves(frame: bytes, code: ErrorCode,
     assert parsed.respond
 
 
-def test_invalid_params_names_the_offending_path() -> None:
-    frame = b'{"jsonrpc":"2.0","id":1,"method":"tools.execute","params":' \
-            b'{"sessionId":"s","callId":"c","tool":"Read","args":[]}}'
+@pytest.mark.parametrize(("params", "path"), [
+    (b'{"sessionId":"s","callId":"c","tool":"Read","args":[]}', "$.params.args"),
+    (b'{"sessionId":"s","callId":"c","tool":"Read"}', "$.params.args"),  # missing
+    (b'{"sessionId":"s","callId":"c","tool":"Read","args":{},"x":1}', "$.params.x"),  # unknown
+    (b'[1]', "$.params"),
+])
+def test_invalid_params_names_the_offending_path(params: bytes, path: str) -> None:
+    frame = b'{"jsonrpc":"2.0","id":1,"method":"tools.execute","params":' + params + b'}'
     parsed = parse_frame(frame, RUNTIME_TO_HOST)
     assert isinstance(parsed, InvalidMessage)
     assert parsed.code == ErrorCode.INVALID_PARAMS
-    assert "$.params.args" in parsed.detail
+    # Machine-readable for a client, and msgspec's message for a person.
+    assert parsed.data == {"path": path, "detail": parsed.detail}
+    assert parsed.detail.startswith(("Expected", "Object"))
+
+
+def test_missing_params_of_a_request_name_params() -> None:
+    parsed = parse_frame(b'{"jsonrpc":"2.0","id":1,"method":"tools.execute"}', RUNTIME_TO_HOST)
+    assert isinstance(parsed, InvalidMessage) and parsed.code == ErrorCode.INVALID_PARAMS
+    assert parsed.data["path"] == "$.params"
+
+
+def test_other_errors_carry_their_detail_as_data() -> None:
+    parsed = parse_frame(b'{"jsonrpc":"2.0","id":6,"method":"no.such"}', CLIENT_TO_RUNTIME)
+    assert isinstance(parsed, InvalidMessage) and parsed.data == "no.such"
 
 
 def test_bad_notification_gets_no_answer() -> None:
@@ -138,13 +156,39 @@ json_values = st.recursive(
     max_leaves=10)
 
 
+envelopes = st.fixed_dictionaries({}, optional={
+    "jsonrpc": st.sampled_from(["2.0", "1.0"]) | json_values,
+    "id": st.integers(-5, 5) | st.text(max_size=4) | json_values,
+    "method": st.sampled_from([*CLIENT_TO_RUNTIME.specs, "nope"]) | json_values,
+    "params": st.just({}) | json_values,
+    "result": json_values,
+    "error": st.fixed_dictionaries({"code": st.integers(-5, 5), "message": st.text()})
+    | json_values,
+})
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.dictionaries(st.sampled_from(["jsonrpc", "id", "method", "params", "result",
-                                        "error"]), json_values, max_size=6))
-def test_fuzzed_envelopes_always_classified(obj: dict[str, object]) -> None:
+@given(envelopes)
+def test_fuzzed_envelopes_are_classified_as_their_members_say(obj: dict[str, object]) -> None:
     parsed = parse_frame(msgspec.json.encode(obj), CLIENT_TO_RUNTIME)
-    assert isinstance(parsed, IncomingRequest | IncomingNotification | IncomingResponse
-                      | InvalidMessage)
+    # An id a response may carry: a string or an integer (a bool is neither).
+    valid_id = "id" in obj and (isinstance(obj["id"], str) or type(obj["id"]) is int)
+    if isinstance(parsed, IncomingRequest):
+        assert obj["jsonrpc"] == "2.0" and valid_id and parsed.id == obj["id"]
+        assert parsed.method == obj["method"] and parsed.method in CLIENT_TO_RUNTIME
+    elif isinstance(parsed, IncomingNotification):
+        assert obj["jsonrpc"] == "2.0" and "id" not in obj
+        assert parsed.method == obj["method"] and parsed.method in CLIENT_TO_RUNTIME
+    elif isinstance(parsed, IncomingResponse):
+        assert obj["jsonrpc"] == "2.0" and "method" not in obj
+        assert valid_id and parsed.id == obj["id"]
+        assert ("result" in obj) != ("error" in obj)
+    else:
+        assert isinstance(parsed, InvalidMessage)
+        if obj.get("jsonrpc") != "2.0":
+            assert parsed.code == ErrorCode.INVALID_REQUEST
+        if parsed.respond and valid_id:
+            assert parsed.id == obj["id"]  # answered where the sender can see it
 
 
 def test_abort_params_defaults() -> None:

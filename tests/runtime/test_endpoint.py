@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -9,7 +10,7 @@ import pytest
 import trio
 import trio.testing
 
-from protocol.errors import ErrorCode, RemoteError
+from protocol.errors import ErrorCode, RemoteError, RpcError
 from protocol.messages.common import Empty
 from protocol.messages.host import (
     SessionOpenParams,
@@ -18,17 +19,24 @@ from protocol.messages.host import (
     ToolsOutputParams,
 )
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
-from runtime.rpc import ConnectionClosed, Endpoint, Handler, OversizedMessage
+from runtime.rpc import (
+    ConnectionClosed,
+    Endpoint,
+    Handler,
+    NotificationHandler,
+    OversizedMessage,
+)
 
 
 @asynccontextmanager
 async def linked(handlers: dict[str, Handler], *, notes: list[ToolsOutputParams] | None = None,
+                 on_output: NotificationHandler | None = None,
                  limit: int = 8 * 1024 * 1024) -> AsyncIterator[tuple[Endpoint, Endpoint]]:
     a_stream, b_stream = trio.testing.memory_stream_pair()
     sink = notes if notes is not None else []
     runtime = Endpoint("runtime", a_stream, a_stream, incoming=HOST_TO_RUNTIME,
                        outgoing=RUNTIME_TO_HOST, max_frame_size=limit,
-                       notification_handlers={"tools.output": sink.append})
+                       notification_handlers={"tools.output": on_output or sink.append})
     host = Endpoint("host", b_stream, b_stream, incoming=RUNTIME_TO_HOST,
                     outgoing=HOST_TO_RUNTIME, handlers=handlers, max_frame_size=limit)
     async with trio.open_nursery() as nursery:
@@ -167,3 +175,65 @@ async def test_requests_fail_when_the_peer_goes_away() -> None:
                 await trio.testing.wait_all_tasks_blocked()
                 await b_stream.aclose()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_failing_notification_handler_is_logged_and_the_link_keeps_serving(
+        caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[int] = []
+
+    def on_output(params: ToolsOutputParams) -> None:
+        if params.seq == 1:
+            raise ValueError("boom")
+        seen.append(params.seq)
+
+    async def abort(params: ToolsAbortParams) -> ToolsAbortResult:
+        return ToolsAbortResult(True, "running")
+
+    with caplog.at_level(logging.ERROR, logger="runtime.rpc.endpoint"):
+        async with linked({"tools.abort": abort}, on_output=on_output) as (runtime, host):
+            host.notify("tools.output", ToolsOutputParams("s", "c", 1, "stdout", "a\n"))
+            host.notify("tools.output", ToolsOutputParams("s", "c", 2, "stdout", "b\n"))
+            with trio.fail_after(5):
+                answer = await runtime.request("tools.abort", ToolsAbortParams("s", "c", "Bash"))
+                while not seen:
+                    await trio.sleep(0.01)
+    assert answer == ToolsAbortResult(True, "running")
+    assert seen == [2]
+    assert any("tools.output" in r.getMessage() and r.exc_info for r in caplog.records)
+
+
+async def _raise_in_nursery(*errors: Exception) -> None:
+    async def fail(error: Exception) -> None:
+        raise error
+
+    async with trio.open_nursery() as nursery:
+        for error in errors:
+            nursery.start_soon(fail, error)
+
+
+@pytest.mark.parametrize(("nesting", "code"), [
+    ("one", ErrorCode.NOT_FOUND),
+    ("nested", ErrorCode.NOT_FOUND),
+    ("two", ErrorCode.INTERNAL),  # two failures stand for no one catalogue error
+])
+async def test_an_rpc_error_raised_in_a_handlers_nursery_keeps_its_code(
+        nesting: str, code: ErrorCode) -> None:
+    async def abort(params: ToolsAbortParams) -> ToolsAbortResult:
+        not_found = RpcError(ErrorCode.NOT_FOUND, "no such call", {"callId": params.call_id})
+        if nesting == "one":
+            await _raise_in_nursery(not_found)
+        elif nesting == "nested":
+            async with trio.open_nursery() as outer:
+                outer.start_soon(_raise_in_nursery, not_found)
+        else:
+            await _raise_in_nursery(not_found, RpcError(ErrorCode.TOOL_FAILED))
+        raise AssertionError("unreachable")
+
+    async with linked({"tools.abort": abort}) as (runtime, _):
+        with trio.fail_after(5), pytest.raises(RemoteError) as info:
+            await runtime.request("tools.abort", ToolsAbortParams("s", "c1", "Bash"))
+    assert info.value.code == code
+    if code == ErrorCode.NOT_FOUND:
+        assert (info.value.message, info.value.data) == ("no such call", {"callId": "c1"})
+    else:
+        assert info.value.data is None  # nothing of the failures leaks to the peer

@@ -1,10 +1,19 @@
 from __future__ import annotations
 
 import pytest
+import trio
+import trio.testing
 
 from protocol.errors import ErrorCode, RpcError
-from protocol.messages.host import PermissionRequestParams, PermissionWithdrawnParams
+from protocol.messages.client import ClientPermissionRequestParams
+from protocol.messages.host import (
+    PermissionRequestParams,
+    PermissionRequestResult,
+    PermissionWithdrawnParams,
+)
+from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from runtime.permission_relay import PermissionRelay
+from runtime.rpc import Endpoint
 
 
 async def test_a_withdrawal_that_overtakes_its_request_refuses_it() -> None:
@@ -13,4 +22,41 @@ async def test_a_withdrawal_that_overtakes_its_request_refuses_it() -> None:
     with pytest.raises(RpcError) as info:
         await relay.request(PermissionRequestParams("s", "perm-1", "c1", "Write", "{}"))
     assert info.value.code == ErrorCode.PERMISSION_WITHDRAWN
+    assert relay.pending_calls() == set()
+
+
+@pytest.mark.parametrize(("host_call_id", "turn_id", "call_id"), [
+    ("t1.w1", "t1", "w1"),
+    ("t3~task1.w2", "t3~task1", "w2"),  # a subagent's call
+    ("t1.call.with.dots", "t1", "call.with.dots"),
+    ("dbg-4", None, "dbg-4"),  # debug.runTool: no turn
+])
+async def test_the_client_can_match_a_prompt_to_its_tool_call(
+        host_call_id: str, turn_id: str | None, call_id: str) -> None:
+    """The host names a call by its host id; the client is told the ids of the call's
+    tool/call event, and the relay still knows the prompt by the host's id."""
+    asked: list[ClientPermissionRequestParams] = []
+    relay = PermissionRelay()
+
+    async def on_permission(params: ClientPermissionRequestParams) -> PermissionRequestResult:
+        asked.append(params)
+        assert relay.pending_calls() == {host_call_id}  # what operators see
+        return PermissionRequestResult("allow-once")
+
+    daemon_stream, client_stream = trio.testing.memory_stream_pair()
+    relay.client = Endpoint("client", daemon_stream, daemon_stream, incoming=CLIENT_TO_RUNTIME,
+                            outgoing=RUNTIME_TO_CLIENT)
+    client = Endpoint("daemon", client_stream, client_stream, incoming=RUNTIME_TO_CLIENT,
+                      outgoing=CLIENT_TO_RUNTIME,
+                      handlers={"permission.request": on_permission})
+    async with trio.open_nursery() as nursery:
+        await nursery.start(relay.client.run)
+        await nursery.start(client.run)
+        with trio.fail_after(5):
+            answer = await relay.request(PermissionRequestParams(
+                "s", "perm-1", host_call_id, "Write", '{"path":"a"}', "high"))
+        nursery.cancel_scope.cancel()
+    assert answer == PermissionRequestResult("allow-once")
+    assert asked == [ClientPermissionRequestParams("s", "perm-1", turn_id, call_id, "Write",
+                                                   '{"path":"a"}', "high")]
     assert relay.pending_calls() == set()
