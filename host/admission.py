@@ -1,9 +1,15 @@
 """Admission: bounded concurrency per tool class and per session, and a bounded queue.
 
-A call beyond the queue bound is refused (``HOST_OVERLOADED``) instead of
-waiting; a call waiting for a slot is cancelled like any other wait, so a stop
-reaches it (the caller maps that to ``ABORTED_BEFORE_DISPATCH``). ``tools.abort``
-never passes through admission.
+A call is admitted when its class and its session both have a free slot, and
+takes the two together: a call waiting for one never holds the other. (Taking
+the session slot first let Bash calls queued for the process class use up their
+session's slots and starve its Reads; taking the class slot first would let one
+session's queue hold slots every other session needs.)
+
+A call beyond the queue bound is refused (``Overloaded``, ``HOST_OVERLOADED`` on
+the wire) instead of waiting; a call waiting for a slot is cancelled like any
+other wait, so a stop reaches it (the caller maps that to
+``ABORTED_BEFORE_DISPATCH``). ``tools.abort`` never passes through admission.
 """
 
 from __future__ import annotations
@@ -38,36 +44,40 @@ class AdmissionLimits:
 class Admission:
     def __init__(self, limits: AdmissionLimits | None = None) -> None:
         self.limits = limits or AdmissionLimits()
-        self._class_slots = {
-            cls: trio.Semaphore(self.limits.per_class.get(cls, DEFAULT_PER_CLASS[cls]))
-            for cls in ToolClass
-        }
-        self._session_slots: dict[str, trio.Semaphore] = {}
+        self._class_limit = {cls: self.limits.per_class.get(cls, DEFAULT_PER_CLASS[cls])
+                             for cls in ToolClass}
+        self._class_running = dict.fromkeys(ToolClass, 0)
+        self._session_running: dict[str, int] = {}
+        self._released = trio.lowlevel.ParkingLot()  # waiters re-check on every release
         self.waiting = 0
         self.running = 0
 
+    def _free(self, session_id: str, tool_class: ToolClass) -> bool:
+        return (self._class_running[tool_class] < self._class_limit[tool_class]
+                and self._session_running.get(session_id, 0) < self.limits.per_session)
+
     @asynccontextmanager
     async def slot(self, session_id: str, tool_class: ToolClass) -> AsyncIterator[None]:
-        class_slots = self._class_slots[tool_class]
-        session_slots = self._session_slots.setdefault(
-            session_id, trio.Semaphore(self.limits.per_session))
-        if self.waiting >= self.limits.max_waiting and (
-                class_slots.value == 0 or session_slots.value == 0):
-            raise Overloaded(f"{self.waiting} calls already wait for admission")
-        self.waiting += 1
-        try:
-            await session_slots.acquire()
+        if not self._free(session_id, tool_class):
+            if self.waiting >= self.limits.max_waiting:
+                raise Overloaded(f"{self.waiting} calls already wait for admission")
+            self.waiting += 1
             try:
-                await class_slots.acquire()
-            except BaseException:
-                session_slots.release()
-                raise
-        finally:
-            self.waiting -= 1
+                while not self._free(session_id, tool_class):
+                    await self._released.park()
+            finally:
+                self.waiting -= 1
+        self._class_running[tool_class] += 1
+        self._session_running[session_id] = self._session_running.get(session_id, 0) + 1
         self.running += 1
         try:
             yield
         finally:
             self.running -= 1
-            class_slots.release()
-            session_slots.release()
+            self._class_running[tool_class] -= 1
+            left = self._session_running[session_id] - 1
+            if left:
+                self._session_running[session_id] = left
+            else:
+                del self._session_running[session_id]
+            self._released.unpark_all()

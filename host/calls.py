@@ -57,6 +57,11 @@ class Call:
         elif self.tool_class in (ToolClass.READ_ONLY, ToolClass.LOCAL):
             self.body.cancel()
 
+    def force(self) -> None:
+        """Stop waiting for a stopped mutating or plugin body that does not end."""
+        self.forced = True
+        self.force_scope.cancel()
+
 
 class CallTable:
     """Calls in flight, plus a bounded memory of settled ones for idempotent aborts."""

@@ -1,10 +1,18 @@
-"""``quiesce host`` / ``python -m host``: the host process on stdin/stdout."""
+"""``quiesce host`` / ``python -m host``: the host process on stdin/stdout.
+
+Its settings come as one JSON object in ``--config`` (see ``HostConfig``); an
+unknown key or an invalid value is refused at start with a message naming it.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
+import typing
+from collections.abc import Mapping
+from typing import Any
 
 import msgspec
 import trio
@@ -17,11 +25,65 @@ from runtime.stdio import take_stdio
 
 log = logging.getLogger(__name__)
 
+# Settings that must be above zero (a count of at least 1, a positive time); every other
+# number must not be negative.
+POSITIVE = frozenset({
+    "permission_timeout", "tombstone_ttl", "tombstone_capacity",
+    "admission.per_class", "admission.per_session", "plugins.start_timeout",
+    "tools.bash_default_timeout_ms", "tools.max_output_bytes", "tools.read_max_bytes",
+    "tools.image_timeout_ms",
+})
+
+
+class ConfigError(ValueError):
+    pass
+
 
 def parse_config(text: str | None) -> HostConfig:
+    """The host's settings from JSON; ``ConfigError`` names a bad or unknown key."""
     if not text:
         return HostConfig()
-    return msgspec.convert(msgspec.json.decode(text), HostConfig)
+    try:
+        raw = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError("must be a JSON object")
+    _refuse_unknown_keys(raw, HostConfig, "")
+    try:
+        config = msgspec.convert(raw, HostConfig)
+    except msgspec.ValidationError as exc:  # its message names the key: "at `$.tools.x`"
+        raise ConfigError(str(exc)) from None
+    _check_ranges(config, "")
+    return config
+
+
+def _refuse_unknown_keys(raw: Mapping[str, Any], cls: type, prefix: str) -> None:
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    for key, value in raw.items():
+        if key not in known:
+            raise ConfigError(f"unknown key {prefix + key!r} (known: {', '.join(known)})")
+        nested = hints[key]
+        if dataclasses.is_dataclass(nested) and isinstance(value, dict):
+            _refuse_unknown_keys(value, typing.cast(type, nested), f"{prefix}{key}.")
+
+
+def _check_ranges(settings: object, prefix: str) -> None:
+    for f in dataclasses.fields(settings):  # type: ignore[arg-type]
+        key, value = prefix + f.name, getattr(settings, f.name)
+        if dataclasses.is_dataclass(value):
+            _check_ranges(value, key + ".")
+            continue
+        if isinstance(value, str | list | tuple) and not value:
+            raise ConfigError(f"{key} must not be empty")
+        values = value.values() if isinstance(value, Mapping) else (value,)
+        for number in values:
+            if isinstance(number, bool) or not isinstance(number, int | float):
+                continue
+            if number < 0 or (number == 0 and key in POSITIVE):
+                bound = "above 0" if key in POSITIVE else "0 or more"
+                raise ConfigError(f"{key} must be {bound}, not {number}")
 
 
 async def _serve(config: HostConfig) -> None:
@@ -31,13 +93,17 @@ async def _serve(config: HostConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="quiesce host")
-    parser.add_argument("--config", help="host configuration as JSON")
+    parser.add_argument("--config", help="host configuration as a JSON object")
     args = parser.parse_args(argv)
+    try:
+        config = parse_config(args.config)
+    except ConfigError as exc:
+        parser.error(f"--config: {exc}")  # exits 2, on stderr: stdout is the protocol's
     setup_logging("host")
     # Abandoned read-only workers (a Grep's regex) hold the GIL in long slices; a short
     # switch interval keeps the event loop, and so tools.abort, answering promptly.
     sys.setswitchinterval(0.0005)
     become_subreaper()
-    trio.run(_serve, parse_config(args.config))
+    trio.run(_serve, config)
     log.info("host exiting")
     return 0

@@ -35,7 +35,7 @@ import trio
 
 from host.admission import Admission, AdmissionLimits, Overloaded
 from host.calls import Call, CallTable
-from host.permissions import Verdict, evaluate, risk_of
+from host.permissions import PermissionPort, Verdict, ask, evaluate
 from host.plugins import PluginSettings, SessionPlugins, load_servers
 from host.proctree import ENV_MARKER
 from host.tombstones import TombstoneRegistry
@@ -48,8 +48,6 @@ from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig
 from protocol.messages.host import (
     AbortCause,
-    PermissionRequestParams,
-    PermissionWithdrawnParams,
     PluginsListResult,
     ToolsAbortParams,
     ToolsAbortResult,
@@ -58,7 +56,6 @@ from protocol.messages.host import (
 )
 from protocol.toolclass import ToolClass
 from protocol.tools import (
-    Decision,
     TextContent,
     ToolResult,
     aborted_result,
@@ -68,11 +65,9 @@ from protocol.tools import (
 log = logging.getLogger(__name__)
 
 
-class RuntimePort(Protocol):
+class RuntimePort(PermissionPort, Protocol):
     """What the manager needs from the runtime link."""
 
-    async def request_permission(self, params: PermissionRequestParams) -> Decision: ...
-    def permission_withdrawn(self, params: PermissionWithdrawnParams) -> None: ...
     def tool_output(self, params: ToolsOutputParams) -> None: ...
 
 
@@ -80,6 +75,9 @@ class RuntimePort(Protocol):
 class HostConfig:
     tools: HostToolConfig = field(default_factory=HostToolConfig)
     permission_timeout: float = 120.0
+    stop_timeout: float = 5.0
+    """When every call is stopped (EOF, shutdown, signal): seconds beyond the kill grace
+    to wait for them before forcing what is left, so the host can exit."""
     tombstone_ttl: float = 60.0
     tombstone_capacity: int = 10_000
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
@@ -109,6 +107,8 @@ class CallManager:
         self.admission = Admission(config.admission)
         self._permission_ids = itertools.count(1)
         self._background: trio.Nursery | None = None
+        self._shielded_bodies = 0  # mutating bodies running (in the background nursery)
+        self._body_ended = trio.lowlevel.ParkingLot()
         # The host pid: a runtime that outlives a crashed host can still find its trees.
         self.marker_value = str(os.getpid())
 
@@ -201,8 +201,16 @@ class CallManager:
                                         f"{call.tool} was denied for this session",
                                         body_invoked=False)
                 if verdict is Verdict.ASK:
+                    outside = await self._outside_workspace(call, session, args)
+                    if outside is not None:
+                        return outside  # refused without bothering the user
                     call.state = "permission-pending"
-                    decision = await self._ask(call, session, raw_args)
+                    decision = await ask(self._runtime, call,
+                                         f"perm-{next(self._permission_ids)}", raw_args,
+                                         self.config.permission_timeout)
+                    if decision is None:  # the runtime is gone: as for a stop
+                        call.request_stop("disposed")
+                        return aborted_result(before_dispatch=True)
                     if decision in ("deny", "deny-session"):
                         if decision == "deny-session":
                             session.denied.add(call.tool)
@@ -223,6 +231,19 @@ class CallManager:
             call.body_invoked = True  # immediately before the body
             result = await self._invoke(call, spec, session, args)
         return self._classify(call, result)
+
+    async def _outside_workspace(self, call: Call, session: HostSession,
+                                 args: Any) -> ToolResult | None:
+        """A built-in tool's ``path`` outside the workspace is refused before the prompt;
+        the body resolves it again right before its side effect (after the wait)."""
+        path = getattr(args, "path", None)
+        if call.tool not in self._tools or not isinstance(path, str):
+            return None
+        # In a thread: resolving may touch a slow filesystem; a stop abandons it.
+        refusal = await trio.to_thread.run_sync(session.workspace.outside, path,
+                                                abandon_on_cancel=True)
+        return None if refusal is None else error_result(refusal.code, refusal.message,
+                                                         body_invoked=False)
 
     async def _invoke(self, call: Call, spec: ToolSpec, session: HostSession,
                       args: Any) -> ToolResult | None:
@@ -258,10 +279,16 @@ class CallManager:
         """
         outcome: list[ToolResult] = []
         done = trio.Event()
+        shielded = call.tool_class is ToolClass.MUTATING
 
         async def run() -> None:
-            with trio.CancelScope(shield=call.tool_class is ToolClass.MUTATING):
-                outcome.append(await self._run_body(call, spec, args, ctx))
+            self._shielded_bodies += shielded
+            try:
+                with trio.CancelScope(shield=shielded):
+                    outcome.append(await self._run_body(call, spec, args, ctx))
+            finally:
+                self._shielded_bodies -= shielded
+                self._body_ended.unpark_all()
             done.set()
 
         assert self._background is not None, "attach() the manager to a nursery first"
@@ -293,7 +320,9 @@ class CallManager:
     def _classify(self, call: Call, result: ToolResult | None) -> ToolResult:
         if call.forced and result is not None and result.details.get("forced"):
             return result
-        if result is None:
+        if result is None or (call.stop.is_set() and
+                              call.tool_class in (ToolClass.READ_ONLY, ToolClass.LOCAL)):
+            # A read-only result is dropped, also one that finished as the stop landed.
             return aborted_result(before_dispatch=False, details={"discarded": True})
         if call.tool_class is ToolClass.PLUGIN and \
                 result.code == ErrorCode.ABORTED_BEFORE_DISPATCH.name:
@@ -315,29 +344,6 @@ class CallManager:
         call.output_seq += 1
         self._runtime.tool_output(ToolsOutputParams(
             call.session_id, call.call_id, call.output_seq, stream, text))  # type: ignore[arg-type]
-
-    async def _ask(self, call: Call, session: HostSession, raw_args: dict[str, Any]) -> Decision:
-        request_id = f"perm-{next(self._permission_ids)}"
-        call.permission_request_id = request_id
-        preview = msgspec.json.encode(raw_args).decode()
-        if len(preview) > 400:
-            preview = preview[:399] + "…"
-        answered = False
-        try:
-            with trio.move_on_after(self.config.permission_timeout):
-                decision = await self._runtime.request_permission(PermissionRequestParams(
-                    call.session_id, request_id, call.call_id, call.tool, preview,
-                    risk_of(call.tool_class),  # type: ignore[arg-type]
-                ))
-                answered = True
-                return decision
-            log.info("permission %s unanswered after %.0f s: denied", request_id,
-                     self.config.permission_timeout)
-            return "deny"
-        finally:
-            if not answered:  # stopped or timed out: the prompt must vanish, its answer is void
-                self._runtime.permission_withdrawn(
-                    PermissionWithdrawnParams(call.session_id, request_id))
 
     # -- abort ----------------------------------------------------------------------
 
@@ -367,19 +373,28 @@ class CallManager:
             return False, "the call has not been stopped: stop it first"
         if not call.body_invoked:
             return False, "its body has not started: the stop ends it"
-        call.forced = True
-        call.force_scope.cancel()
+        call.force()
         return True, f"{call.tool} {call_id} forced"
+
+    def _force_stuck(self) -> int:
+        """Force every stopped call whose body the host would otherwise wait for forever."""
+        stuck = [call for call in self.calls if call.body_invoked and not call.forced
+                 and call.tool_class in (ToolClass.MUTATING, ToolClass.PLUGIN)]
+        for call in stuck:
+            call.force()
+        return len(stuck)
 
     def attach(self, nursery: trio.Nursery) -> None:
         """Where bodies that outlive a forced call run."""
         self._background = nursery
 
     async def stop_all(self, cause: AbortCause, *, within: float | None = None) -> None:
-        """Stop every call and wait until none is left (the runtime is gone or leaving)."""
+        """Stop every call and wait until none is left (the runtime is gone or leaving);
+        past the kill grace plus ``stop_timeout``, force the calls still waiting on a body."""
         for call in self.calls:
             call.request_stop(cause)
-        wait_for = within if within is not None else self.config.tools.kill_grace + 5.0
+        wait_for = within if within is not None else (self.config.tools.kill_grace
+                                                      + self.config.stop_timeout)
         async with trio.open_nursery() as nursery:
             # Plugin servers die with the host. Nobody waits for a plugin call any more,
             # so one that has not settled once an honoured stop would have (the quiet
@@ -389,8 +404,21 @@ class CallManager:
                 await self.calls.idle.wait()
             nursery.cancel_scope.cancel()
         if scope.cancelled_caught:
-            log.warning("%d calls still running after stop_all", len(self.calls))
+            # Nobody can wait for these any more (the runtime is gone or leaving): their
+            # results say "forced"; a plugin's server is killed, a mutating body abandoned.
+            log.warning("%d calls still running %.1f s after stop_all; forcing %d",
+                        len(self.calls), wait_for, self._force_stuck())
+            with trio.move_on_after(self.config.tools.kill_grace + 1.0):
+                await self.calls.idle.wait()
         await self.close_plugins("the host is stopping")
+
+    async def shielded_bodies_after(self, within: float) -> int:
+        """How many mutating bodies (which no cancel ends) still run after ``within``
+        seconds; 0 at once if none runs."""
+        with trio.move_on_after(within):
+            while self._shielded_bodies:
+                await self._body_ended.park()
+        return self._shielded_bodies
 
     async def _close_plugins_after(self, delay: float) -> None:
         await trio.sleep(delay)

@@ -1,11 +1,24 @@
-"""Permission policy: which calls may run at once, which must ask the user."""
+"""Permission policy and prompts: which calls may run at once, which must ask the user, and
+how a prompt is asked, timed out and withdrawn."""
 
 from __future__ import annotations
 
 import enum
+import logging
+from typing import Any, Protocol
 
+import msgspec
+import trio
+
+from host.calls import Call
 from protocol.messages.client import PermissionMode
+from protocol.messages.host import PermissionRequestParams, PermissionWithdrawnParams
 from protocol.toolclass import ToolClass
+from protocol.tools import Decision
+
+log = logging.getLogger(__name__)
+
+PREVIEW_CHARS = 400
 
 
 class Verdict(enum.Enum):
@@ -33,3 +46,38 @@ def evaluate(mode: PermissionMode, tool: str, tool_class: ToolClass,
 def risk_of(tool_class: ToolClass) -> str:
     return {ToolClass.MUTATING: "medium", ToolClass.PROCESS: "high",
             ToolClass.PLUGIN: "medium"}.get(tool_class, "low")
+
+
+class PermissionPort(Protocol):
+    """How a prompt reaches the runtime (and through it the client)."""
+
+    async def request_permission(self, params: PermissionRequestParams) -> Decision | None:
+        """The user's decision; ``None`` when none can come: the runtime's link closed."""
+        ...
+
+    def permission_withdrawn(self, params: PermissionWithdrawnParams) -> None: ...
+
+
+async def ask(port: PermissionPort, call: Call, request_id: str, raw_args: dict[str, Any],
+              deny_after: float) -> Decision | None:
+    """Ask the user about ``call``: the decision, ``"deny"`` once ``deny_after`` seconds passed, or
+    ``None`` when the runtime is gone. A prompt that got no answer (stopped, timed out,
+    link closed) is withdrawn, so the client drops it and a late answer is void."""
+    call.permission_request_id = request_id
+    preview = msgspec.json.encode(raw_args).decode()
+    if len(preview) > PREVIEW_CHARS:
+        preview = preview[:PREVIEW_CHARS - 1] + "…"
+    answered = False
+    try:
+        with trio.move_on_after(deny_after):
+            decision = await port.request_permission(PermissionRequestParams(
+                call.session_id, request_id, call.call_id, call.tool, preview,
+                risk_of(call.tool_class),  # type: ignore[arg-type]
+            ))
+            answered = decision is not None
+            return decision
+        log.info("permission %s unanswered after %.0f s: denied", request_id, deny_after)
+        return "deny"
+    finally:
+        if not answered:
+            port.permission_withdrawn(PermissionWithdrawnParams(call.session_id, request_id))

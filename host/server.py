@@ -1,10 +1,13 @@
 """The host's side of the runtime link: handlers, and what EOF means.
 
+``initialize`` comes first: before a successful one, every method but
+``initialize`` and ``shutdown`` is refused (``NOT_INITIALIZED``).
 ``tools.abort`` is handled in its own task like every request, and never
 passes through admission, so it is read and acted on while every execution
 slot is busy. When the runtime's pipe closes, every call is stopped as for a
 stop (process trees killed), every plugin server's tree is killed, and the host
-exits.
+exits, also when a mutating body never returns (its call is forced, the body
+abandoned).
 """
 
 from __future__ import annotations
@@ -12,11 +15,14 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
 from host.manager import CallManager, HostConfig
 from host.tools import TOOLS
+from protocol.errors import ErrorCode, RemoteError, RpcError
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.messages.host import (
     HostStatsResult,
@@ -37,9 +43,12 @@ from protocol.messages.host import (
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
 from protocol.tools import Decision, ToolResult
 from protocol.version import PROTOCOL_VERSION, check_compatible
-from runtime.rpc import Endpoint, Handler
+from runtime.rpc import ConnectionClosed, Endpoint, Handler
 
 log = logging.getLogger(__name__)
+
+EXIT_GRACE = 1.0
+"""Seconds the exiting host waits for bodies of forced calls before leaving without them."""
 
 
 class _EndpointPort:
@@ -48,9 +57,16 @@ class _EndpointPort:
     def __init__(self, endpoint: Endpoint) -> None:
         self._endpoint = endpoint
 
-    async def request_permission(self, params: PermissionRequestParams) -> Decision:
-        result: PermissionRequestResult = await self._endpoint.request("permission.request",
-                                                                       params)
+    async def request_permission(self, params: PermissionRequestParams) -> Decision | None:
+        try:
+            result: PermissionRequestResult = await self._endpoint.request(
+                "permission.request", params)
+        except ConnectionClosed:
+            return None  # no answer can come; the call ends as for a stop
+        except RemoteError as exc:
+            log.warning("permission %s answered with an error (%s): denied",
+                        params.request_id, exc)
+            return "deny"
         return result.decision
 
     def permission_withdrawn(self, params: PermissionWithdrawnParams) -> None:
@@ -66,22 +82,31 @@ class HostServer:
         self.endpoint = Endpoint("runtime", receive, send, incoming=RUNTIME_TO_HOST,
                                  outgoing=HOST_TO_RUNTIME)
         self.manager = CallManager(config, _EndpointPort(self.endpoint))
+        self.initialized = False
         for method, handler in self.handlers.items():
             self.endpoint.add_handler(method, handler)
 
     @property
     def handlers(self) -> dict[str, Handler]:
+        after = self._after_handshake
         return {
             "initialize": self.initialize,
-            "session.open": self.session_open,
-            "session.close": self.session_close,
-            "plugins.list": self.plugins_list,
-            "tools.execute": self.tools_execute,
-            "tools.abort": self.tools_abort,
-            "tools.force": self.tools_force,
-            "host.stats": self.stats,
+            "session.open": after(self.session_open),
+            "session.close": after(self.session_close),
+            "plugins.list": after(self.plugins_list),
+            "tools.execute": after(self.tools_execute),
+            "tools.abort": after(self.tools_abort),
+            "tools.force": after(self.tools_force),
+            "host.stats": after(self.stats),
             "shutdown": self.shutdown,
         }
+
+    def _after_handshake(self, handler: Callable[[Any], Awaitable[Any]]) -> Handler:
+        async def guarded(params: Any) -> Any:
+            if not self.initialized:
+                raise RpcError(ErrorCode.NOT_INITIALIZED, "send initialize first")
+            return await handler(params)
+        return guarded
 
     async def serve(self) -> None:
         async with trio.open_nursery() as background:
@@ -92,7 +117,15 @@ class HostServer:
                 await self.endpoint.run()
                 nursery.cancel_scope.cancel()
             await self.manager.close_plugins("the host is exiting")
-            background.cancel_scope.cancel()  # forced bodies still running are abandoned
+            left = await self.manager.shielded_bodies_after(EXIT_GRACE)
+            if left:
+                # A forced mutating body (shielded, maybe in a thread stuck in the kernel)
+                # would hold this nursery, and so the host, forever: leave without it.
+                log.error("%d forced mutating bodies never finished; exiting without them",
+                          left)
+                logging.shutdown()
+                os._exit(0)
+            background.cancel_scope.cancel()  # forced plugin bodies still running are abandoned
 
     async def _stop_on_signal(self) -> None:
         """SIGTERM, SIGHUP or SIGINT: stop every call (trees killed), then exit."""
@@ -111,7 +144,8 @@ class HostServer:
         await self.manager.stop_all("disposed")
 
     async def initialize(self, params: InitializeParams) -> InitializeResult:
-        check_compatible(params.protocol_version)
+        check_compatible(params.protocol_version)  # a mismatch leaves the link uninitialized
+        self.initialized = True
         tools = {name: spec.tool_class.value for name, spec in TOOLS.items()}
         return InitializeResult(PROTOCOL_VERSION, PeerInfo("quiesce-host", "0.1.0"),
                                 {"tools": tools, "pid": os.getpid()})

@@ -100,6 +100,15 @@ class Workspace:
                                      f"{rel_path!r} cannot be resolved: {exc.strerror}") from None
         return Path(real)
 
+    def outside(self, rel_path: str) -> ToolInputError | None:
+        """The ``PATH_OUTSIDE_WORKSPACE`` refusal of ``rel_path`` if it leaves the root;
+        ``None`` otherwise (any other problem with the path is the tool's to report)."""
+        try:
+            self.resolve(rel_path)
+        except ToolInputError as exc:
+            return exc if exc.code is ErrorCode.PATH_OUTSIDE_WORKSPACE else None
+        return None
+
     def resolve_optional(self, rel_path: str | None, *, must_exist: bool = True) -> Path:
         """``resolve``, with ``None`` meaning the root itself."""
         return self.root if rel_path is None else self.resolve(rel_path, must_exist=must_exist)

@@ -112,3 +112,9 @@ async def test_bad_host_setting_is_refused_by_name(tmp_path: pathlib.Path,
 async def test_missing_named_file_is_refused(tmp_path: pathlib.Path, marked: Marked) -> None:
     assert "does not exist" in await refused(marked, tmp_path / "absent.toml")
 
+
+
+async def test_unknown_host_key_is_refused_by_name(tmp_path: pathlib.Path,
+                                                   marked: Marked) -> None:
+    config = write_config(tmp_path / "c.toml", "[host.tools]\nkill_grase = 1\n")
+    assert "tools.kill_grase" in await refused(marked, config)

@@ -37,6 +37,8 @@ async def test_host_session_open_with_a_nul_in_the_workspace_is_invalid_params(
         marked: Marked, tmp_path: pathlib.Path) -> None:
     with trio.fail_after(20):
         async with spawned(host_command(), marked.env(), str(tmp_path / "host.log")) as host:
+            hello = await host.call(request("init", "initialize", {"protocolVersion": "1.0"}))
+            assert "result" in hello, hello
             answer = await host.call(request("open", "session.open", {
                 "sessionId": "s-nul", "workspace": f"{tmp_path}/a\u0000b"}))
             still = await host.call(request("stats", "host.stats"))

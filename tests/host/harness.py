@@ -11,7 +11,9 @@ from typing import Any
 import msgspec
 import trio
 
+from protocol.messages.common import Empty
 from protocol.messages.host import (
+    HostStatsResult,
     PermissionRequestParams,
     PermissionRequestResult,
     PermissionWithdrawnParams,
@@ -66,6 +68,10 @@ class Host:
             "tools.abort", ToolsAbortParams(self.session_id, call_id, tool, cause))  # type: ignore[arg-type]
         return result
 
+    async def stats(self) -> HostStatsResult:
+        result: HostStatsResult = await self.link.request("host.stats", Empty())
+        return result
+
     def output_text(self, call_id: str) -> str:
         return "".join(o.text for o in self.output if o.call_id == call_id)
 
@@ -73,8 +79,11 @@ class Host:
 @asynccontextmanager
 async def running_host(workspace: str, env: dict[str, str], *, mode: str = "auto",
                        config: dict[str, Any] | None = None,
-                       answer: PermissionAnswer = never_answer) -> AsyncIterator[Host]:
-    command = [sys.executable, "-m", "host"]
+                       answer: PermissionAnswer = never_answer,
+                       command: list[str] | None = None) -> AsyncIterator[Host]:
+    """``command``: the host to start (``python -m host`` by default), without
+    ``--config``."""
+    command = list(command or [sys.executable, "-m", "host"])
     if config:
         command += ["--config", msgspec.json.encode(config).decode()]
     holder: list[Host] = []

@@ -715,7 +715,11 @@ def check_call(report: Report, run: CallRun) -> list[str]:
                  and o.spec.permission.answer == "allow-session" for o in report.runs)
     if asked and not must_ask:
         p.append(f"asked permission in mode {mode!r}")
-    if must_ask and not asked and not spared:
+    # A stop that lands before the prompt goes out (the path is checked first, in a
+    # worker thread) ends the call before anyone is asked.
+    stopped_before_prompt = code == "ABORTED_BEFORE_DISPATCH" and any(
+        a.answer.found and a.answer.state == "admission" for a in same if not a.after_result)
+    if must_ask and not asked and not spared and not stopped_before_prompt:
         p.append(f"did not ask permission in mode {mode!r}")
 
     # Abort answers: found, one phase for every answer before the settle, then settled.
@@ -768,8 +772,8 @@ def check_call(report: Report, run: CallRun) -> list[str]:
                 p.append(f"a started mutating operation must complete and say so: "
                          f"completed={completed}, effect={run.effect}")
         elif cls == "read-only":
-            if not (completed or r.details.get("discarded") is True):
-                p.append(f"read-only stop neither discarded nor completed: {r.details}")
+            if completed or r.details.get("discarded") is not True:
+                p.append(f"a stopped read-only call's result must be dropped: {r.details}")
         else:
             if completed and run.spec.kind in EFFECT_KINDS and run.effect != "done":
                 p.append("Bash finished before the stop, yet its marker is missing")

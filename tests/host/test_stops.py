@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import time
+from collections.abc import Sequence
 
 import psutil
 import trio
@@ -30,7 +31,7 @@ def slow_grep_tree(root: pathlib.Path) -> None:
     (root / "big.txt").write_text(("a" * 22 + "\n") * 20000)
 
 
-async def wait_for_output(host_output: list[object], within: float = 10.0) -> None:
+async def wait_for_output(host_output: Sequence[object], within: float = 10.0) -> None:
     with trio.fail_after(within):
         while not host_output:
             await trio.sleep(0.01)
