@@ -1,16 +1,30 @@
-"""Driving ``quiesce serve`` through agent turns, and checking what a stop left behind."""
+"""Driving ``quiesce serve`` through agent turns, and checking what a stop left behind.
+
+``Agent.stop_and_check`` is how every end-to-end stop test presses Stop: it sends
+``agent.abort`` and, the moment the answer arrives, makes the contract's three checks
+(the turn's end was on disk, every call has one result, no tool process is alive).
+``frozen`` and ``wait_unread_input`` hold the host still so a stop can be made to land
+at an exact point (a body mid-write, a first cause applied before a second is sent).
+"""
 
 from __future__ import annotations
 
+import array
+import fcntl
+import os
 import pathlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+import signal
+import termios
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+import psutil
 import trio
 
+from host.proctree import ENV_MARKER
 from protocol.messages.client import (
     AgentAbortParams,
     AgentAbortResult,
@@ -36,6 +50,7 @@ from protocol.messages.host import (
 from runtime.client import DaemonClient, spawn_daemon
 from runtime.sessionlog import read_log
 from tests.conftest import Marked
+from tests.support import command_line, marked_processes
 
 Answer = Callable[[PermissionRequestParams], Awaitable[PermissionRequestResult]]
 
@@ -49,6 +64,7 @@ async def never(params: PermissionRequestParams) -> PermissionRequestResult:
 class Agent:
     daemon: DaemonClient
     data_dir: pathlib.Path
+    mark: str = ""  # the test's process marker (``Marked.mark``)
     session_id: str = ""
     events: list[AnnouncedEvent] = field(default_factory=list)
     permission_requests: list[PermissionRequestParams] = field(default_factory=list)
@@ -60,10 +76,13 @@ class Agent:
         self.changed.set()
         self.changed = trio.Event()
 
-    async def new_session(self, workspace: pathlib.Path, script: list[Any], *,
+    async def new_session(self, workspace: pathlib.Path, script: list[Any] | pathlib.Path, *,
                           mode: str = "auto") -> str:
+        """A scripted session; ``script`` inline, or a file (for scripts over a frame)."""
+        provider = (ScriptedProviderConfig(path=str(script)) if isinstance(script, pathlib.Path)
+                    else ScriptedProviderConfig(script=script))
         result = await self.daemon.request("session.new", SessionNewParams(
-            str(workspace), mode, ScriptedProviderConfig(script=script)))  # type: ignore[arg-type]
+            str(workspace), mode, provider))  # type: ignore[arg-type]
         self.session_id = result.session_id
         return self.session_id
 
@@ -92,12 +111,7 @@ class Agent:
 
     def assert_balanced(self) -> None:
         """Every durable tool/call has exactly one tool/result, in the same turn and step."""
-        events = self.log()
-        calls = [(e.turn_id, e.step, e.call_id) for e in events if isinstance(e, ToolCallEvent)]
-        results = [(e.turn_id, e.step, e.call_id) for e in events
-                   if isinstance(e, ToolResultEvent)]
-        assert sorted(calls) == sorted(results), (calls, results)
-        assert len(set(calls)) == len(calls)
+        assert_balanced(self.log(), "the log")
 
     def turn_end_on_disk(self, turn_id: str) -> TurnEnd | None:
         for event in self.log():
@@ -108,6 +122,44 @@ class Agent:
     def results(self, turn_id: str) -> dict[str, ToolResultEvent]:
         return {e.call_id: e for e in self.log()
                 if isinstance(e, ToolResultEvent) and e.turn_id == turn_id}
+
+    @property
+    def host_pid(self) -> int:
+        assert self.daemon.info is not None
+        return int(self.daemon.info.capabilities["host"]["pid"])
+
+    # -- the checks after every stop ---------------------------------------------------
+
+    async def stop_and_check(self, cause: str = "user", *, keep_inbox: bool = False,
+                             reason: str | None = None, within: float = 15.0,
+                             processes_gone_within: float = 0.0) -> AgentAbortResult:
+        """Press Stop and check what the answer claims, at the moment it arrives.
+
+        ``processes_gone_within``: only where the contract lets the runtime answer before
+        the host has killed a tree (a process call past its grace window, ``unconfirmed``).
+        """
+        with trio.fail_after(within):
+            answer = await self.abort(cause, keep_inbox=keep_inbox, reason=reason)
+        # No checkpoint between the answer and these snapshots: the log on disk and the
+        # events the client saw, as they were when the daemon answered (at the latest).
+        log, seen = self.log(), list(self.events)
+        check_answer(answer, log, seen)
+        await self.check_no_tool_process(within=processes_gone_within)
+        return answer
+
+    def tool_processes(self) -> list[psutil.Process]:
+        """Every live process of this test but the daemon and its host."""
+        assert self.mark, "an Agent made without the test's mark cannot see its processes"
+        ours = {self.daemon.process.pid, self.host_pid}
+        return [p for p in marked_processes(self.mark) if p.pid not in ours]
+
+    async def check_no_tool_process(self, *, within: float = 0.0) -> None:
+        """No process a tool started is alive (checked now, or polled up to ``within``)."""
+        deadline = trio.current_time() + within
+        while (left := self.tool_processes()) and trio.current_time() < deadline:
+            await trio.sleep(0.05)
+        assert not left, "processes alive after the stop: " + "; ".join(
+            f"{p.pid} {command_line(p)!r} {_call_of(p)}" for p in left)
 
 
 @asynccontextmanager
@@ -135,7 +187,7 @@ async def agent_daemon(marked: Marked, *, answer: Answer = never,
                                                    "permission.withdrawn": on_withdrawn},
                             ) as daemon:
         await daemon.initialize()
-        agent = Agent(daemon, marked.data_dir)
+        agent = Agent(daemon, marked.data_dir, marked.mark)
         holder.append(agent)
         yield agent
 
@@ -154,3 +206,109 @@ def call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
 
 def encode(obj: Any) -> str:
     return msgspec.json.encode(obj).decode()
+
+
+# -- what an answer to agent.abort must agree with ----------------------------------------
+
+def assert_balanced(events: Sequence[AnnouncedEvent | DurableEvent], where: str) -> None:
+    """In every turn that has ended: each tool/call has exactly one tool/result (same turn
+    and step). Turns still running (a queued prompt's, started after the stop) are skipped."""
+    ended = {e.turn_id for e in events if isinstance(e, TurnEnd)}
+    calls = [(e.turn_id, e.step, e.call_id) for e in events
+             if isinstance(e, ToolCallEvent) and e.turn_id in ended]
+    results = [(e.turn_id, e.step, e.call_id) for e in events
+               if isinstance(e, ToolResultEvent) and e.turn_id in ended]
+    assert sorted(calls) == sorted(results), f"{where}: calls {calls} != results {results}"
+    assert len(set(calls)) == len(calls), f"{where}: a call recorded twice: {calls}"
+
+
+def check_answer(answer: AgentAbortResult, log: Sequence[DurableEvent],
+                 seen: Sequence[AnnouncedEvent]) -> None:
+    """``log`` and ``seen`` were taken when ``answer`` arrived: its turn's end must already
+    be on disk (and announced), agree with the answer, and leave every call answered."""
+    if answer.turn_id is not None:
+        ends = [e for e in log if isinstance(e, TurnEnd) and e.turn_id == answer.turn_id]
+        assert len(ends) == 1, (f"agent.abort answered {answer.outcome} for {answer.turn_id} "
+                                f"with {len(ends)} turn/end on disk")
+        assert any(isinstance(e, TurnEnd) and e.turn_id == answer.turn_id for e in seen), \
+            "agent.abort answered before its turn/end was announced"
+        (end,) = ends
+        if answer.outcome == "aborted":
+            assert end.end.kind == "aborted" and end.stop_reason == "cancelled", end
+            assert end.end.reason == answer.cause, (end.end.reason, answer.cause)
+        else:  # the turn ended on its own before the stop reached it
+            assert end.end.kind != "aborted", end
+        codes = {e.call_id: e.code for e in log
+                 if isinstance(e, ToolResultEvent) and e.turn_id == answer.turn_id}
+        called = [(e.call_id, e.tool) for e in log
+                  if isinstance(e, ToolCallEvent) and e.turn_id == answer.turn_id]
+        if answer.outcome == "aborted":
+            assert [(c.call_id, c.tool, c.code) for c in answer.tool_calls] == [
+                (call_id, tool, codes.get(call_id)) for call_id, tool in called], \
+                (answer.tool_calls, called, codes)
+    else:
+        assert answer.outcome == "idle" and answer.cause is None, answer
+    assert_balanced(log, "the log")
+    assert_balanced([e for e in seen if isinstance(e, ToolCallEvent | ToolResultEvent | TurnEnd)],
+                    "the events the client saw")
+
+
+def _call_of(proc: psutil.Process) -> str:
+    try:
+        return f"({ENV_MARKER}={proc.environ().get(ENV_MARKER)})"
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return "(gone)"
+
+
+# -- holding the host still ------------------------------------------------------------
+
+def freeze(pid: int) -> None:
+    """SIGSTOP ``pid``: every thread of it, the event loop and any worker, stands still."""
+    os.kill(pid, signal.SIGSTOP)
+
+
+def thaw(pid: int) -> None:
+    os.kill(pid, signal.SIGCONT)
+
+
+@contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    freeze(pid)
+    try:
+        yield
+    finally:
+        thaw(pid)
+
+
+def _pipe_ends(pid: int, access: int) -> dict[str, int]:
+    """The pipes ``pid`` holds open for ``access`` (``os.O_RDONLY``/``O_WRONLY``): inode to fd."""
+    ends = {}
+    for name in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{name}")
+            with open(f"/proc/{pid}/fdinfo/{name}") as info:
+                flags = next(int(line.split()[1], 8) for line in info
+                             if line.startswith("flags:"))
+        except (FileNotFoundError, StopIteration):
+            continue
+        if target.startswith("pipe:") and flags & os.O_ACCMODE == access:
+            ends[target] = int(name)
+    return ends
+
+
+async def wait_unread_input(reader: int, writer: int, within: float = 5.0) -> None:
+    """Wait until the pipe from ``writer`` to (frozen) ``reader`` holds bytes not yet read:
+    a request sent to it has arrived. Reads nothing: FIONREAD on a second descriptor."""
+    reads = _pipe_ends(reader, os.O_RDONLY)
+    (inode,) = reads.keys() & _pipe_ends(writer, os.O_WRONLY).keys()
+    fd = os.open(f"/proc/{reader}/fd/{reads[inode]}", os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with trio.fail_after(within):
+            while True:
+                pending = array.array("i", [0])
+                fcntl.ioctl(fd, termios.FIONREAD, pending)
+                if pending[0] > 0:
+                    return
+                await trio.sleep(0.002)
+    finally:
+        os.close(fd)

@@ -7,7 +7,12 @@ import pathlib
 import trio
 
 from protocol.messages.client import OpenAIProviderConfig, SessionNewParams
-from protocol.messages.events import AssistantMessageEvent, ToolCallEvent, TurnStart
+from protocol.messages.events import (
+    AssistantDeltaEvent,
+    AssistantMessageEvent,
+    ToolCallEvent,
+    TurnStart,
+)
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon
 from tests.providers.fakeserver import FakeServer, Reply
@@ -64,8 +69,7 @@ async def test_stop_mid_stream_closes_the_http_stream(tmp_path: pathlib.Path,
                     await server.received.wait()
                 await trio.sleep(0.3)
                 stopped_at = trio.current_time()
-                with trio.fail_after(10):
-                    aborted = await agent.abort()
+                aborted = await agent.stop_and_check()
             assert aborted.outcome == "aborted"
             with trio.fail_after(5):
                 await server.gone.wait()
@@ -74,4 +78,36 @@ async def test_stop_mid_stream_closes_the_http_stream(tmp_path: pathlib.Path,
             assert len(messages) == 1 and messages[0].interrupted
             assert messages[0].blocks[0].text == "Partial ans"
             assert not any(isinstance(e, ToolCallEvent) for e in agent.log())
+        nursery.cancel_scope.cancel()
+
+
+async def test_stop_mid_tool_call_drops_the_half_streamed_call(tmp_path: pathlib.Path,
+                                                               marked: Marked) -> None:
+    server = FakeServer()
+    # Text, then half of a call's arguments, then more text (seen: the fragment before it
+    # was read), then nothing but keep-alives: the call never completes.
+    server.queue(Reply(body=(
+        sse(event({"role": "assistant", "content": "Let me look."}),
+            event(call(0, id="call_1", name="Bash", args='{"command": "touch ')),
+            event(call(0, args='half')), done=False),
+        sse(event({"content": " Wait."}), done=False),
+    ), forever=b": keep-alive\n\n"))
+    async with trio.open_nursery() as nursery:
+        await server.start(nursery)
+        async with agent_daemon(marked, env_extra={"QUIESCE_TEST_KEY": "k"}) as agent:
+            await open_session(agent, tmp_path, server)
+            async with trio.open_nursery() as turn:
+                turn.start_soon(agent.prompt, "hi")
+                await agent.wait_for(lambda e: isinstance(e, AssistantDeltaEvent)
+                                     and e.text == " Wait.")
+                aborted = await agent.stop_and_check()
+            assert aborted.outcome == "aborted" and aborted.tool_calls == ()
+            with trio.fail_after(5):
+                await server.gone.wait()
+            messages = [e for e in agent.log() if isinstance(e, AssistantMessageEvent)]
+            assert len(messages) == 1 and messages[0].interrupted
+            assert [(b.type, b.text) for b in messages[0].blocks] == [
+                ("text", "Let me look. Wait.")]
+            assert not any(isinstance(e, ToolCallEvent) for e in [*agent.log(), *agent.events])
+            assert not (tmp_path / "half").exists()
         nursery.cancel_scope.cancel()

@@ -50,7 +50,7 @@ async def test_close_stops_the_turn_then_releases_the_session(tmp_path: pathlib.
             ends = [e for e in agent.log() if isinstance(e, TurnEnd)]
             assert [(e.end.kind, e.end.reason.kind if e.end.reason else None)
                     for e in ends] == [("aborted", "disposed")]
-            assert [p for p in marked_processes(marked.mark) if "sleep" in command_line(p)] == []
+            await agent.check_no_tool_process()
         assert prompts[0].stop_reason == "cancelled"
         agent.assert_balanced()
         assert agent.results(ends[0].turn_id)["b1"].code == "ABORTED"
@@ -111,7 +111,7 @@ async def test_during_a_close_aborts_join_its_stop_and_prompts_are_refused(
             assert "closing" in refused.value.message
             # An abort of a closing session is not NOT_FOUND: it joins the close's stop
             # and answers only once the turn's end is on disk.
-            aborts.append(await agent.abort())
+            aborts.append(await agent.stop_and_check())
             assert [e.end.kind for e in agent.log() if isinstance(e, TurnEnd)] == ["aborted"]
         (joined,) = aborts
         assert joined.outcome == "aborted" and joined.cause is not None

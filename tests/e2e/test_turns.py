@@ -1,15 +1,27 @@
-"""Agent turns end to end through ``quiesce serve``: completed turns and every stop path."""
+"""Agent turns end to end through ``quiesce serve``: completed turns and every stop path.
+
+Every stop goes through ``Agent.stop_and_check``: the answer comes only once the turn's
+end is on disk, every call has one result, and no tool process is alive."""
 
 from __future__ import annotations
 
+import json
+import os
 import pathlib
+import threading
+import time
 
+import pytest
 import trio
-import trio.lowlevel
+import trio.testing
 
+from protocol.messages.client import AgentAbortResult, AgentPromptResult
+from protocol.messages.common import Empty
 from protocol.messages.events import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
+    Cause,
+    ToolAbortEvent,
     ToolCallEvent,
     ToolProgressEvent,
     TurnEnd,
@@ -17,7 +29,16 @@ from protocol.messages.events import (
 )
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, sleep, text
+from tests.e2e.agent_harness import (
+    agent_daemon,
+    call,
+    freeze,
+    frozen,
+    sleep,
+    text,
+    thaw,
+    wait_unread_input,
+)
 
 TREE = ("echo tree-started; sleep 60 & setsid sleep 60 & ( sleep 60 & ) ; "
         "nohup sleep 60 >/dev/null 2>&1 & sleep 60")
@@ -55,33 +76,30 @@ async def test_a_completed_turn_with_tools(tmp_path: pathlib.Path, marked: Marke
 
 async def test_stop_during_the_stream_keeps_the_interrupted_prefix(
         tmp_path: pathlib.Path, marked: Marked) -> None:
-    script = [[{"reasoning": "thinking"}, text("Hello, "), text("wor"), sleep(60_000),
-               call("c1", "Bash", command="touch never"), text("ld")]]
+    # c1 is whole before the stop (the provider yields only complete calls), but the stream
+    # of its step never finished: it is dropped, never dispatched. c2 never arrives at all.
+    script = [[{"reasoning": "thinking"}, text("Hello, "),
+               call("c1", "Bash", command="touch streamed"), text("wor"), sleep(60_000),
+               call("c2", "Bash", command="touch never"), text("ld")]]
     async with agent_daemon(marked) as agent:
         await agent.new_session(tmp_path, script)
+        prompts: list[AgentPromptResult] = []
         async with trio.open_nursery() as nursery:
-            prompts = []
-
             async def prompt() -> None:
                 prompts.append(await agent.prompt("hi"))
 
             nursery.start_soon(prompt)
-            await agent.wait_for(lambda e: isinstance(e, TurnStart))
-            await trio.sleep(0.3)
-            with trio.fail_after(10):
-                aborted = await agent.abort()
-            turn_end = agent.turn_end_on_disk(aborted.turn_id or "")
-            assert turn_end is not None, "agent.abort answered before turn/end was on disk"
-        assert aborted.outcome == "aborted" and aborted.cause is not None
-        assert aborted.cause.kind == "user" and aborted.tool_calls == ()
+            await agent.wait_for(lambda e: isinstance(e, AssistantDeltaEvent) and e.text == "wor")
+            aborted = await agent.stop_and_check()
+        assert aborted.outcome == "aborted" and aborted.cause == Cause("user")
+        assert aborted.tool_calls == ()
         assert prompts[0].stop_reason == "cancelled"
-        assert turn_end.end.kind == "aborted" and turn_end.end.reason is not None
         messages = [e for e in agent.log() if isinstance(e, AssistantMessageEvent)]
         assert len(messages) == 1 and messages[0].interrupted
         assert [(b.type, b.text) for b in messages[0].blocks] == [
             ("reasoning", "thinking"), ("text", "Hello, wor")]
-        assert not any(isinstance(e, ToolCallEvent) for e in agent.log())
-        assert not (tmp_path / "never").exists()
+        assert not any(isinstance(e, ToolCallEvent) for e in [*agent.log(), *agent.events])
+        assert not (tmp_path / "streamed").exists() and not (tmp_path / "never").exists()
 
 
 async def test_stop_a_process_tree_and_undispatched_siblings(tmp_path: pathlib.Path,
@@ -94,14 +112,11 @@ async def test_stop_a_process_tree_and_undispatched_siblings(tmp_path: pathlib.P
             nursery.start_soon(agent.prompt, "go")
             await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent)
                                  and "tree-started" in e.text)
-            with trio.fail_after(15):
-                aborted = await agent.abort()
-            assert agent.turn_end_on_disk(aborted.turn_id or "") is not None
+            aborted = await agent.stop_and_check()
         codes = {c.call_id: c.code for c in aborted.tool_calls}
         assert codes == {"b1": "ABORTED", "w1": "ABORTED_BEFORE_DISPATCH",
                          "r1": "ABORTED_BEFORE_DISPATCH"}
         assert aborted.settled_ms < 5000
-        agent.assert_balanced()
         assert not (tmp_path / "x").exists()
 
 
@@ -114,11 +129,9 @@ async def test_stop_a_stuck_read_only_call(tmp_path: pathlib.Path, marked: Marke
             nursery.start_soon(agent.prompt, "grep")
             await agent.wait_for(lambda e: isinstance(e, ToolCallEvent))
             await trio.sleep(0.2)
-            with trio.fail_after(10):
-                aborted = await agent.abort()
+            aborted = await agent.stop_and_check()
         assert [(c.tool, c.code) for c in aborted.tool_calls] == [("Grep", "ABORTED")]
         assert aborted.settled_ms < 1000
-        agent.assert_balanced()
 
 
 async def test_stop_during_a_permission_prompt(tmp_path: pathlib.Path, marked: Marked) -> None:
@@ -130,14 +143,13 @@ async def test_stop_during_a_permission_prompt(tmp_path: pathlib.Path, marked: M
             with trio.fail_after(10):
                 while not agent.permission_requests:
                     await agent.changed.wait()
-            aborted = await agent.abort()
+            aborted = await agent.stop_and_check()
         assert [c.code for c in aborted.tool_calls] == ["ABORTED_BEFORE_DISPATCH"]
         with trio.fail_after(5):
             while not agent.withdrawn:
                 await trio.sleep(0.01)
         assert agent.withdrawn == [agent.permission_requests[0].request_id]
         assert not (tmp_path / "x.txt").exists()
-        agent.assert_balanced()
 
 
 async def test_permission_answered_runs_the_call(tmp_path: pathlib.Path, marked: Marked) -> None:
@@ -159,60 +171,93 @@ async def test_stop_when_idle_is_a_no_op_that_arms_nothing(tmp_path: pathlib.Pat
     script = [[text("first")]]
     async with agent_daemon(marked) as agent:
         await agent.new_session(tmp_path, script)
-        idle = await agent.abort()
+        idle = await agent.stop_and_check()
         assert idle.outcome == "idle" and idle.turn_id is None and idle.cause is None
         with trio.fail_after(10):
             result = await agent.prompt("one")
         assert result.stop_reason == "end_turn"
 
 
-async def test_stop_racing_the_prompt_is_consistent(tmp_path: pathlib.Path,
-                                                   marked: Marked) -> None:
-    """Prompt and abort sent back to back: whichever the daemon takes first, the answers agree
-    with the log (the in-process tests pin the 'accepted but not started' order)."""
-    script = [[text("first")]]
+async def test_a_stop_before_the_turn_started_stops_it_unasked(tmp_path: pathlib.Path,
+                                                               marked: Marked) -> None:
+    """Prompt and abort go out in one write, so the daemon starts both handlers in one
+    scheduler batch, in an order trio picks at random. Prompt first: the abort lands after
+    the prompt was accepted and before its turn started, and must stop the turn before the
+    model is asked. Abort first: a no-op, and the turn completes. Repeat until the first."""
+    attempts = 16
+    script = [[text(f"r{i}")] for i in range(attempts + 1)]
     async with agent_daemon(marked) as agent:
         await agent.new_session(tmp_path, script)
-        prompts = []
-        async with trio.open_nursery() as nursery:
-            async def prompt() -> None:
-                prompts.append(await agent.prompt("one"))
+        consumed = 0
 
-            nursery.start_soon(prompt)
-            await trio.lowlevel.checkpoint()
-            aborted = await agent.abort("hook", reason="policy")
-        (result,) = prompts
-        turn_end = agent.turn_end_on_disk(result.turn_id or "")
-        assert turn_end is not None
-        if aborted.outcome == "aborted":
-            assert result.stop_reason == "cancelled" and turn_end.end.kind == "aborted"
-            assert aborted.cause is not None and aborted.cause.reason == "policy"
+        async def prompt(into: list[AgentPromptResult]) -> None:
+            into.append(await agent.prompt("one"))
+
+        async def stop(into: list[AgentAbortResult]) -> None:
+            into.append(await agent.stop_and_check("hook", reason="policy"))
+
+        for _ in range(attempts):
+            prompts: list[AgentPromptResult] = []
+            answers: list[AgentAbortResult] = []
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(prompt, prompts)
+                    nursery.start_soon(stop, answers)
+            (result,), (aborted,) = prompts, answers
+            seen = [e for e in agent.events if e.turn_id == result.turn_id]
+            said = [b.text for e in agent.log() if isinstance(e, AssistantMessageEvent)
+                    and e.turn_id == result.turn_id for b in e.blocks]
+            if aborted.outcome == "idle":
+                assert result.stop_reason == "end_turn" and said == [f"r{consumed}"]
+                consumed += 1
+                continue
+            assert aborted.turn_id == result.turn_id and result.stop_reason == "cancelled"
+            assert aborted.cause == Cause("hook", "policy")
+            # The model was never asked: nothing streamed, said or called.
+            assert said == [] and not any(
+                isinstance(e, AssistantDeltaEvent | AssistantMessageEvent | ToolCallEvent)
+                for e in seen)
+            break
         else:
-            assert result.stop_reason == "end_turn" and turn_end.end.kind == "completed"
+            pytest.fail(f"the abort never landed before the turn started in {attempts} tries")
+        # The response the stopped turn would have taken is still the next one.
+        with trio.fail_after(10):
+            result = await agent.prompt("two")
+        said = [b.text for e in agent.log() if isinstance(e, AssistantMessageEvent)
+                and e.turn_id == result.turn_id for b in e.blocks]
+        assert said == [f"r{consumed}"]
 
 
-async def test_repeated_and_concurrent_aborts_join_one_settlement(
-        tmp_path: pathlib.Path, marked: Marked) -> None:
+async def test_concurrent_aborts_all_answer_with_the_first_cause(tmp_path: pathlib.Path,
+                                                                marked: Marked) -> None:
     script = [[call("b1", "Bash", command="echo go; sleep 60")]]
-    async with agent_daemon(marked) as agent:
+    # No liveness pings: the host is frozen on purpose for a moment.
+    async with agent_daemon(marked, extra_args=("--ping-interval", "60")) as agent:
         await agent.new_session(tmp_path, script)
-        answers = []
+        answers: list[AgentAbortResult] = []
+
+        async def stop(cause: str, reason: str | None = None) -> None:
+            answers.append(await agent.stop_and_check(cause, reason=reason))
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(agent.prompt, "go")
             await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
-
-            async def abort(cause: str) -> None:
-                answers.append(await agent.abort(cause))
-
-            with trio.fail_after(15):
-                async with trio.open_nursery() as aborts:
-                    for cause in ("user", "operator", "user", "parent"):
-                        aborts.start_soon(abort, cause)
-        turn_ids = {a.turn_id for a in answers if a.outcome == "aborted"}
-        assert len(turn_ids) == 1 and len(answers) == 4
-        causes = {a.cause.kind for a in answers if a.cause is not None}
-        assert len(causes) == 1  # the first cause wins for everyone
-        again = await agent.abort()
+            with frozen(agent.host_pid):
+                nursery.start_soon(stop, "hook", "first")
+                # The runtime sends tools.abort only once the turn's controller holds a
+                # cause: when it reaches the frozen host, the first cause is set.
+                await wait_unread_input(agent.host_pid, agent.daemon.process.pid)
+                for cause in ("operator", "user", "parent"):
+                    nursery.start_soon(stop, cause)
+                await trio.testing.wait_all_tasks_blocked()  # their requests are sent
+                # Requests are served in the order read: once this is answered, every abort
+                # above waits for the settlement (which cannot come: the host is frozen).
+                await agent.daemon.request("session.list", Empty())
+                assert answers == []
+        assert len(answers) == 4
+        assert {(a.outcome, a.turn_id) for a in answers} == {("aborted", "t1")}
+        assert [a.cause for a in answers] == [Cause("hook", "first")] * 4
+        again = await agent.stop_and_check()  # repeated after the settlement: a no-op
         assert again.outcome == "idle"
 
 
@@ -220,7 +265,7 @@ async def test_keep_inbox_both_ways(tmp_path: pathlib.Path, marked: Marked) -> N
     script = [[text("a"), sleep(60_000)], [text("b")], [text("c"), sleep(60_000)]]
     async with agent_daemon(marked) as agent:
         await agent.new_session(tmp_path, script)
-        results: dict[str, object] = {}
+        results: dict[str, AgentPromptResult] = {}
         async with trio.open_nursery() as nursery:
             async def prompt(name: str) -> None:
                 results[name] = await agent.prompt(name)
@@ -230,21 +275,22 @@ async def test_keep_inbox_both_ways(tmp_path: pathlib.Path, marked: Marked) -> N
                 isinstance(e, TurnStart)))
             nursery.start_soon(prompt, "p2")
             await trio.sleep(0.2)
-            kept = await agent.abort(keep_inbox=True)
-            assert kept.outcome == "aborted"
+            kept = await agent.stop_and_check(keep_inbox=True)
+            assert kept.outcome == "aborted" and kept.turn_id == "t1"
             # p2 survived the stop and runs as the next turn.
             with trio.fail_after(10):
                 while "p2" not in results:
                     await trio.sleep(0.01)
-            assert results["p2"].stop_reason == "end_turn"  # type: ignore[attr-defined]
+            assert results["p2"].stop_reason == "end_turn"
             nursery.start_soon(prompt, "p3")
             await agent.wait_for(lambda e: isinstance(e, TurnStart) and e.turn_id == "t3")
             nursery.start_soon(prompt, "p4")
             await trio.sleep(0.2)
-            await agent.abort()
-        assert results["p3"].stop_reason == "cancelled"  # type: ignore[attr-defined]
+            dropped = await agent.stop_and_check()
+            assert dropped.outcome == "aborted" and dropped.turn_id == "t3"
+        assert results["p3"].stop_reason == "cancelled"
         p4 = results["p4"]
-        assert p4.stop_reason == "cancelled" and p4.turn_id is None  # type: ignore[attr-defined]
+        assert p4.stop_reason == "cancelled" and p4.turn_id is None
         turn_ends = [e for e in agent.log() if isinstance(e, TurnEnd)]
         assert [e.turn_id for e in turn_ends] == ["t1", "t2", "t3"]
 
@@ -260,17 +306,14 @@ async def test_a_parent_stop_stops_the_subagent(tmp_path: pathlib.Path, marked: 
             nursery.start_soon(agent.prompt, "go")
             await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent)
                                  and "child-running" in e.text)
-            with trio.fail_after(15):
-                aborted = await agent.abort()
+            aborted = await agent.stop_and_check()
         assert [(c.tool, c.code) for c in aborted.tool_calls] == [("Task", "ABORTED")]
         ends = {e.turn_id: e for e in agent.log() if isinstance(e, TurnEnd)}
         child = ends[f"{aborted.turn_id}~task1"]
-        assert child.end.kind == "aborted" and child.end.reason is not None
-        assert child.end.reason.kind == "parent"
-        assert ends[aborted.turn_id or ""].end.reason.kind == "user"  # type: ignore[union-attr]
+        assert child.end.kind == "aborted" and child.end.reason == Cause("parent")
+        assert ends[aborted.turn_id or ""].end.reason == Cause("user")
         child_results = agent.results(f"{aborted.turn_id}~task1")
         assert child_results["b1"].code == "ABORTED"
-        agent.assert_balanced()
 
 
 async def test_a_subagent_answer_becomes_the_task_result(tmp_path: pathlib.Path,
@@ -301,7 +344,7 @@ async def test_stop_image_generation_returns_what_was_written(tmp_path: pathlib.
             with trio.fail_after(20):
                 while sum(isinstance(e, ToolProgressEvent) for e in agent.events) < 2:
                     await agent.changed.wait()
-            aborted = await agent.abort()
+            aborted = await agent.stop_and_check()
         assert [c.code for c in aborted.tool_calls] == ["ABORTED"]
         result = agent.results(aborted.turn_id or "")["img1"]
         written = result.details["written"]
@@ -323,41 +366,83 @@ async def test_process_grace_exceeded_is_reported_unconfirmed(tmp_path: pathlib.
         async with trio.open_nursery() as nursery:
             nursery.start_soon(agent.prompt, "go")
             await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
-            started = trio.current_time()
-            aborted = await agent.abort()
-            elapsed = trio.current_time() - started
+            # The tree may outlive the answer (that is what unconfirmed says), not the
+            # host's kill grace.
+            aborted = await agent.stop_and_check(processes_gone_within=3.0)
         result = agent.results(aborted.turn_id or "")["b1"]
         assert result.code == "ABORTED" and result.details["unconfirmed"]
         assert "stubborn" in result.details["output"]
-        assert elapsed < 1.5, elapsed
-        agent.assert_balanced()
+        assert aborted.settled_ms < 1500, aborted.settled_ms
 
 
-async def test_stop_a_running_write_is_atomic_and_honest(tmp_path: pathlib.Path,
-                                                        marked: Marked) -> None:
-    content = "0123456789abcdef" * (4 * 1024 * 1024 // 16)  # 4 MiB: takes a moment to write
-    # The next step streams slowly, so the turn is still running when the stop arrives
-    # even on a machine fast enough to finish the write first.
-    script = [[call("w1", "Write", path="big.txt", content=content)],
-              [text("written"), sleep(60_000)]]
-    async with agent_daemon(marked) as agent:
-        await agent.new_session(tmp_path, script)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(agent.prompt, "write")
-            await agent.wait_for(lambda e: isinstance(e, ToolCallEvent))
-            aborted = await agent.abort()
-        assert aborted.outcome == "aborted"
-        (summary,) = aborted.tool_calls
-        result = agent.results(aborted.turn_id or "")["w1"]
-        target = tmp_path / "big.txt"
-        # Mutating calls are awaited, never abandoned: the file is whole or absent, and
-        # the code says which (none: it finished before the stop reached it).
-        if summary.code is None:
-            assert target.read_text() == content and not result.is_error
-        elif summary.code == "ABORTED":
-            assert target.read_text() == content
-            assert result.details.get("completed") or result.details.get("bytesWritten")
+def _freeze_once_writing(workspace: pathlib.Path, pid: int, turn_over: threading.Event) -> bool:
+    """SIGSTOP the host the moment a Write body's temporary file appears (the body is then
+    between creating it and renaming it over the target); False if the turn ended first.
+    In a thread: no event loop latency between seeing the file and freezing."""
+    deadline = time.monotonic() + 30
+    while not turn_over.is_set() and time.monotonic() < deadline:
+        if any(name.endswith(".tmp") for name in os.listdir(workspace)):
+            freeze(pid)
+            return True
+    return False
+
+
+async def test_stop_a_running_write_awaits_its_atomic_end(tmp_path: pathlib.Path,
+                                                         marked: Marked) -> None:
+    content = "0123456789abcdef" * (6 * 1024 * 1024 // 16)  # 6 MiB: a write takes a moment
+    # A loaded machine may miss a write's window: each attempt is one more turn.
+    attempts = 3
+    script = [step for n in range(attempts) for step in (
+        [call(f"w{n}", "Write", path=f"big{n}.txt", content=content)], [text("written")])]
+    script_file = tmp_path / "script.json"
+    script_file.write_text(json.dumps(script))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    # A process call would be given up after 0.1 s; a mutating one must be awaited.
+    async with agent_daemon(marked, extra_args=("--process-grace", "0.1",
+                                                "--ping-interval", "60")) as agent:
+        await agent.new_session(workspace, script_file)
+        host = agent.host_pid
+        answers: list[AgentAbortResult] = []
+
+        async def prompt(turn_over: threading.Event) -> None:
+            try:
+                await agent.prompt("write")
+            finally:
+                turn_over.set()
+
+        async def stop() -> None:
+            answers.append(await agent.stop_and_check())
+
+        for n in range(attempts):
+            target = workspace / f"big{n}.txt"
+            async with trio.open_nursery() as nursery:
+                turn_over = threading.Event()
+                nursery.start_soon(prompt, turn_over)
+                if not await trio.to_thread.run_sync(_freeze_once_writing, workspace, host,
+                                                     turn_over):
+                    continue  # the write came and went between two looks
+                try:
+                    if target.exists():
+                        continue  # it ended between the look and the freeze
+                    nursery.start_soon(stop)
+                    await wait_unread_input(host, agent.daemon.process.pid)  # tools.abort came
+                    await trio.sleep(0.4)  # well past the 0.1 s a process call would be given
+                    assert answers == []
+                finally:
+                    thaw(host)
+            break
         else:
-            assert summary.code == "ABORTED_BEFORE_DISPATCH" and not target.exists()
-        assert [p.name for p in tmp_path.iterdir() if p.name != "big.txt"] == []
-        agent.assert_balanced()
+            pytest.fail(f"no Write body was caught running in {attempts} tries")
+        (aborted,) = answers
+        assert [(c.call_id, c.code) for c in aborted.tool_calls] == [(f"w{n}", "ABORTED")]
+        assert aborted.settled_ms >= 400
+        (abort,) = [e for e in agent.events if isinstance(e, ToolAbortEvent)]
+        assert abort.host_state == "running" and abort.body_invoked  # the stop met the body
+        result = agent.results(aborted.turn_id or "")[f"w{n}"]
+        # The host's own account, not an abandoned call's: the write completed, atomically.
+        assert "abandoned" not in result.details, result.details
+        assert result.details["completed"] and result.details["bytesWritten"] == len(content)
+        assert target.read_text() == content
+        assert sorted(p.name for p in workspace.iterdir()) == [
+            f"big{i}.txt" for i in range(n + 1)]
