@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     # Abandoned read-only workers (a Grep's regex) hold the GIL in long slices; a short
     # switch interval keeps the event loop, and so tools.abort, answering promptly.
     sys.setswitchinterval(0.0005)
-    become_subreaper()
+    become_subreaper(sweep_orphans=True)
     trio.run(_serve, config)
     log.info("host exiting")
     return 0

@@ -20,9 +20,23 @@ reparented to us), KILLs survivors, reaps adopted children by pid (never
 The host is a child subreaper (``become_subreaper``), so orphans of a tree are
 reparented to it and reaped here rather than lingering under init.
 
-Known gap: a member that clears its environment *and* leaves the session
-*and* is orphaned before any listing sees it cannot be attributed (a cgroup
-would be needed for that).
+A member that clears its environment *and* leaves the session *and* is
+orphaned before any listing sees it cannot be attributed to a call. In a host
+(a tree marked ``ENV_MARKER=<our pid>:…``), every kill therefore also takes
+the host's *adopted orphans*: direct children it did not start, that carry no
+marker of this host and are not in the session of a process it started (a
+live tool root or plugin server). Every process the host starts is marked and
+registered, so such a child can only be an escapee of some tree; it may
+belong to another call still running, but it is killed now, since the host
+cannot tell whose it is and it must not outlive its own call.
+
+``start_process`` forks every child from one spawner thread that lives as
+long as the process, and arms a parent-death signal (KILL) in the child
+before exec: if the host dies, its direct children die with it. Linux sends
+that signal when the *thread* that forked exits, so forking from trio's
+short-lived worker threads would kill children early. Only direct children
+get it; their descendants are left to the group and marker kill (the
+runtime's sweep, after a host crash).
 """
 
 from __future__ import annotations
@@ -32,20 +46,24 @@ import ctypes.util
 import functools
 import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import psutil  # type: ignore[import-untyped, unused-ignore]  # types-psutil not a dev dep
 import trio
 
 log = logging.getLogger(__name__)
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 ENV_MARKER = "QUIESCE_HOST_CALL"
 """In the environment of every process a host starts: ``<host pid>:<session>:<call>``."""
@@ -54,14 +72,36 @@ KILL_TIMEOUT = 2.0
 _POLL = 0.01
 _RESCAN = 0.05
 
+_spawn_lock = threading.Lock()
+"""Held by the spawner around ``Popen`` and by a scan while it picks adopted orphans, so a
+child being started is never taken for an orphan."""
+_started: set[int] = set()
+"""Pids of the processes we started and have not reaped yet: never orphans."""
 
-def become_subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants (Linux only)."""
+
+@functools.cache
+def _prctl() -> Any:
+    prctl = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_sweeping_orphans: list[bool] = [False]
+"""Whether this process's tree kills also take its adopted orphans: only a host's, which
+starts every child itself (``become_subreaper(sweep_orphans=True)``). A process that also
+has children it did not start through here (a test runner, the runtime) must not."""
+
+
+def become_subreaper(*, sweep_orphans: bool = False) -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux only);
+    ``sweep_orphans``: it is a host (module docstring)."""
+    _sweeping_orphans[0] = sweep_orphans
     if not sys.platform.startswith("linux"):
         log.info("child subreaper unsupported on %s; orphans go to init", sys.platform)
         return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    if _prctl()(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         log.warning("prctl(PR_SET_CHILD_SUBREAPER) failed: %s", os.strerror(err))
         return False
@@ -126,11 +166,13 @@ class _Tree:
     """The membership rules of one tree, and the memory of members seen so far."""
 
     def __init__(self, root_pid: int | None, marker: Marker | None, *, value_prefix: bool,
-                 reap_root: bool) -> None:
+                 reap_root: bool, orphans_of: str | None = None) -> None:
         self.root_pid = root_pid
         self.marker = marker
         self.value_prefix = value_prefix
         self.reap_root = reap_root
+        self.orphans_of = orphans_of
+        """A host's marker prefix: its adopted orphans are members too (module docstring)."""
         self.known: dict[int, psutil.Process] = {}
         self.sessions: set[int] = set() if root_pid is None else {root_pid}
         self._excluded_sessions = {os.getsid(0), 0, 1}
@@ -157,6 +199,9 @@ class _Tree:
                 continue
             if self._is_seed(pid, proc):
                 members[pid] = proc
+        if self.orphans_of is not None:
+            for pid in _adopted_orphans(children.get(me, []), procs, self.orphans_of):
+                members[pid] = procs[pid]
         stack = list(members)
         while stack:
             for child in children.get(stack.pop(), ()):
@@ -197,6 +242,34 @@ class _Tree:
             os.waitpid(proc.pid, os.WNOHANG)
         except (psutil.NoSuchProcess, ChildProcessError):
             pass
+
+
+def _adopted_orphans(children: list[int], procs: dict[int, psutil.Process],
+                     prefix: str) -> list[int]:
+    """Our direct children that we did not start and cannot attribute (module docstring).
+
+    A child still being started is registered (the spawner holds the lock) or, from a
+    ``Popen`` elsewhere, a copy of us (our command line) until it executes.
+    """
+    own_cmdline = psutil.Process().cmdline()
+    orphans = []
+    with _spawn_lock:
+        started = set(_started)
+        for pid in children:
+            proc = procs[pid]
+            if pid in started or _environ_matches(proc, ENV_MARKER, prefix, True):
+                continue
+            try:
+                if os.getsid(pid) in started:  # in a tool root's or plugin's session
+                    continue
+                if _alive(proc) and proc.cmdline() == own_cmdline:
+                    continue
+            except (OSError, psutil.NoSuchProcess):
+                continue
+            except psutil.AccessDenied:
+                pass
+            orphans.append(pid)
+    return orphans
 
 
 def _signal(proc: psutil.Process, sig: signal.Signals) -> None:
@@ -289,7 +362,11 @@ async def kill_tree(root_pid: int, *, grace: float, marker: Marker | None = None
     so a cancelled caller still gets a dead tree. ``reap_root`` is for a root
     nobody else will wait for; a root owned by ``subprocess`` is left to it.
     """
-    tree = _Tree(root_pid, marker, value_prefix=False, reap_root=reap_root)
+    prefix = f"{os.getpid()}:"
+    ours = (_sweeping_orphans[0] and marker is not None and marker[0] == ENV_MARKER
+            and marker[1].startswith(prefix))
+    tree = _Tree(root_pid, marker, value_prefix=False, reap_root=reap_root,
+                 orphans_of=prefix if ours else None)
     return await _shielded_kill(tree, grace, kill_timeout)
 
 
@@ -330,6 +407,7 @@ class Child:
         self.marker = marker
         self.returncode: int | None = None
         self.kill_report: KillReport | None = None
+        _started.add(self.pid)  # already, if the spawner started it
         self._pidfd: int | None = None
         try:
             self._pidfd = os.pidfd_open(self.pid)
@@ -368,6 +446,7 @@ class Child:
             await self.wait_exited()
         if self.popen.poll() is not None:  # reaps the root, by its pid only
             self.returncode = self.popen.returncode
+            _started.discard(self.pid)
         else:
             log.error("process %d did not exit after KILL", self.pid)
         self._close_pidfd()
@@ -386,10 +465,81 @@ class Child:
             await self.stderr.aclose()
 
 
-def _popen(argv: list[str], *, cwd: str | os.PathLike[str], env: dict[str, str], stdout: int,
-           stderr: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=stdout,
-                            stderr=stderr, start_new_session=True, close_fds=True)
+def _die_with_parent() -> Callable[[], None] | None:
+    """The ``preexec_fn`` that arms the parent-death signal (KILL), or ``None`` off Linux.
+
+    It runs in the forked child before exec: only a resolved libc call and ``getppid``.
+    A parent that died before the signal was armed is caught by the ``getppid`` check.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl, parent, sig = _prctl(), os.getpid(), int(signal.SIGKILL)
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return in_child
+
+
+class _Spawner:
+    """The one thread every child is forked from: it lives as long as the process, so
+    the parent-death signal fires only when the process dies (module docstring)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the spawner thread; ``job`` must not raise."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="proctree-spawner",
+                                                daemon=True)
+                self._thread.start()
+        self._jobs.put(job)
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+
+
+_SPAWNER = _Spawner()
+
+
+async def start_process(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(argv, **options)`` in a new session with ``close_fds``, forked by
+    the spawner thread with a parent-death signal, and registered as ours (never taken
+    for an orphan). Shielded: the child it started must not be lost to a cancel."""
+    token = trio.lowlevel.current_trio_token()
+    done = trio.Event()
+    outcome: list[subprocess.Popen[bytes] | Exception] = []
+    preexec = _die_with_parent()
+
+    def job() -> None:
+        try:
+            with _spawn_lock:
+                popen = subprocess.Popen(argv, start_new_session=True, close_fds=True,
+                                         preexec_fn=preexec, **options)
+                _started.add(popen.pid)
+            outcome.append(popen)
+        except Exception as exc:  # noqa: BLE001 -- raised again in the caller; it must not
+            # end this thread (its children would get their parent-death signal)
+            outcome.append(exc)
+        try:
+            token.run_sync_soon(done.set)
+        except trio.RunFinishedError:
+            pass  # nobody waits; a child started dies with us (parent-death signal)
+
+    _SPAWNER.submit(job)
+    with trio.CancelScope(shield=True):
+        await done.wait()
+    (result,) = outcome
+    if isinstance(result, Exception):
+        raise result
+    return result
 
 
 async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
@@ -401,8 +551,8 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        popen = await trio.to_thread.run_sync(functools.partial(
-            _popen, argv, cwd=cwd, env=env, stdout=out_w, stderr=err_w))
+        popen = await start_process(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=out_w, stderr=err_w)
     except BaseException:
         for fd in (out_r, err_r):
             os.close(fd)

@@ -25,7 +25,7 @@ import time
 
 from PIL import Image, ImageDraw, ImageFont
 
-MAX_PIXELS = 4096 * 4096
+from host.imaging import MAX_PIXELS
 
 
 def _size(text: str) -> tuple[int, int]:

@@ -24,17 +24,15 @@ tree).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import logging
 import os
-import subprocess
 from typing import Any
 
 import trio
 
 from host.plugins.request import CallOutcome, PluginRequest, ProgressSink
-from host.proctree import Child
+from host.proctree import Child, start_process
 from protocol.errors import RemoteError
 from protocol.mcp import (
     CLIENT_TO_SERVER,
@@ -73,25 +71,17 @@ class PluginStartError(Exception):
     """The server could not be started or did not complete the MCP handshake."""
 
 
-def _popen(argv: list[str], *, cwd: str, env: dict[str, str], stdin: int, stdout: int,
-           stderr: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(argv, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                            start_new_session=True, close_fds=True)
-
-
 async def _spawn(config: McpServerConfig, cwd: str, marker: tuple[str, str]
                  ) -> tuple[Child, trio.lowlevel.FdStream]:
-    """``PluginStartError`` if it cannot be spawned. Shielded: a thread running ``Popen``
-    cannot be interrupted, and the child it started must not be lost to a cancel."""
+    """``PluginStartError`` if it cannot be spawned. Started like a tool root
+    (``proctree.start_process``: its own session, a parent-death signal, registered)."""
     env = {**os.environ, **config.env, marker[0]: marker[1]}
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        with trio.CancelScope(shield=True):
-            popen = await trio.to_thread.run_sync(functools.partial(
-                _popen, [config.command, *config.args], cwd=cwd, env=env, stdin=in_r,
-                stdout=out_w, stderr=err_w))
+        popen = await start_process([config.command, *config.args], cwd=cwd, env=env,
+                                    stdin=in_r, stdout=out_w, stderr=err_w)
     except BaseException as exc:
         for fd in (in_w, out_r, err_r):
             os.close(fd)

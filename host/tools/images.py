@@ -2,7 +2,8 @@
 
 The backend is ``config.image_backend`` or the shipped Pillow renderer
 (``python -m host.imaging.render``). It is run as ``BACKEND --prompt P --count N
---size WxH --out DIR --stem STEM`` in its own session, in the workspace, and
+--size WxH --out DIR --stem STEM`` (at most ``MAX_PIXELS`` pixels, else
+``INVALID_PARAMS`` before anything runs) in its own session, in the workspace, and
 prints one line per finished file (its path); each reported file that lies in
 the output folder (``config.image_output_dir``, confined to the workspace) is
 streamed as progress and returned as an ``ImageContent``. A stop kills the
@@ -23,6 +24,7 @@ from pathlib import Path
 import msgspec
 
 import host
+from host.imaging import MAX_PIXELS
 from host.tools.context import ToolContext
 from host.tools.output import BoundedOutput, TextSink
 from host.tools.process import TreeResult, run_tree
@@ -118,8 +120,18 @@ def _with_images(result: ToolResult, written: list[str]) -> ToolResult:
     return msgspec.structs.replace(result, content=(*result.content, *images))
 
 
+def _check_size(size: str) -> None:
+    """The wire type checks the ``WxH`` form; the pixel bound is checked before any side
+    effect, so an oversized request is bad input, not a backend failure."""
+    width, height = (int(side) for side in size.split("x"))
+    if width * height > MAX_PIXELS:
+        raise ToolInputError(ErrorCode.INVALID_PARAMS,
+                             f"size {size} exceeds {MAX_PIXELS} pixels (for example 4096x4096)")
+
+
 async def run(args: GenerateImagesArgs, ctx: ToolContext) -> ToolResult:
     config = ctx.config
+    _check_size(args.size)
     if ctx.stop.is_set():
         return aborted_result(before_dispatch=False, details={"started": False, "written": []})
     folder = _output_dir(ctx.workspace, config.image_output_dir)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
 import trio
 from PIL import Image
 
@@ -85,8 +86,12 @@ async def test_backend_failures(harness: Harness) -> None:
     liar = [sys.executable, "-c", "print('/etc/passwd'); print('../x.png')"]
     result = await generate(harness, "x", image_backend=liar)
     assert result.code == "TOOL_FAILED" and images(result) == []
-    too_big = await generate(harness, "x", size="5000x5000")
-    assert too_big.code == "TOOL_FAILED" and "exceeds" in text(too_big)
+    # Beyond the pixel bound: bad input, refused before the backend runs.
+    too_big = await generate(harness, "x", size="5000x5000", image_backend=failing)
+    assert too_big.code == "INVALID_PARAMS" and "exceeds" in text(too_big)
+    with pytest.raises(SystemExit) as refused:  # the renderer checks it too, for other callers
+        render.main(["--prompt", "x", "--size", "5000x5000", "--out", str(harness.root)])
+    assert refused.value.code == 2
 
 
 async def test_output_folder_is_confined(harness: Harness) -> None:

@@ -1,4 +1,5 @@
-"""Killing process trees: background, setsid, double-fork, nohup and TERM-ignoring members.
+"""Killing process trees: background, setsid, double-fork, nohup and TERM-ignoring members;
+and the parent-death signal every spawned child gets.
 
 Each test checks with psutil (and the autouse fixture, via the env marker and
 the test process's children) that nothing is left alive.
@@ -6,9 +7,15 @@ the test process's children) that nothing is left alive.
 
 from __future__ import annotations
 
+import os
+import pathlib
+import signal
+import subprocess
+import sys
 import time
 
 import psutil  # type: ignore[import-untyped, unused-ignore]
+import pytest
 import trio
 
 from host import proctree
@@ -115,3 +122,32 @@ def test_become_subreaper() -> None:
 def test_find_marked_tolerates_foreign_processes() -> None:
     assert find_marked("QUIESCE_NO_SUCH_MARKER") == []
     assert all(p.pid != 1 for p in find_marked("PATH"))  # may or may not read pid 1
+
+
+PDEATHSIG_OF_SELF = """
+import ctypes, ctypes.util, sys
+sig = ctypes.c_int(-1)
+ctypes.CDLL(ctypes.util.find_library("c")).prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG
+print(sig.value)
+"""
+
+
+async def test_children_get_a_parent_death_signal() -> None:
+    with trio.fail_after(10):
+        popen = await proctree.start_process([sys.executable, "-c", PDEATHSIG_OF_SELF],
+                                             stdout=subprocess.PIPE)
+        out, _ = await trio.to_thread.run_sync(popen.communicate)
+    assert out.strip() == str(int(signal.SIGKILL)).encode()
+
+
+def test_a_child_whose_parent_died_before_the_signal_was_armed_exits(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As if the parent had died between the fork and the prctl: getppid() is not it.
+    monkeypatch.setattr(os, "getpid", lambda: 1)
+    in_child = proctree._die_with_parent()
+    monkeypatch.undo()
+    assert in_child is not None
+    ran = tmp_path / "ran"
+    popen = subprocess.Popen(["touch", str(ran)], preexec_fn=in_child)
+    assert popen.wait(timeout=10) == 1
+    assert not ran.exists()  # it never got to exec the command
