@@ -32,7 +32,7 @@ from typing import Any
 import trio
 
 from host.plugins.request import CallOutcome, PluginRequest, ProgressSink
-from host.proctree import Child, start_process
+from host.spawn import Child, start_process
 from protocol.errors import RemoteError
 from protocol.mcp import (
     CLIENT_TO_SERVER,
@@ -74,7 +74,7 @@ class PluginStartError(Exception):
 async def _spawn(config: McpServerConfig, cwd: str, marker: tuple[str, str]
                  ) -> tuple[Child, trio.lowlevel.FdStream]:
     """``PluginStartError`` if it cannot be spawned. Started like a tool root
-    (``proctree.start_process``: its own session, a parent-death signal, registered)."""
+    (``spawn.start_process``: its own session, a parent-death signal, registered)."""
     env = {**os.environ, **config.env, marker[0]: marker[1]}
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()

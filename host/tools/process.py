@@ -19,7 +19,7 @@ from typing import Literal, Protocol
 
 import trio
 
-from host import proctree
+from host import spawn
 from host.proctree import KillReport
 
 DRAIN_TIMEOUT = 1.0
@@ -73,7 +73,7 @@ async def _pump(stream: trio.lowlevel.FdStream, sink: Sink) -> None:
     sink.end()
 
 
-async def _first_event(child: proctree.Child, stop: trio.Event, limit: float) -> Outcome:
+async def _first_event(child: spawn.Child, stop: trio.Event, limit: float) -> Outcome:
     outcome: Outcome = "timeout"
 
     async def exited(scope: trio.CancelScope) -> None:
@@ -99,7 +99,7 @@ async def run_tree(argv: list[str], *, cwd: str | os.PathLike[str], stop: trio.E
                    limit: float, grace: float, marker: tuple[str, str] | None,
                    env_extra: dict[str, str], stdout: Sink, stderr: Sink) -> TreeResult:
     started = trio.current_time()
-    async with proctree.spawned(argv, cwd=cwd, marker=marker, grace=grace,
+    async with spawn.spawned(argv, cwd=cwd, marker=marker, grace=grace,
                                 env_extra=env_extra) as child:
         pumps_done = trio.Event()
 

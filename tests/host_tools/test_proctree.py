@@ -18,7 +18,7 @@ import psutil  # type: ignore[import-untyped, unused-ignore]
 import pytest
 import trio
 
-from host import proctree
+from host import proctree, spawn
 from host.proctree import find_marked, kill_marked, kill_tree
 
 from .conftest import TEST_GRACE, wait_until
@@ -37,14 +37,14 @@ wait
 EVIL_MEMBERS = 9  # the shell, 6 sleeps, 2 TERM-ignoring bash (plus their short sleeps)
 
 
-async def _wait_ready(child: proctree.Child, marker: tuple[str, str], count: int) -> None:
+async def _wait_ready(child: spawn.Child, marker: tuple[str, str], count: int) -> None:
     with trio.fail_after(5):
         assert await child.stdout.receive_some(100) == b"ready\n"
     await wait_until(lambda: len(find_marked(*marker)) >= count)
 
 
 async def test_evil_tree_dies_within_grace(marker: tuple[str, str], tmp_path: object) -> None:
-    child = await proctree.spawn(["bash", "-c", EVIL_TREE], cwd="/", marker=marker)
+    child = await spawn.spawn(["bash", "-c", EVIL_TREE], cwd="/", marker=marker)
     try:
         await _wait_ready(child, marker, EVIL_MEMBERS)
         members = find_marked(*marker)
@@ -63,7 +63,7 @@ async def test_evil_tree_dies_within_grace(marker: tuple[str, str], tmp_path: ob
 
 async def test_term_honouring_tree_does_not_wait_for_the_grace(marker: tuple[str, str]) -> None:
     script = "sleep 60 & setsid sleep 61 & (sleep 62 &); echo ready; wait"
-    child = await proctree.spawn(["bash", "-c", script], cwd="/", marker=marker)
+    child = await spawn.spawn(["bash", "-c", script], cwd="/", marker=marker)
     try:
         await _wait_ready(child, marker, 4)
         report = await kill_tree(child.pid, grace=2.0, marker=marker)
@@ -76,7 +76,7 @@ async def test_term_honouring_tree_does_not_wait_for_the_grace(marker: tuple[str
 
 async def test_session_attribution_without_a_marker(marker: tuple[str, str]) -> None:
     # No marker given to kill_tree: the orphaned double fork is found by its session.
-    child = await proctree.spawn(["bash", "-c", "(sleep 60 &); sleep 61 & echo ready; wait"],
+    child = await spawn.spawn(["bash", "-c", "(sleep 60 &); sleep 61 & echo ready; wait"],
                                  cwd="/", marker=marker)
     try:
         await _wait_ready(child, marker, 3)
@@ -93,7 +93,7 @@ async def test_kill_marked_cleans_up_after_a_dead_owner(marker: tuple[str, str])
     # The shell exits at once; its setsid children are orphans carrying the marker,
     # as a crashed host's trees would be.
     script = "setsid sleep 60 & setsid bash -c \"trap '' TERM; sleep 61; :\" & echo ready"
-    child = await proctree.spawn(["bash", "-c", script], cwd="/", marker=marker)
+    child = await spawn.spawn(["bash", "-c", script], cwd="/", marker=marker)
     await _wait_ready(child, marker, 3)
     await child.wait_exited()
     assert child.popen.wait() == 0
@@ -107,7 +107,7 @@ async def test_kill_marked_cleans_up_after_a_dead_owner(marker: tuple[str, str])
 async def test_cancelled_caller_still_gets_a_dead_tree(marker: tuple[str, str]) -> None:
     started = time.monotonic()
     with trio.move_on_after(0.3):
-        async with proctree.spawned(["bash", "-c", EVIL_TREE], cwd="/", marker=marker,
+        async with spawn.spawned(["bash", "-c", EVIL_TREE], cwd="/", marker=marker,
                                     grace=TEST_GRACE) as child:
             await trio.sleep_forever()
     assert time.monotonic() - started < 0.3 + TEST_GRACE + 1.0
@@ -134,7 +134,7 @@ print(sig.value)
 
 async def test_children_get_a_parent_death_signal() -> None:
     with trio.fail_after(10):
-        popen = await proctree.start_process([sys.executable, "-c", PDEATHSIG_OF_SELF],
+        popen = await spawn.start_process([sys.executable, "-c", PDEATHSIG_OF_SELF],
                                              stdout=subprocess.PIPE)
         out, _ = await trio.to_thread.run_sync(popen.communicate)
     assert out.strip() == str(int(signal.SIGKILL)).encode()
@@ -144,7 +144,7 @@ def test_a_child_whose_parent_died_before_the_signal_was_armed_exits(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # As if the parent had died between the fork and the prctl: getppid() is not it.
     monkeypatch.setattr(os, "getpid", lambda: 1)
-    in_child = proctree._die_with_parent()
+    in_child = spawn._die_with_parent()
     monkeypatch.undo()
     assert in_child is not None
     ran = tmp_path / "ran"

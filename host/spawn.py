@@ -1,0 +1,226 @@
+"""Starting tool processes so they can be found and die with the host.
+
+A tool process is started in a new session (its pid is its session and group id) with an
+attribution marker in its environment; :mod:`host.proctree` finds and kills its tree.
+
+``start_process`` forks every child from one spawner thread that lives as
+long as the process, and arms a parent-death signal (KILL) in the child
+before exec: if the host dies, its direct children die with it. Linux sends
+that signal when the *thread* that forked exits, so forking from trio's
+short-lived worker threads would kill children early. Only direct children
+get it; their descendants are left to the group and marker kill (the
+runtime's sweep, after a host crash).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from host.proctree import (
+    PR_SET_PDEATHSIG,
+    KillReport,
+    Marker,
+    _prctl,
+    _spawn_lock,
+    _started,
+    kill_tree,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Child:
+    """A spawned tree root: its output pipes, its exit, and the kill of its whole tree.
+
+    The root is waited for *without* being reaped (a pidfd, or ``waitid`` with
+    ``WNOWAIT``), so its pid, session and group id cannot be reused while its
+    tree is being killed; ``finish`` kills the tree, then reaps the root.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes], stdout: trio.lowlevel.FdStream,
+                 stderr: trio.lowlevel.FdStream, marker: Marker | None) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.stdout = stdout
+        self.stderr = stderr
+        self.marker = marker
+        self.returncode: int | None = None
+        self.kill_report: KillReport | None = None
+        _started.add(self.pid)  # already, if the spawner started it
+        self._pidfd: int | None = None
+        try:
+            self._pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+
+    def exited(self) -> bool:
+        """Whether the root has exited (it stays a zombie until ``finish``)."""
+        if self.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    async def wait_exited(self) -> None:
+        """Until the root exits; does not reap it."""
+        while not self.exited():
+            if self._pidfd is not None:
+                await trio.lowlevel.wait_readable(self._pidfd)
+            else:
+                await trio.sleep(0.02)
+
+    async def finish(self, grace: float) -> KillReport:
+        """Kill whatever is left of the tree, reap the root, close the pidfd.
+
+        Idempotent; shielded with its own deadline (see ``kill_tree``).
+        """
+        report = self.kill_report
+        if report is None or self.returncode is None or not report.clean:
+            report = self.kill_report = await kill_tree(self.pid, grace=grace,
+                                                        marker=self.marker)
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + 2.0
+            await self.wait_exited()
+        if self.popen.poll() is not None:  # reaps the root, by its pid only
+            self.returncode = self.popen.returncode
+            _started.discard(self.pid)
+        else:
+            log.error("process %d did not exit after KILL", self.pid)
+        self._close_pidfd()
+        return report
+
+    def _close_pidfd(self) -> None:
+        if self._pidfd is not None:
+            trio.lowlevel.notify_closing(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+    async def aclose(self) -> None:
+        """Close the pipes (after the tree is dead, or to give up on them)."""
+        with trio.CancelScope(shield=True):
+            await self.stdout.aclose()
+            await self.stderr.aclose()
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """The ``preexec_fn`` that arms the parent-death signal (KILL), or ``None`` off Linux.
+
+    It runs in the forked child before exec: only a resolved libc call and ``getppid``.
+    A parent that died before the signal was armed is caught by the ``getppid`` check.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl, parent, sig = _prctl(), os.getpid(), int(signal.SIGKILL)
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+    return in_child
+
+
+class _Spawner:
+    """The one thread every child is forked from: it lives as long as the process, so
+    the parent-death signal fires only when the process dies (module docstring)."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the spawner thread; ``job`` must not raise."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="proctree-spawner",
+                                                daemon=True)
+                self._thread.start()
+        self._jobs.put(job)
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get()()
+
+
+_SPAWNER = _Spawner()
+
+
+async def start_process(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(argv, **options)`` in a new session with ``close_fds``, forked by
+    the spawner thread with a parent-death signal, and registered as ours (never taken
+    for an orphan). Shielded: the child it started must not be lost to a cancel."""
+    token = trio.lowlevel.current_trio_token()
+    done = trio.Event()
+    outcome: list[subprocess.Popen[bytes] | Exception] = []
+    preexec = _die_with_parent()
+
+    def job() -> None:
+        try:
+            with _spawn_lock:
+                popen = subprocess.Popen(argv, start_new_session=True, close_fds=True,
+                                         preexec_fn=preexec, **options)
+                _started.add(popen.pid)
+            outcome.append(popen)
+        except Exception as exc:  # noqa: BLE001 -- raised again in the caller; it must not
+            # end this thread (its children would get their parent-death signal)
+            outcome.append(exc)
+        try:
+            token.run_sync_soon(done.set)
+        except trio.RunFinishedError:
+            pass  # nobody waits; a child started dies with us (parent-death signal)
+
+    _SPAWNER.submit(job)
+    with trio.CancelScope(shield=True):
+        await done.wait()
+    (result,) = outcome
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
+                env_extra: dict[str, str] | None = None) -> Child:
+    """Start ``argv`` in a new session with piped stdout/stderr and stdin from /dev/null."""
+    env = {**os.environ, **(env_extra or {})}
+    if marker is not None:
+        env[marker[0]] = marker[1]
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        popen = await start_process(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=out_w, stderr=err_w)
+    except BaseException:
+        for fd in (out_r, err_r):
+            os.close(fd)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    return Child(popen, trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r), marker)
+
+
+@asynccontextmanager
+async def spawned(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
+                  grace: float, env_extra: dict[str, str] | None = None,
+                  ) -> AsyncIterator[Child]:
+    """``spawn``, with the tree killed and the root reaped however the block ends."""
+    child = await spawn(argv, cwd=cwd, marker=marker, env_extra=env_extra)
+    try:
+        yield child
+    finally:
+        await child.finish(grace)
+        await child.aclose()
