@@ -15,7 +15,7 @@ import os
 import pathlib
 import signal
 import termios
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -132,11 +132,13 @@ class Agent:
 
     async def stop_and_check(self, cause: str = "user", *, keep_inbox: bool = False,
                              reason: str | None = None, within: float = 15.0,
-                             processes_gone_within: float = 0.0) -> AgentAbortResult:
+                             processes_gone_within: float = 0.0,
+                             spare: Collection[int] = ()) -> AgentAbortResult:
         """Press Stop and check what the answer claims, at the moment it arrives.
 
         ``processes_gone_within``: only where the contract lets the runtime answer before
         the host has killed a tree (a process call past its grace window, ``unconfirmed``).
+        ``spare``: processes meant to outlive a stop (a plugin server keeps serving).
         """
         with trio.fail_after(within):
             answer = await self.abort(cause, keep_inbox=keep_inbox, reason=reason)
@@ -144,19 +146,20 @@ class Agent:
         # events the client saw, as they were when the daemon answered (at the latest).
         log, seen = self.log(), list(self.events)
         check_answer(answer, log, seen)
-        await self.check_no_tool_process(within=processes_gone_within)
+        await self.check_no_tool_process(within=processes_gone_within, spare=spare)
         return answer
 
-    def tool_processes(self) -> list[psutil.Process]:
-        """Every live process of this test but the daemon and its host."""
+    def tool_processes(self, spare: Collection[int] = ()) -> list[psutil.Process]:
+        """Every live process of this test but the daemon, its host and ``spare``."""
         assert self.mark, "an Agent made without the test's mark cannot see its processes"
-        ours = {self.daemon.process.pid, self.host_pid}
+        ours = {self.daemon.process.pid, self.host_pid, *spare}
         return [p for p in marked_processes(self.mark) if p.pid not in ours]
 
-    async def check_no_tool_process(self, *, within: float = 0.0) -> None:
+    async def check_no_tool_process(self, *, within: float = 0.0,
+                                    spare: Collection[int] = ()) -> None:
         """No process a tool started is alive (checked now, or polled up to ``within``)."""
         deadline = trio.current_time() + within
-        while (left := self.tool_processes()) and trio.current_time() < deadline:
+        while (left := self.tool_processes(spare)) and trio.current_time() < deadline:
             await trio.sleep(0.05)
         assert not left, "processes alive after the stop: " + "; ".join(
             f"{p.pid} {command_line(p)!r} {_call_of(p)}" for p in left)

@@ -56,12 +56,9 @@ async def test_a_stop_the_server_honours(tmp_path: pathlib.Path, marked: Marked)
 
             nursery.start_soon(prompt)
             server_pid = int(await wait_file(tmp_path / "started-politely"))
-            with trio.fail_after(15):
-                aborted = await agent.abort()
-            # Answered only once settled: turn/end is on disk already.
+            # Answered only once settled and balanced; the server alone is left running.
+            aborted = await agent.stop_and_check(spare=[server_pid])
             assert aborted.outcome == "aborted" and aborted.turn_id is not None
-            end = agent.turn_end_on_disk(aborted.turn_id)
-            assert end is not None and end.end.kind == "aborted"
         assert prompts[0].stop_reason == "cancelled"
         # The server got the MCP cancel and stopped the tool; it keeps serving.
         assert (tmp_path / "cancelled-politely").read_text() == "yes"
@@ -92,9 +89,8 @@ async def test_a_stop_a_sync_tool_silently_ignores_is_unconfirmed_and_its_end_lo
         await new_plugin_session(agent, tmp_path, script)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(agent.prompt, "go")
-            await wait_file(tmp_path / "started-sync")
-            with trio.fail_after(15):
-                aborted = await agent.abort()
+            server_pid = int(await wait_file(tmp_path / "started-sync"))
+            aborted = await agent.stop_and_check(spare=[server_pid])
         assert aborted.outcome == "aborted" and aborted.turn_id is not None
         # Settled while the tool still runs: what the result says must not claim otherwise.
         assert not (tmp_path / "finished-sync").exists()
@@ -131,8 +127,8 @@ async def test_a_stop_the_server_ignores_stays_pending_until_forced(
             nursery.start_soon(agent.prompt, "go")
             server_pid = int(await wait_file(tmp_path / "started-stubbornly"))
 
-            async def abort() -> None:
-                aborted.append(await agent.abort())
+            async def abort() -> None:  # the forced server is gone when it answers
+                aborted.append(await agent.stop_and_check(within=30))
 
             nursery.start_soon(abort)
             await trio.sleep(1.6)  # three quiet windows: it is still reporting progress
