@@ -7,6 +7,7 @@ host and ends the daemon with exit status 0.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import pathlib
@@ -52,12 +53,14 @@ from protocol.tools import ToolResult
 from protocol.version import PROTOCOL_VERSION, check_compatible
 from runtime.agent.agent import DEFAULT_STUCK_AFTER, ToolsFactory
 from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE, HostTools
+from runtime.agent.task import CHILD_SEPARATOR
 from runtime.agent.turn import TurnConfig
 from runtime.causes import from_wire
 from runtime.daemon_ops import DaemonOps
 from runtime.host_supervisor import (
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_PING_INTERVAL,
+    HostLease,
     HostSupervisor,
 )
 from runtime.ops.rundir import UnsafeRunDir
@@ -87,18 +90,24 @@ class Daemon:
                  default_provider: ProviderConfig | None = None,
                  process_grace: float = DEFAULT_PROCESS_GRACE,
                  turn_config: TurnConfig | None = None,
+                 max_steps: int | None = None,
                  ping_interval: float = DEFAULT_PING_INTERVAL,
                  liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
                  stuck_after: float = DEFAULT_STUCK_AFTER,
                  first_host: PopenProcess | None = None) -> None:
         """``first_host``: a host already started for the default command (by ``quiesce
-        serve``, before its imports), adopted as the first host; see HostSupervisor."""
+        serve``, before its imports), adopted as the first host; see HostSupervisor.
+        ``max_steps``: model steps a turn may take (None: ``turn_config``'s, by default
+        ``DEFAULT_MAX_STEPS``)."""
         self.stuck_after = stuck_after
         self.max_frame_size = max_frame_size
         self.data_dir = data_dir or default_data_dir()
         self.default_provider = default_provider
         self.process_grace = process_grace
-        self.sessions = SessionStore(self.data_dir, turn_config)
+        config = turn_config or TurnConfig()
+        if max_steps is not None:
+            config = dataclasses.replace(config, max_steps=max_steps)
+        self.sessions = SessionStore(self.data_dir, config)
         self.permissions = PermissionRelay()
         self.host = HostSupervisor(
             command=host_command,
@@ -117,6 +126,9 @@ class Daemon:
         self._nursery: trio.Nursery | None = None
         self._running: set[str] = set()  # sessions whose agent task runs
         self._agent_scopes: dict[str, trio.CancelScope] = {}  # cancelled by session.close
+        # Each session's current top-level turn and its hold on a host, which the turn's
+        # subagents share: nothing of a turn reaches a host started after its own died.
+        self._leases: dict[str, tuple[str, HostLease]] = {}
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -194,7 +206,10 @@ class Daemon:
 
     @staticmethod
     async def _dispose(session: Session) -> None:
-        await session.agent.cancel(DisposedCause())
+        try:
+            await session.agent.cancel(DisposedCause())
+        except RpcError as exc:  # its turn/end is not durable: said in the log, go on
+            log.error("session %s: %s", session.session_id, exc)
 
     # -- events and host notifications ---------------------------------------------------
 
@@ -225,7 +240,8 @@ class Daemon:
                 journal.announce(lambda seq: ToolAbortEvent(seq, turn_id, call_id, tool,
                                                             answer.state, answer.body_invoked))
 
-            tools = HostTools(self.host, session_id, turn_id, on_progress=on_progress,
+            tools = HostTools(self._lease(session_id, turn_id), session_id, turn_id,
+                              on_progress=on_progress,
                               on_abort=on_abort, process_grace=self.process_grace,
                               background=self._nursery,
                               plugin_tools=self.sessions.get(session_id).plugin_tools)
@@ -234,6 +250,13 @@ class Daemon:
             return ToolRegistry(definitions), definitions, tools.on_output
 
         return make
+
+    def _lease(self, session_id: str, turn_id: str) -> HostLease:
+        top = turn_id.split(CHILD_SEPARATOR, 1)[0]
+        held = self._leases.get(session_id)
+        if held is None or held[0] != top:
+            held = self._leases[session_id] = (top, self.host.lease())
+        return held[1]
 
     def _provider(self, config: ProviderConfig | None
                   ) -> tuple[ProviderConfig | None, Provider]:
@@ -367,11 +390,14 @@ class Daemon:
                 if scope is not None:
                     scope.cancel()
                 self._running.discard(session.session_id)
+                self._leases.pop(session.session_id, None)
                 session.agent.journal.close()
                 self.sessions.remove(session.session_id)
                 self.ops.forget_session(session.session_id)
                 self.host.forget_session(session.session_id)
-            await self._close_in_host(session.session_id)
+                # Also when the stop failed (its turn/end not durable: INTERNAL): the
+                # session is closed all the same, its plugin servers with it.
+                await self._close_in_host(session.session_id)
         log.info("session %s closed", session.session_id)
         return Empty()
 

@@ -75,6 +75,9 @@ class HostLink:
         self._endpoint: Endpoint | None = None
         self.info: InitializeResult | None = None
         self.exited = trio.Event()
+        # Set when the host exits or its link closes, whichever comes first: a host can
+        # close its stdout and live on, and is then as dead to us as one that exited.
+        self.down = trio.Event()
 
     @property
     def pid(self) -> int | None:
@@ -105,6 +108,7 @@ class HostLink:
         self._endpoint = endpoint
         await nursery.start(endpoint.run)
         nursery.start_soon(self._watch_exit, process)
+        nursery.start_soon(self._watch_link, endpoint)
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT):
                 info: InitializeResult = await endpoint.request(
@@ -126,6 +130,11 @@ class HostLink:
         code = await process.wait()
         log.info("host %d exited with %s", process.pid, code)
         self.exited.set()
+        self.down.set()
+
+    async def _watch_link(self, endpoint: Endpoint) -> None:
+        await endpoint.closed.wait()
+        self.down.set()
 
     @property
     def closed(self) -> bool:

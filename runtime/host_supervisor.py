@@ -1,12 +1,18 @@
 """The runtime's host, kept alive: started on demand, watched, replaced after a crash.
 
-A host that exits (pipe closed, process gone) or stops answering the liveness
-ping within ``liveness_timeout`` is dead: a hung one is killed (SIGKILL works on
-a stopped process too). Requests in flight fail with ``ConnectionClosed``
-(``HOST_CRASHED`` for a call whose execute was sent; ``NotSent`` for one never
-sent), the tool processes the dead host started are killed by the marker it
-set on them, and the next request starts a fresh host with a new handshake,
-to which every open session is re-announced.
+A host that exits, closes its pipe (it is then killed: a host that stopped talking
+is dead to us even if its process lives on) or stops answering the liveness ping
+within ``liveness_timeout`` (killed: SIGKILL works on a stopped process too) is
+dead. Requests in flight fail with ``ConnectionClosed`` (``HOST_CRASHED`` for a
+call whose execute was sent; ``NotSent`` for one never sent), the tool processes
+the dead host started are killed by the marker it set on them, and only then is
+the host ``gone`` (``HostGeneration.gone``): a successor is never started beside
+it, and the next request starts a fresh host with a new handshake, to which every
+open session is re-announced.
+
+A turn talks to its host through a ``HostLease``: the lease holds the host of the
+turn's first request and sends only to it. After that host died, nothing else of
+the turn reaches a successor: its requests are ``NotSent``.
 
 The first host may be given, already started (``first_host``: ``quiesce serve`` starts
 it before its own imports): the first link adopts it if it runs the command this
@@ -24,6 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -43,6 +50,23 @@ log = logging.getLogger(__name__)
 DEFAULT_PING_INTERVAL = 2.0
 DEFAULT_LIVENESS_TIMEOUT = 10.0
 SURVIVOR_KILL_GRACE = 0.5
+# How long a call the host died under waits for that host's cleanup (its leftover tool
+# processes killed) before it reports HOST_CRASHED anyway: a bound, never a hang.
+GONE_TIMEOUT = 10.0
+
+
+@dataclass(eq=False)
+class HostGeneration:
+    """One host of the supervisor's succession, from its handshake to its cleanup."""
+
+    number: int
+    link: HostLink
+    gone: trio.Event = field(default_factory=trio.Event)
+    """Set once the host is dead and reaped and the tool processes it left are killed."""
+
+    @property
+    def usable(self) -> bool:
+        return not self.link.down.is_set()
 
 
 class HostSupervisor:
@@ -59,7 +83,7 @@ class HostSupervisor:
         self._ping_interval = ping_interval
         self._liveness_timeout = liveness_timeout
         self._sessions: dict[str, SessionOpenParams] = {}
-        self._link: HostLink | None = None
+        self._host: HostGeneration | None = None
         self._nursery: trio.Nursery | None = None
         self._starting: trio.Event | None = None
         self._stopping = False
@@ -69,16 +93,25 @@ class HostSupervisor:
         self.restarts = 0
 
     @property
+    def current(self) -> HostGeneration | None:
+        return self._host
+
+    @property
     def link(self) -> HostLink | None:
-        return self._link
+        return self._host.link if self._host is not None else None
 
     @property
     def pid(self) -> int | None:
-        return self._link.pid if self._link is not None else None
+        return self._host.link.pid if self._host is not None else None
 
     def alive(self) -> bool:
-        return self._link is not None and not self._link.exited.is_set() \
-            and not self._link.closed
+        """A host is there: usable, or dead but not yet cleaned up (no successor is
+        started beside it until it is)."""
+        return self._host is not None and not self._host.gone.is_set()
+
+    def lease(self) -> HostLease:
+        """A hold on the current host for one turn (see :class:`HostLease`)."""
+        return HostLease(self)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -105,10 +138,21 @@ class HostSupervisor:
             await first.aclose()
 
     async def ensure(self) -> HostLink:
-        """The live host, starting a fresh one if there is none."""
-        while not self.alive():
+        """The usable host's link, starting a fresh host if there is none."""
+        return (await self.ensure_host()).link
+
+    async def ensure_host(self) -> HostGeneration:
+        """The usable host, starting a fresh one if there is none. A dead host's cleanup
+        is awaited first: two hosts never run side by side."""
+        while True:
+            host = self._host
+            if host is not None and host.usable:
+                return host
             if self._stopping:
                 raise NotSent("the host is shut down")
+            if host is not None and not host.gone.is_set():
+                await host.gone.wait()
+                continue
             if self._starting is not None:
                 await self._starting.wait()
                 continue
@@ -118,8 +162,6 @@ class HostSupervisor:
             finally:
                 self._starting.set()
                 self._starting = None
-        assert self._link is not None
-        return self._link
 
     async def _start(self) -> None:
         assert self._nursery is not None
@@ -127,9 +169,10 @@ class HostSupervisor:
         first, self._first_host = self._first_host, None
         link = HostLink(command=self._command, handlers=self._handlers,
                         notification_handlers=self._notification_handlers, process=first)
+        host = HostGeneration(self.generation + 1, link)
         # The host's tasks live in their own nursery: its death ends them, not us.
-        info = await self._nursery.start(self._serve_host, link)
-        self.generation += 1
+        info = await self._nursery.start(self._serve_host, host)
+        self.generation = host.number
         if self.generation > 1:
             self.restarts += 1
         for params in self._sessions.values():
@@ -139,23 +182,34 @@ class HostSupervisor:
                 log.warning("host refused session %s: %s", params.session_id, exc)
         log.info("host %s started (generation %d)", info, self.generation)
 
-    async def _serve_host(self, link: HostLink, *,
+    async def _serve_host(self, host: HostGeneration, *,
                           task_status: trio.TaskStatus[int | None]) -> None:
-        async with trio.open_nursery() as nursery:
-            await link.start(nursery)
-            self._link = link
-            task_status.started(link.pid)
-            nursery.start_soon(self._ping, link)
-            await link.exited.wait()
-            nursery.cancel_scope.cancel()
-        await link.release()
-        if self._restarting:
-            self._restarting = False
-            await self._kill_survivors(link.pid)
-        elif not self._stopping:
-            self.crashes += 1
-            log.warning("host %s died; killing the tool processes it left", link.pid)
-            await self._kill_survivors(link.pid)
+        link = host.link
+        try:
+            async with trio.open_nursery() as nursery:
+                await link.start(nursery)
+                self._host = host
+                task_status.started(link.pid)
+                nursery.start_soon(self._ping, link)
+                await link.down.wait()
+                if not link.exited.is_set() and not self._stopping:
+                    # Its pipe closed but the process lives on: it can do no more for us,
+                    # and must not go on beside its successor.
+                    log.warning("host %s closed its link but did not exit: killing it",
+                                link.pid)
+                    link.kill()
+                await link.exited.wait()
+                nursery.cancel_scope.cancel()
+            await link.release()
+            if self._restarting:
+                self._restarting = False
+                await self._kill_survivors(link.pid)
+            elif not self._stopping:
+                self.crashes += 1
+                log.warning("host %s died; killing the tool processes it left", link.pid)
+                await self._kill_survivors(link.pid)
+        finally:
+            host.gone.set()
 
     async def _ping(self, link: HostLink) -> None:
         while True:
@@ -189,11 +243,11 @@ class HostSupervisor:
         return await link.request(method, params)
 
     async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any:
-        """Send to the current host only: a stop never starts a host to deliver itself."""
-        link = self._link
-        if link is None or not self.alive():
+        """Send to the current host only: a message that needs no host never starts one."""
+        host = self._host
+        if host is None or not host.usable:
             raise NotSent("no live host")
-        return await link.request(method, params)
+        return await host.link.request(method, params)
 
     async def open_session(self, params: SessionOpenParams) -> None:
         self._sessions[params.session_id] = params
@@ -206,13 +260,13 @@ class HostSupervisor:
     async def restart(self) -> tuple[int | None, int | None]:
         """Replace the current host: it is killed, so the calls waiting on it end
         HOST_CRASHED (as for a crash, without counting one), and a fresh one starts."""
-        old = self._link
-        old_pid = old.pid if old is not None else None
-        if old is not None and self.alive():
+        old = self._host
+        old_pid = old.link.pid if old is not None else None
+        if old is not None and old.usable:
             self._restarting = True
-            old.kill()
-            with trio.move_on_after(10):
-                await old.exited.wait()
+            old.link.kill()
+            with trio.move_on_after(GONE_TIMEOUT):
+                await old.gone.wait()
         link = await self.ensure()
         return old_pid, link.pid
 
@@ -240,5 +294,61 @@ class HostSupervisor:
 
     async def stop(self) -> None:
         self._stopping = True
-        if self._link is not None:
-            await self._link.stop()
+        if self._host is not None:
+            await self._host.link.stop()
+
+
+class HostLease:
+    """One turn's hold on one host (shared with the turn's subagents).
+
+    The turn's first request takes the usable host (starting one if there is none) and
+    every later request goes to that same host. Once it is dead, nothing more of the turn
+    reaches a successor: a request raises ``NotSent`` (the call was never sent, its body
+    never ran), and the turn, which lost its host, ends. A host that died before the turn
+    sent anything is no loss to the turn: its first request finds the successor.
+    """
+
+    def __init__(self, supervisor: HostSupervisor) -> None:
+        self._supervisor = supervisor
+        self._host: HostGeneration | None = None
+
+    @property
+    def host(self) -> HostGeneration | None:
+        return self._host
+
+    async def _held(self) -> HostGeneration:
+        if self._host is None:
+            host = await self._supervisor.ensure_host()
+            if self._host is None:  # concurrent first requests: the first one holds
+                self._host = host
+        return self._host
+
+    async def ready(self) -> None:
+        await self._held()
+
+    async def request(self, method: str, params: msgspec.Struct) -> Any:
+        host = await self._held()
+        if not host.usable:
+            raise NotSent(f"host {host.link.pid} (generation {host.number}) of this turn "
+                          "is gone")
+        return await host.link.request(method, params)
+
+    async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any:
+        """Send to the held host only: a stop never starts a host to deliver itself."""
+        host = self._host
+        if host is None or not host.usable:
+            raise NotSent("this turn has no live host")
+        return await host.link.request(method, params)
+
+    async def wait_host_gone(self) -> bool:
+        """After the held host died under a call: wait until its leftover tool processes
+        are killed, at most ``GONE_TIMEOUT``; whether they were."""
+        host = self._host
+        if host is None:
+            return True
+        with trio.move_on_after(GONE_TIMEOUT):
+            await host.gone.wait()
+        if not host.gone.is_set():
+            log.warning("host %s: its cleanup took longer than %.0f s; reporting its calls "
+                        "crashed anyway", host.link.pid, GONE_TIMEOUT)
+        return host.gone.is_set()

@@ -2,10 +2,13 @@
 
 A prompt accepted while idle starts its turn's phase at once (with its
 controller), so a stop that arrives before the turn's first step still stops
-that turn. Prompts accepted while a turn runs wait in the inbox and start the
-next turns. ``cancel`` aborts the current phase's controller (first cause
-wins), clears the inbox unless asked to keep it, and returns only when the
-turn's ``turn/end`` is on disk; concurrent cancels join the same settlement.
+that turn. Prompts accepted while a turn (or maintenance) runs wait in the inbox
+and start the next turns. ``cancel`` aborts the current phase's controller,
+whichever non-idle phase it is (first cause wins), clears the inbox unless asked
+to keep it, and returns only when that phase has ended: for a turn, when its
+``turn/end`` is on disk (fsynced); concurrent cancels join the same settlement.
+A turn whose ``turn/end`` could not be made durable answers its stops with an
+``INTERNAL`` error, never with a settlement it cannot vouch for.
 """
 
 from __future__ import annotations
@@ -14,13 +17,13 @@ import collections
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
-from protocol.errors import ErrorCode
+from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import AbortedCall, AgentAbortResult, AgentPromptResult
 from protocol.messages.events import (
     AssistantMessageEvent,
@@ -69,8 +72,8 @@ class PendingPrompt:
 class _TurnSlot:
     turn_id: str
     prompt: PendingPrompt
-    settled: trio.Event = field(default_factory=trio.Event)
-    end: TurnOutcome | None = None
+    end: TurnEnd | None = None
+    """The turn's ``turn/end`` once it is durable (None: not yet, or it could not be)."""
     started_at: float = field(default_factory=time.monotonic)
     stop_requested_at: float | None = None
 
@@ -129,35 +132,34 @@ class Agent:
                     provider=self._provider, registry=registry,
                     definitions=[*definitions, task], config=self._config,
                     history=self._history)
+        durable: TurnEnd | None = None
         with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
             try:
-                ending = await self._run_to_end(turn, controller.signal)
+                ending, durable = await self._run_to_end(turn, controller.signal)
             finally:
                 self._routes.remove(route)
                 self.turns += 1
-                self._release(slot, self._recorded_end(slot.turn_id))
+                self._release(slot, durable)
         log.info("session %s turn %s ended %s", self.session_id, slot.turn_id,
                  ending.outcome.kind)
 
     def _release(self, slot: _TurnSlot, end: TurnEnd | None) -> None:
         """The turn is over (its turn/end durable, or the log broken): release its waiters
         with what the log says, never more."""
-        self.machine.fire(PhaseEvent.END_TURN)
-        self._current = None
-        slot.end = end.end if end is not None else None
+        slot.end = end
         slot.prompt.resolve(slot.turn_id, end.stop_reason if end is not None else "error")
-        slot.settled.set()
-        if self.inbox:
+        self._current = None
+        self.machine.fire(PhaseEvent.END_TURN)  # the phase has settled: its stops answer
+        self._begin_queued()
+
+    def _begin_queued(self) -> None:
+        if self.inbox and self.machine.phase.kind is PhaseKind.IDLE:
             self._begin(self.inbox.popleft())
 
-    def _recorded_end(self, turn_id: str) -> TurnEnd | None:
-        for event in reversed(self.journal.by_turn.get(turn_id, [])):
-            if isinstance(event, TurnEnd):
-                return event
-        return None
-
-    async def _run_to_end(self, turn: Turn, signal: AbortSignal) -> TurnEnding:
-        """Run a turn and record its turn/end, whatever happens inside it.
+    async def _run_to_end(self, turn: Turn, signal: AbortSignal
+                          ) -> tuple[TurnEnding, TurnEnd | None]:
+        """Run a turn and record its turn/end, whatever happens inside it; the ending and
+        the turn/end if it is durable (None if the log failed to append or fsync it).
 
         This is the one place a turn's unexpected failure (a bug, a model answer the
         scheduler refuses, a failing disk) is mapped: the turn ends ``error``, and every
@@ -171,12 +173,14 @@ class Agent:
                                             f"{type(exc).__name__}: {exc}"), "error")
         try:
             self._balance(turn.turn_id)
-            await self.journal.append_durably(lambda seq: TurnEnd(
+            end = await self.journal.append_durably(lambda seq: TurnEnd(
                 seq, turn.turn_id, ending.outcome, ending.stop_reason))
         except OSError:
             log.exception("session %s: the log could not record the end of %s",
                           self.session_id, turn.turn_id)
-        return ending
+            return ending, None
+        assert isinstance(end, TurnEnd)
+        return ending, end
 
     def _balance(self, turn_id: str) -> None:
         answered = {e.call_id for e in self.journal.by_turn.get(turn_id, [])
@@ -197,7 +201,7 @@ class Agent:
             turn = Turn(turn_id=turn_id, prompt=prompt, journal=self.journal,
                         provider=self._provider, registry=registry, definitions=definitions,
                         config=self._config, history=self._history)
-            ending = await self._run_to_end(turn, controller.signal)
+            ending, _ = await self._run_to_end(turn, controller.signal)
         finally:
             self._routes.remove(route)
         end = TurnEnd(-1, turn_id, ending.outcome, ending.stop_reason)
@@ -211,28 +215,54 @@ class Agent:
 
     # -- stops ------------------------------------------------------------------------
 
+    async def maintain(self, job: Callable[[AbortSignal], Awaitable[None]]) -> bool:
+        """Run ``job`` in the ``maintenance`` phase, under that phase's controller: a stop
+        aborts the job's signal and answers once the job has returned. Only from idle
+        (False, and nothing run, otherwise); prompts sent meanwhile wait in the inbox."""
+        if self.machine.phase.kind is not PhaseKind.IDLE:
+            return False
+        phase = self.machine.fire(PhaseEvent.START_MAINTENANCE)
+        assert phase.controller is not None
+        try:
+            await job(phase.controller.signal)
+        finally:
+            self.machine.fire(PhaseEvent.END_MAINTENANCE)
+            self._begin_queued()
+        return True
+
     async def cancel(self, cause: Cause, *, keep_inbox: bool = False) -> AgentAbortResult:
+        """Stop the current phase, whichever it is, and answer once it has settled."""
         started = time.perf_counter()
         if not keep_inbox:
             while self.inbox:
                 self.inbox.popleft().resolve(None, "cancelled")
         phase, slot = self.machine.phase, self._current
-        if phase.kind is PhaseKind.IDLE or phase.controller is None or slot is None:
+        if phase.kind is PhaseKind.IDLE:
             return AgentAbortResult("idle")
+        assert phase.controller is not None and phase.settled is not None
         phase.controller.abort(cause)
-        if slot.stop_requested_at is None:
+        if slot is not None and slot.stop_requested_at is None:
             slot.stop_requested_at = time.monotonic()
         with trio.move_on_after(self.stuck_after):
-            await slot.settled.wait()
-        if not slot.settled.is_set():
-            log.warning("session %s: the stop of turn %s has waited %.0f s: stuck (see "
-                        "quiesce ops)", self.session_id, slot.turn_id, self.stuck_after)
-            await slot.settled.wait()
-        if slot.end is None or slot.end.kind != "aborted":
+            await phase.settled.wait()
+        if not phase.settled.is_set():
+            log.warning("session %s: the stop of %s has waited %.1f s: stuck (see quiesce "
+                        "ops)", self.session_id, slot.turn_id if slot else phase.kind.value,
+                        self.stuck_after)
+            await phase.settled.wait()
+        settled_ms = round((time.perf_counter() - started) * 1000, 3)
+        stop_cause = wire_cause(phase.controller.signal.cause)
+        if slot is None:  # maintenance: no turn, no calls
+            return AgentAbortResult("aborted", None, stop_cause, settled_ms)
+        if slot.end is None:
+            raise RpcError(ErrorCode.INTERNAL, f"turn {slot.turn_id} ended, but its turn/end "
+                           "could not be made durable (see the daemon log)")
+        if slot.end.end.kind == "completed":
             return AgentAbortResult("idle", slot.turn_id)  # it ended on its own first
-        return AgentAbortResult(
-            "aborted", slot.turn_id, wire_cause(phase.controller.signal.cause),
-            round((time.perf_counter() - started) * 1000, 3), self.calls_of(slot.turn_id))
+        # Aborted, or ended by an error (a host crash) while the stop settled: either way
+        # the stopped turn is over, and its calls say how each ended.
+        return AgentAbortResult("aborted", slot.turn_id, stop_cause, settled_ms,
+                                self.calls_of(slot.turn_id))
 
     def calls_of(self, turn_id: str) -> tuple[AbortedCall, ...]:
         calls: dict[str, AbortedCall] = {}

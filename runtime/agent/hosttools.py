@@ -6,7 +6,9 @@ definition's stop handler; the abort is sent once either way) and then, by the
 tool's class:
 
 - read-only: stops waiting at once, without waiting for the host's answer to the
-  abort (``ABORTED``: the body may have started); a late host result is dropped.
+  abort (``ABORTED``: the body may have started); the request may still finish in
+  the background for ``LATE_RESULT_WAIT``, and a late host result is logged (INFO:
+  call, tool, code) and discarded.
 - process: waits up to ``process_grace`` for the host's result (the output the
   host collected before it killed the tree); past it, ``ABORTED`` with the
   progress output already received, marked ``unconfirmed``.
@@ -18,8 +20,12 @@ validated by the plugin server) and the server's own input schema for the model.
 
 ``ABORTED_BEFORE_DISPATCH`` is reported only when the host says the body never
 started: its own result says so, or its answer to ``tools.abort`` found the call
-before its body (or not at all, so the tombstone will stop it). A link that
-dies under a call gives ``HOST_CRASHED``: the body may have run.
+before its body (or not at all, so the tombstone will stop it), or the request was
+never sent (``details.hostUnavailable``: the turn's host is gone). A link that dies
+under a call gives ``HOST_CRASHED`` (the body may have run), once the dead host's
+leftover tool processes are killed (``HostPort.wait_host_gone``, bounded): a crashed
+call never settles while a process it started lives. Either way the turn has lost its
+host (``lost_host``) and ends.
 """
 
 from __future__ import annotations
@@ -58,13 +64,35 @@ from runtime.rpc import ConnectionClosed, NotSent, OversizedMessage
 log = logging.getLogger(__name__)
 
 DEFAULT_PROCESS_GRACE = 10.0
+# How long an abandoned read-only call's request may still finish, to log its late result.
+LATE_RESULT_WAIT = 30.0
 BEFORE_BODY_STATES = frozenset({"tombstoned", "admission", "permission-pending"})
+HOST_UNAVAILABLE = "hostUnavailable"  # details key of a result whose request was never sent
 
 
 class HostPort(Protocol):
+    """A turn's way to its host (``runtime.host_supervisor.HostLease``)."""
+
+    async def ready(self) -> None:
+        """Until the turn holds a live host (one is started if need be)."""
+        ...
+
     async def request(self, method: str, params: msgspec.Struct) -> Any: ...
 
     async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any: ...
+
+    async def wait_host_gone(self) -> bool:
+        """After the host died under a call: until its leftover processes are killed
+        (bounded); whether they were."""
+        ...
+
+
+def lost_host(result: ToolResult) -> bool:
+    """Whether a call's result says the turn's host is gone: it died under the call, or
+    was gone before the call could be sent."""
+    return result.code == ErrorCode.HOST_CRASHED.name or (
+        result.code == ErrorCode.ABORTED_BEFORE_DISPATCH.name
+        and HOST_UNAVAILABLE in result.details)
 
 
 ProgressSink = Callable[[str, str, str], None]  # (call id, stream, text)
@@ -75,6 +103,19 @@ def _wire_cause(cause: Cause | None) -> tuple[AbortCause, str | None]:
     if cause is None:
         return "user", None
     return cause.kind, getattr(cause, "reason", None)
+
+
+@dataclass
+class _Execution:
+    """A ``tools.execute`` request in flight: it may outlive the call that sent it."""
+
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    done: trio.Event = field(default_factory=trio.Event)
+    result: ToolResult | None = None
+
+    def get(self) -> ToolResult:
+        assert self.result is not None
+        return self.result
 
 
 @dataclass
@@ -171,6 +212,8 @@ class HostTools:
                     self._session_id, call.host_call_id, call.tool, kind, reason))
                 call.abort_answer = answer
                 self._on_abort(call.call_id, call.tool, answer)
+            except NotSent as exc:  # no host to stop it on: nothing of it runs there
+                log.info("tools.abort %s not sent: %s", call.host_call_id, exc)
             except (ConnectionClosed, RemoteError) as exc:
                 log.warning("tools.abort %s failed: %s", call.host_call_id, exc)
             finally:
@@ -189,55 +232,87 @@ class HostTools:
 
     async def _run(self, call: _HostCall, args: msgspec.Struct,
                    signal: AbortSignal) -> ToolResult:
-        outcome: list[ToolResult] = []
-        done = trio.Event()
-
-        async def execute() -> None:
-            raw = args.value() if isinstance(args, JsonObjectArgs) else msgspec.to_builtins(args)
-            params = ToolsExecuteParams(self._session_id, call.host_call_id, call.tool, raw)
-            try:
-                result: ToolResult = await self._host.request("tools.execute", params)
-            except OversizedMessage as exc:
-                result = error_result(ErrorCode.INVALID_PARAMS, f"arguments too large: {exc}",
-                                      body_invoked=False)
-            except NotSent:
-                result = aborted_result(before_dispatch=True,
-                                        details={"hostUnavailable": "the request was never sent"})
-            except ConnectionClosed:
-                result = error_result(ErrorCode.HOST_CRASHED, "the host exited during the call",
-                                      body_invoked=True)
-            except RemoteError as exc:
-                result = error_result(ErrorCode.TOOL_FAILED, f"host refused the call: {exc}",
-                                      body_invoked=True)
-            outcome.append(result)
-            done.set()
-
+        execution = _Execution()
+        # A read-only call is abandoned at once on a stop; its request finishes (or not)
+        # in the background, where a late result is still seen, and logged.
+        background = self._background if call.tool_class is ToolClass.READ_ONLY else None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(execute)
-            with cancel_on_abort(signal):
-                await done.wait()
-            if done.is_set():
-                return outcome[0]
-            stopped_at = time.monotonic()
-            if call.tool_class is ToolClass.READ_ONLY and self._background is not None:
-                # Nothing to wait for: the abort goes out now, its answer is only logged.
-                # Without the host's word the body may have started: ABORTED, honestly.
-                self._background.start_soon(self._abort, call, signal)
-                nursery.cancel_scope.cancel()
-                return self._abandon(call, None, "read-only: stopped waiting at once")
-            answer = await self._abort(call, signal)
-            if call.tool_class is ToolClass.READ_ONLY:
-                result = self._abandon(call, answer, "read-only: stopped waiting at once")
-            elif call.tool_class is ToolClass.PROCESS:
-                with trio.move_on_after(max(0.0, self._grace - (time.monotonic() - stopped_at))):
-                    await done.wait()
-                result = outcome[0] if done.is_set() else self._abandon(
-                    call, answer, f"no host result within the {self._grace:g} s grace window",
-                    unconfirmed=True)
-            else:
-                await done.wait()  # mutating and plugin calls are never abandoned
-                result = outcome[0]
-            nursery.cancel_scope.cancel()
+            (background or nursery).start_soon(self._execute, call, args, execution)
+            try:
+                with cancel_on_abort(signal):
+                    await execution.done.wait()
+                if execution.done.is_set():
+                    return execution.get()
+                return await self._stopped(call, execution, signal, background)
+            finally:
+                if not (call.abandoned and background is not None):
+                    execution.scope.cancel()  # nothing waits for this request any more
+
+    async def _stopped(self, call: _HostCall, execution: _Execution, signal: AbortSignal,
+                       background: trio.Nursery | None) -> ToolResult:
+        """The per-class stop policy, once the call's signal aborted."""
+        stopped_at = trio.current_time()
+        if background is not None:
+            # Nothing to wait for: the abort goes out now, its answer is only logged.
+            # Without the host's word the body may have started: ABORTED, honestly.
+            background.start_soon(self._abort, call, signal)
+            execution.scope.deadline = trio.current_time() + LATE_RESULT_WAIT
+            return self._abandon(call, None, "read-only: stopped waiting at once")
+        answer = await self._abort(call, signal)
+        if call.tool_class is ToolClass.READ_ONLY:
+            return self._abandon(call, answer, "read-only: stopped waiting at once")
+        if call.tool_class is ToolClass.PROCESS:
+            with trio.move_on_at(stopped_at + self._grace):
+                await execution.done.wait()
+            if execution.done.is_set():
+                return execution.get()
+            return self._abandon(call, answer, f"no host result within the {self._grace:g} s "
+                                 "grace window", unconfirmed=True)
+        await execution.done.wait()  # mutating and plugin calls are never abandoned
+        return execution.get()
+
+    async def _execute(self, call: _HostCall, args: msgspec.Struct,
+                       execution: _Execution) -> None:
+        with execution.scope:
+            execution.result = await self._send_execute(call, args)
+            execution.done.set()
+        if not call.abandoned:
+            return
+        if execution.result is not None:
+            log.info("late result of abandoned call %s (%s) discarded: code %s",
+                     call.host_call_id, call.tool, execution.result.code or "none (ok)")
+        elif execution.scope.cancelled_caught:
+            log.info("abandoned call %s (%s): no late result within %g s", call.host_call_id,
+                     call.tool, LATE_RESULT_WAIT)
+
+    async def _send_execute(self, call: _HostCall, args: msgspec.Struct) -> ToolResult:
+        raw = args.value() if isinstance(args, JsonObjectArgs) else msgspec.to_builtins(args)
+        params = ToolsExecuteParams(self._session_id, call.host_call_id, call.tool, raw)
+        try:
+            await self._host.ready()
+            if call.abort_started or call.abandoned:
+                # Stopped while a host was starting: its abort had no host to go to, so
+                # the execute is not sent either (no checkpoint from here to the send).
+                return aborted_result(before_dispatch=True, details={
+                    "notSent": "stopped while the host was starting"})
+            result: ToolResult = await self._host.request("tools.execute", params)
+        except OversizedMessage as exc:
+            return error_result(ErrorCode.INVALID_PARAMS, f"arguments too large: {exc}",
+                                body_invoked=False)
+        except NotSent as exc:
+            return aborted_result(before_dispatch=True, details={
+                HOST_UNAVAILABLE: f"the request was never sent: {exc}"})
+        except ConnectionClosed:
+            # Not before the dead host's processes are gone: a settled call has none left.
+            await self._host.wait_host_gone()
+            return error_result(ErrorCode.HOST_CRASHED, "the host exited during the call",
+                                body_invoked=True)
+        except RemoteError as exc:
+            return error_result(ErrorCode.TOOL_FAILED, f"host refused the call: {exc}",
+                                body_invoked=True)
+        except msgspec.DecodeError as exc:  # mapped here: this task may outlive the call
+            return error_result(ErrorCode.TOOL_FAILED, f"the host's result is malformed: {exc}",
+                                body_invoked=True)
         return result
 
     def _abandon(self, call: _HostCall, answer: ToolsAbortResult | None, why: str, *,

@@ -1,15 +1,18 @@
 """The agent's phase as a state table: ``idle``, ``maintenance``, ``running``.
 
-Every non-idle phase owns exactly one ``AbortController``; a transition into a
-non-idle phase makes a fresh one, a transition to ``idle`` drops it. A stop is
-applied to the current phase's controller, so a stop while idle has nothing to
-abort and arms nothing for later.
+Every non-idle phase owns exactly one ``AbortController`` and one ``settled``
+event; a transition into a non-idle phase makes fresh ones, a transition to
+``idle`` drops the controller and sets the phase's ``settled``. A stop is applied
+to the current phase's controller and waits for that phase's ``settled``, so a
+stop while idle has nothing to abort and arms nothing for later.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+import trio
 
 from runtime.registry import AbortController
 
@@ -44,6 +47,8 @@ class Phase:
     kind: PhaseKind
     controller: AbortController | None
     turn_id: str | None = None
+    settled: trio.Event | None = None
+    """Set when this (non-idle) phase has ended."""
 
 
 IDLE = Phase(PhaseKind.IDLE, None)
@@ -57,6 +62,12 @@ class PhaseMachine:
         target = TRANSITIONS.get((self.phase.kind, event))
         if target is None:
             raise InvalidTransition(f"{event.value} is not allowed in {self.phase.kind.value}")
-        controller = None if target is PhaseKind.IDLE else AbortController()
-        self.phase = Phase(target, controller, turn_id if target is PhaseKind.RUNNING else None)
+        ended = self.phase
+        if target is PhaseKind.IDLE:
+            self.phase = IDLE
+        else:
+            self.phase = Phase(target, AbortController(),
+                               turn_id if target is PhaseKind.RUNNING else None, trio.Event())
+        if ended.settled is not None:
+            ended.settled.set()
         return self.phase

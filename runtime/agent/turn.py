@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from protocol.errors import ErrorCode
 from protocol.messages.events import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
@@ -30,6 +31,7 @@ from protocol.messages.events import (
 from protocol.tools import ToolResult
 from runtime.agent.assembler import Assembler
 from runtime.agent.history import ModelHistory
+from runtime.agent.hosttools import lost_host
 from runtime.agent.journal import Journal
 from runtime.agent.task import HOST_CRASHED_ERROR
 from runtime.providers.base import (
@@ -57,10 +59,19 @@ SYSTEM_PROMPT = ("You are a coding agent. Tools run in the user's workspace thro
                  "host; a stopped tool call says so in its result.")
 
 
+DEFAULT_MAX_STEPS = 16
+
+
 @dataclass(frozen=True)
 class TurnConfig:
-    max_steps: int = 16
+    max_steps: int = DEFAULT_MAX_STEPS
+    """Model steps a turn may take; past them it ends ``max_steps``."""
     max_parallel: int = 4
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1 or self.max_parallel < 1:
+            raise ValueError(f"max_steps and max_parallel must be at least 1, not "
+                             f"{self.max_steps} and {self.max_parallel}")
 
 
 @dataclass(frozen=True)
@@ -153,11 +164,9 @@ class Turn:
                     calls, registry=self._registry, signal=signal,
                     recorder=_StepRecorder(self._journal, self._registry, turn_id, step),
                     max_parallel=self._config.max_parallel)
-                crashed = [c.call_id for c, r in zip(calls, results, strict=True)
-                           if r.code == "HOST_CRASHED"]
-                if crashed:  # every call has its result; the turn cannot go on honestly
-                    return TurnEnding(TurnOutcome(
-                        "error", error=f"{HOST_CRASHED_ERROR} {', '.join(crashed)}"), "error")
+                if any(lost_host(r) for r in results):
+                    # Every call has its result; without its host the turn cannot go on.
+                    return self._host_lost(calls, results)
             signal.raise_if_aborted()
             return TurnEnding(TurnOutcome("completed"), "max_steps")
         except AbortError as stop:
@@ -165,6 +174,17 @@ class Turn:
         except ProviderError as exc:
             log.warning("turn %s: provider failed: %s", turn_id, exc)
             return TurnEnding(TurnOutcome("error", error=str(exc)), "error")
+
+    @staticmethod
+    def _host_lost(calls: list[ToolCallRequest], results: tuple[ToolResult, ...]) -> TurnEnding:
+        crashed = [c.call_id for c, r in zip(calls, results, strict=True)
+                   if r.code == ErrorCode.HOST_CRASHED.name]
+        unsent = [c.call_id for c, r in zip(calls, results, strict=True)
+                  if lost_host(r) and r.code != ErrorCode.HOST_CRASHED.name]
+        error = f"{HOST_CRASHED_ERROR} {', '.join(crashed) or 'this turn'}"
+        if unsent:
+            error += f"; never sent: {', '.join(unsent)}"
+        return TurnEnding(TurnOutcome("error", error=error), "error")
 
     def _ending(self, signal: AbortSignal) -> TurnEnding:
         # The last checkpoint: a stop that came while the step finished still wins.

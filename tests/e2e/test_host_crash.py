@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import signal
+import sys
+import time
 
 import psutil
 import pytest
 import trio
 
+from protocol.messages.client import AgentPromptResult
 from protocol.messages.events import ToolCallEvent, ToolProgressEvent, TurnEnd
+from runtime.host_supervisor import HostSupervisor
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon, call, text
-from tests.support import command_line, marked_processes
+from tests.support import MARK_VAR, command_line, marked_processes
 
 DOUBLE_FORK = "echo up; ( setsid sleep 60 & ) ; ( sleep 60 & ) ; sleep 60"
 
@@ -67,9 +72,8 @@ async def test_host_killed_mid_call(tmp_path: pathlib.Path, marked: Marked, tool
         end = agent.turn_end_on_disk(result.turn_id or "")
         assert end is not None and end.end.kind == "error"
         agent.assert_balanced()
-        with trio.fail_after(10):
-            while tool_processes(marked.mark):
-                await trio.sleep(0.05)
+        # A crashed call settles only once the dead host's processes are gone.
+        assert tool_processes(marked.mark) == []
         # The next turn gets a fresh host.
         with trio.fail_after(20):
             second = await agent.prompt("again")
@@ -99,6 +103,10 @@ async def test_hung_host_is_detected_killed_and_replaced(tmp_path: pathlib.Path,
         assert prompts[0].stop_reason in {"error", "cancelled"}
         results = agent.results(prompts[0].turn_id or "")
         assert results["b1"].code == "HOST_CRASHED"
+        # The stop was settled by the crash: its answer says what it stopped.
+        assert aborted.outcome == "aborted" and aborted.settled_ms > 0
+        assert aborted.cause is not None and aborted.cause.kind == "user"
+        assert [(c.call_id, c.code) for c in aborted.tool_calls] == [("b1", "HOST_CRASHED")]
         assert not psutil.pid_exists(pid) or \
             psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
         agent.assert_balanced()
@@ -106,3 +114,152 @@ async def test_hung_host_is_detected_killed_and_replaced(tmp_path: pathlib.Path,
         with trio.fail_after(20):
             second = await agent.prompt("again")
         assert second.stop_reason == "end_turn"
+
+
+async def test_a_crash_stops_the_rest_of_its_step(tmp_path: pathlib.Path,
+                                                  marked: Marked) -> None:
+    # The Write waits behind the Bash (both exclusive). The host dies under the Bash:
+    # the Write must not run on the host that replaces it, within the dying turn.
+    script = [[call("b1", "Bash", command="echo up; trap '' TERM; sleep 60"),
+               call("w1", "Write", path="after-crash.txt", content="x")],
+              [text("second turn works")]]
+    async with agent_daemon(marked) as agent:
+        await agent.new_session(tmp_path, script)
+        first_host = host_pid(agent)
+        prompts = []
+        async with trio.open_nursery() as nursery:
+            async def prompt() -> None:
+                prompts.append(await agent.prompt("go"))
+
+            nursery.start_soon(prompt)
+            await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
+            with trio.fail_after(10):
+                while not tool_processes(marked.mark):
+                    await trio.sleep(0.02)
+            os.kill(first_host, signal.SIGKILL)
+        (result,) = prompts
+        # Right at the answer: the TERM-ignoring sleep was killed before the turn settled.
+        assert tool_processes(marked.mark) == []
+        assert result.stop_reason == "error"
+        results = agent.results(result.turn_id or "")
+        assert results["b1"].code == "HOST_CRASHED"
+        assert results["w1"].code == "ABORTED_BEFORE_DISPATCH"
+        assert "hostUnavailable" in results["w1"].details
+        end = agent.turn_end_on_disk(result.turn_id or "")
+        assert end is not None and end.end.kind == "error"
+        agent.assert_balanced()
+        with trio.fail_after(20):
+            second = await agent.prompt("again")
+        assert second.stop_reason == "end_turn"
+    assert not (tmp_path / "after-crash.txt").exists()
+
+
+async def test_host_killed_under_a_running_write(tmp_path: pathlib.Path,
+                                                 marked: Marked) -> None:
+    # The Write's body first creates its nested folders (tens of ms): the first one
+    # appearing means the body runs, and the host is killed at that moment. A machine that
+    # finishes the body before the kill lands gets another try.
+    nested = ["d"] * 500
+    content = "x" * 1_000_000
+    attempts = 3
+    script: list[list[dict[str, object]]] = []
+    for attempt in range(attempts):
+        script += [[call(f"w{attempt}", "Write", path="/".join([str(attempt), *nested, "f"]),
+                         content=content)], [text("written")]]
+    try:
+        async with agent_daemon(marked) as agent:
+            await agent.new_session(tmp_path, script)
+            for attempt in range(attempts):
+                prompts: list[AgentPromptResult] = []
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(prompt_into, agent, prompts)
+                    with trio.fail_after(20):
+                        await trio.to_thread.run_sync(
+                            kill_host_when_exists, tmp_path / str(attempt),
+                            agent.daemon.process.pid)
+                (answer,) = prompts
+                result = agent.results(answer.turn_id or "")[f"w{attempt}"]
+                if result.code is not None:
+                    break  # else the body outran the kill: try again
+            assert result.code == "HOST_CRASHED", "never killed under a running Write"
+            assert result.is_error and answer.stop_reason == "error"  # the body possibly ran
+            target = tmp_path.joinpath(str(attempt), *nested, "f")
+            assert not target.exists() or target.read_text() == content  # atomic
+            agent.assert_balanced()
+            end = agent.turn_end_on_disk(answer.turn_id or "")
+            assert end is not None and end.end.kind == "error"
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)  # deep: not left to pytest's cleanup
+
+
+async def prompt_into(agent: Agent, answers: list[AgentPromptResult]) -> None:
+    answers.append(await agent.prompt("go"))
+
+
+def kill_host_when_exists(path: pathlib.Path, daemon_pid: int) -> None:
+    """SIGKILL the daemon's host the moment ``path`` appears (a thread, polling)."""
+    while not path.exists():
+        time.sleep(0.0002)
+    for child in psutil.Process(daemon_pid).children():
+        if "host" in command_line(child).split() and child.status() != psutil.STATUS_ZOMBIE:
+            child.kill()
+
+
+# A host that answers the handshake, leaves a tool process, closes its stdout and lives
+# on; its successor (the flag file exists) answers every request with {}.
+CLOSING_HOST = r"""
+import json, os, subprocess, sys, time
+first = not os.path.exists(sys.argv[1])
+open(sys.argv[1], "a").close()
+def answer(request, result):
+    reply = {"jsonrpc": "2.0", "id": request["id"], "result": result}
+    sys.stdout.write(json.dumps(reply) + "\n")
+    sys.stdout.flush()
+answer(json.loads(sys.stdin.readline()),
+       {"protocolVersion": "1.0", "serverInfo": {"name": "fake", "version": "0"}})
+if first:
+    subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     env=dict(os.environ, QUIESCE_HOST_CALL=f"{os.getpid()}:c1"))
+    time.sleep(0.3)
+    os.close(1)
+    time.sleep(60)
+for line in sys.stdin:
+    answer(json.loads(line), {})
+"""
+
+
+def leftovers(mark: str) -> list[psutil.Process]:
+    return [p for p in marked_processes(mark) if command_line(p) == "sleep 60"]
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def test_a_host_that_closes_its_pipe_but_lives_is_killed_not_doubled(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    command = ["env", f"{MARK_VAR}={marked.mark}", sys.executable, "-c", CLOSING_HOST,
+               str(tmp_path / "started")]
+    supervisor = HostSupervisor(command=command, ping_interval=60)
+    async with trio.open_nursery() as nursery:
+        with trio.fail_after(20):
+            await nursery.start(supervisor.run)
+        first = supervisor.link
+        assert first is not None and first.pid is not None
+        with trio.fail_after(10):
+            while not leftovers(marked.mark):
+                await trio.sleep(0.01)
+            while not first.closed:
+                await trio.sleep(0.01)
+            successor = await supervisor.ensure()  # what the next request would do
+        # The successor started only once its predecessor was dead and its leftovers gone.
+        assert successor.pid != first.pid
+        assert not running(first.pid)
+        assert leftovers(marked.mark) == []
+        assert supervisor.crashes == 1
+        with trio.fail_after(10):
+            await supervisor.stop()
+        nursery.cancel_scope.cancel()

@@ -2,43 +2,96 @@
 
 from __future__ import annotations
 
+import errno
 import pathlib
+from collections.abc import Sequence
 from typing import Any
 
+import msgspec
 import pytest
 import trio
+import trio.testing
 
+from protocol.errors import ErrorCode, RpcError
 from protocol.messages.events import (
     AnnouncedEvent,
     AssistantMessageEvent,
     SessionMeta,
+    ToolCallEvent,
+    ToolResultEvent,
     TurnEnd,
 )
 from protocol.messages.host import ToolsOutputParams
+from protocol.toolclass import ToolClass
+from protocol.tools import ToolResult, error_result, ok_result
 from runtime.agent.agent import Agent
 from runtime.agent.assembler import Assembler
 from runtime.agent.journal import Journal
 from runtime.agent.phase import InvalidTransition, PhaseEvent, PhaseKind, PhaseMachine
+from runtime.agent.turn import TurnConfig
+from runtime.daemon import Daemon
 from runtime.providers.base import ReasoningDelta, TextDelta, ToolCallChunk
 from runtime.providers.scripted import ScriptedProvider, parse_script
-from runtime.registry import HookCause, ToolDefinition, ToolRegistry, UserCause
+from runtime.registry import (
+    AbortSignal,
+    HookCause,
+    ToolDefinition,
+    ToolExecution,
+    ToolRegistry,
+    UserCause,
+    cancel_on_abort,
+    define_tool,
+)
 from runtime.sessionlog import SessionLog, read_log
 
 
-def make_agent(tmp_path: pathlib.Path, script: list[Any]) -> tuple[Agent, ScriptedProvider,
-                                                                   list[AnnouncedEvent]]:
-    log = SessionLog.create(tmp_path / "s.jsonl")
+def no_route(params: ToolsOutputParams) -> bool:
+    return False
+
+
+def local_tools(definitions: Sequence[ToolDefinition[Any]] = ()) -> Any:
+    def tools(turn_id: str) -> tuple[ToolRegistry, list[ToolDefinition[Any]], Any]:
+        return ToolRegistry(list(definitions)), list(definitions), no_route
+    return tools
+
+
+def make_agent(tmp_path: pathlib.Path, script: list[Any], *,
+               tools: Sequence[ToolDefinition[Any]] = (), config: TurnConfig | None = None,
+               log_type: type[SessionLog] = SessionLog,
+               ) -> tuple[Agent, ScriptedProvider, list[AnnouncedEvent]]:
+    log = log_type.create(tmp_path / "s.jsonl")
     announced: list[AnnouncedEvent] = []
     journal = Journal(log, announced.append)
     journal.append(lambda seq: SessionMeta(seq, "", "s-1", str(tmp_path), "auto", 0.0))
     provider = ScriptedProvider(parse_script(script))
+    agent = Agent("s-1", journal, provider, local_tools(tools), config)
+    return agent, provider, announced
 
-    def tools(turn_id: str) -> tuple[ToolRegistry, list[ToolDefinition[Any]], Any]:
-        def route(params: ToolsOutputParams) -> bool:
-            return False
-        return ToolRegistry(), [], route
 
-    return Agent("s-1", journal, provider, tools), provider, announced
+class EchoArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    text: str = ""
+
+
+async def _echo(args: EchoArgs, execution: ToolExecution) -> ToolResult:
+    return ok_result(args.text)
+
+
+async def _crash_on_stop(args: EchoArgs, execution: ToolExecution) -> ToolResult:
+    # Stands for a host call whose host dies while the call is being stopped.
+    with cancel_on_abort(execution.signal):
+        await trio.sleep_forever()
+    await trio.sleep(0.05)
+    return error_result(ErrorCode.HOST_CRASHED, "the host exited during the call",
+                        body_invoked=True)
+
+
+ECHO = define_tool("Echo", args=EchoArgs, tool_class=ToolClass.LOCAL, body=_echo)
+CRASH_ON_STOP = define_tool("Slow", args=EchoArgs, tool_class=ToolClass.LOCAL,
+                            body=_crash_on_stop)
+
+
+def tool_call(call_id: str, name: str) -> dict[str, Any]:
+    return {"toolCall": {"id": call_id, "name": name, "args": {}}}
 
 
 def test_phase_table() -> None:
@@ -50,8 +103,9 @@ def test_phase_table() -> None:
         machine.fire(PhaseEvent.START_TURN, turn_id="t2")
     with pytest.raises(InvalidTransition):
         machine.fire(PhaseEvent.START_MAINTENANCE)
+    assert running.settled is not None and not running.settled.is_set()
     idle = machine.fire(PhaseEvent.END_TURN)
-    assert idle.controller is None
+    assert idle.controller is None and running.settled.is_set()
     maintenance = machine.fire(PhaseEvent.START_MAINTENANCE)
     assert maintenance.controller is not None and maintenance.controller is not \
         running.controller
@@ -142,3 +196,99 @@ async def test_inbox_runs_queued_prompts_and_a_stop_clears_it(tmp_path: pathlib.
         await first.done.wait()
         nursery.cancel_scope.cancel()
     assert provider.remaining == 1
+
+
+async def test_a_stop_during_maintenance_aborts_it_and_answers_once_it_ended(
+        tmp_path: pathlib.Path) -> None:
+    agent, provider, _ = make_agent(tmp_path, [[{"text": "after maintenance"}]])
+    seen: list[object] = []
+
+    async def job(signal: AbortSignal) -> None:
+        with cancel_on_abort(signal):
+            await trio.sleep_forever()
+        await trio.sleep(0.2)  # its own cleanup, which the stop waits for
+        seen.append(signal.cause)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(agent.run)
+        nursery.start_soon(agent.maintain, job)
+        await trio.sleep(0.05)
+        assert agent.machine.phase.kind is PhaseKind.MAINTENANCE and agent.busy
+        queued = agent.prompt("later")  # maintenance runs: the prompt waits in the inbox
+        assert list(agent.inbox) == [queued]
+        started = trio.current_time()
+        with trio.fail_after(5):
+            answer = await agent.cancel(UserCause(), keep_inbox=True)
+        assert trio.current_time() - started >= 0.2
+        assert seen == [UserCause()]
+        assert answer.outcome == "aborted" and answer.turn_id is None
+        assert answer.cause is not None and answer.cause.kind == "user"
+        with trio.fail_after(5):
+            await queued.done.wait()  # the kept prompt runs once maintenance ended
+        nursery.cancel_scope.cancel()
+    assert queued.result is not None and queued.result.stop_reason == "end_turn"
+    assert provider.remaining == 0
+
+
+async def test_a_turn_ends_max_steps_at_the_daemons_step_limit(tmp_path: pathlib.Path) -> None:
+    daemon = Daemon(data_dir=tmp_path / "data", max_steps=2)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    step = [tool_call("e", "Echo")]
+    provider = ScriptedProvider(parse_script([step, step, step, [{"text": "never"}]]))
+    session = daemon.sessions.create(str(workspace), "auto", None, provider,
+                                     lambda session_id, event: None,
+                                     lambda session_id: local_tools([ECHO]))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(session.agent.run)
+        pending = session.agent.prompt("loop")
+        with trio.fail_after(10):
+            await pending.done.wait()
+        nursery.cancel_scope.cancel()
+    session.agent.journal.close()
+    assert pending.result is not None and pending.result.stop_reason == "max_steps"
+    assert provider.remaining == 2  # two steps, not one more
+    events = read_log(daemon.sessions.path_of(session.session_id)).events
+    assert len([e for e in events if isinstance(e, ToolCallEvent)]) == 2
+    assert len([e for e in events if isinstance(e, ToolResultEvent)]) == 2
+    end = events[-1]
+    assert isinstance(end, TurnEnd) and end.stop_reason == "max_steps"
+
+
+class SyncFailingLog(SessionLog):
+    async def sync(self) -> None:
+        raise OSError(errno.EIO, "fsync failed")
+
+
+async def test_a_stop_whose_turn_end_is_not_durable_is_an_internal_error(
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
+    agent, _, announced = make_agent(tmp_path, [[{"text": "partial"}, {"sleepMs": 60_000}]],
+                                     log_type=SyncFailingLog)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(agent.run)
+        pending = agent.prompt("hi")
+        await trio.sleep(1)
+        with pytest.raises(RpcError) as failed:
+            await agent.cancel(UserCause())
+        nursery.cancel_scope.cancel()
+    assert failed.value.code == ErrorCode.INTERNAL
+    assert pending.result is not None and pending.result.stop_reason == "error"
+    assert not [e for e in announced if isinstance(e, TurnEnd)]  # never announced either
+    assert not agent.busy  # the session still takes prompts
+
+
+async def test_a_stop_that_ends_in_a_host_crash_answers_with_the_stopped_calls(
+        tmp_path: pathlib.Path) -> None:
+    agent, _, _ = make_agent(tmp_path, [[tool_call("c1", "Slow")]], tools=[CRASH_ON_STOP])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(agent.run)
+        pending = agent.prompt("hi")
+        await trio.sleep(0.05)
+        with trio.fail_after(5):
+            answer = await agent.cancel(UserCause())
+        nursery.cancel_scope.cancel()
+    assert pending.result is not None and pending.result.stop_reason == "error"
+    assert answer.outcome == "aborted" and answer.turn_id == pending.result.turn_id
+    assert answer.cause is not None and answer.cause.kind == "user"
+    assert answer.settled_ms > 0
+    assert [(c.call_id, c.code) for c in answer.tool_calls] == [("c1", "HOST_CRASHED")]
