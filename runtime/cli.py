@@ -126,6 +126,7 @@ async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> N
         ping_interval=args.ping_interval,
         liveness_timeout=args.liveness_timeout,
         stuck_after=args.stuck_after,
+        max_steps=args.max_steps,
         first_host=first_host,
     )
     # Orphans of a crashed host are re-parented to us and killed by their marker.

@@ -150,10 +150,14 @@ class Agent:
         return answer
 
     def tool_processes(self, spare: Collection[int] = ()) -> list[psutil.Process]:
-        """Every live process of this test but the daemon, its host and ``spare``."""
+        """Every live process of this test that a tool started: marked by a host, or below
+        the daemon (an escapee that cleared its environment is adopted by the host or the
+        runtime), but not the daemon, its host or ``spare``. A process the test itself runs
+        beside the daemon (``quiesce ops``) is neither."""
         assert self.mark, "an Agent made without the test's mark cannot see its processes"
         ours = {self.daemon.process.pid, self.host_pid, *spare}
-        return [p for p in marked_processes(self.mark) if p.pid not in ours]
+        return [p for p in marked_processes(self.mark)
+                if p.pid not in ours and _started_by_the_daemon(p, self.daemon.process.pid)]
 
     async def check_no_tool_process(self, *, within: float = 0.0,
                                     spare: Collection[int] = ()) -> None:
@@ -254,6 +258,15 @@ def check_answer(answer: AgentAbortResult, log: Sequence[DurableEvent],
     assert_balanced(log, "the log")
     assert_balanced([e for e in seen if isinstance(e, ToolCallEvent | ToolResultEvent | TurnEnd)],
                     "the events the client saw")
+
+
+def _started_by_the_daemon(proc: psutil.Process, daemon_pid: int) -> bool:
+    try:
+        if ENV_MARKER in proc.environ():
+            return True
+        return any(parent.pid == daemon_pid for parent in proc.parents())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):  # exited meanwhile (zombies included)
+        return False
 
 
 def _call_of(proc: psutil.Process) -> str:

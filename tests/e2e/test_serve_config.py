@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import msgspec
+import psutil
 import trio
 
 from protocol.messages.client import AgentPromptResult, SessionNewParams
@@ -56,12 +57,13 @@ async def test_file_sets_the_default_provider_and_every_hosts_settings(
 
         # A replacement host gets the same settings.
         assert agent.daemon.info is not None
-        os.kill(int(agent.daemon.info.capabilities["host"]["pid"]), signal.SIGKILL)
+        first_host = int(agent.daemon.info.capabilities["host"]["pid"])
+        os.kill(first_host, signal.SIGKILL)
+        with trio.fail_after(10):  # reaped: the daemon has seen it die
+            while psutil.pid_exists(first_host):
+                await trio.sleep(0.02)
         with trio.fail_after(20):
             second: AgentPromptResult = await agent.prompt("write again")
-        if second.stop_reason == "error":  # the crash was seen by this turn: one more
-            with trio.fail_after(20):
-                second = await agent.prompt("write again")
         assert second.turn_id is not None
         results = agent.results(second.turn_id)
         assert [r.code for r in results.values()] == ["TOOL_DENIED"], results
@@ -118,3 +120,14 @@ async def test_unknown_host_key_is_refused_by_name(tmp_path: pathlib.Path,
                                                    marked: Marked) -> None:
     config = write_config(tmp_path / "c.toml", "[host.tools]\nkill_grase = 1\n")
     assert "tools.kill_grase" in await refused(marked, config)
+
+
+async def test_step_limit_from_the_file(tmp_path: pathlib.Path, marked: Marked) -> None:
+    config = write_config(tmp_path / "c.toml", "max_steps = 1\n")
+    script = [[call("g1", "Glob", pattern="*")], [text("a second step")]]
+    async with agent_daemon(marked, extra_args=("--config", str(config))) as agent:
+        await agent.new_session(tmp_path, script)
+        with trio.fail_after(20):
+            answer = await agent.prompt("go")
+        assert answer.stop_reason == "max_steps"
+        agent.assert_balanced()
