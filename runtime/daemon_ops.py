@@ -6,13 +6,14 @@ import os
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, RemoteError, RpcError
 from protocol.messages.client import AgentAbortResult
 from protocol.messages.common import Empty
-from protocol.messages.events import AnnouncedEvent
+from protocol.messages.events import AnnouncedEvent, ToolCallEvent, TurnEnd
 from protocol.messages.host import HostStatsResult, ToolsForceParams, ToolsForceResult
 from protocol.messages.ops import (
     OpsCall,
@@ -33,6 +34,16 @@ if TYPE_CHECKING:
 EventListener = Callable[[str, AnnouncedEvent], None]
 
 
+@dataclass(frozen=True)
+class PlannedCall:
+    """A call of a step the scheduler has not started yet."""
+
+    call_id: str
+    tool: str
+    tool_class: str
+    since: float = field(default_factory=time.monotonic)
+
+
 class DaemonOps:
     def __init__(self, daemon: Daemon) -> None:
         self._daemon = daemon
@@ -42,11 +53,22 @@ class DaemonOps:
         self.stops = 0
         # Host tools of each session's recent turns: where in-flight calls are seen.
         self._tools: dict[str, dict[str, HostTools]] = {}
+        # Each session's turns' planned calls not started yet: listed ``queued`` until their
+        # ``tool/call`` is recorded (recorded means started) or the turn ends.
+        self._planned: dict[str, dict[str, dict[str, PlannedCall]]] = {}
 
     # -- fed by the daemon ------------------------------------------------------------
 
     def forget_session(self, session_id: str) -> None:
         self._tools.pop(session_id, None)
+        self._planned.pop(session_id, None)
+
+    def plan_step(self, session_id: str, turn_id: str,
+                  calls: Sequence[tuple[str, str, str]]) -> None:
+        """A step's calls (call id, tool, class), before the scheduler starts any of them (it
+        starts them in order, some only after others settle)."""
+        self._planned.setdefault(session_id, {})[turn_id] = {
+            call_id: PlannedCall(call_id, tool, tool_class) for call_id, tool, tool_class in calls}
 
     def track_tools(self, session_id: str, turn_id: str, tools: HostTools) -> None:
         turns = self._tools.setdefault(session_id, {})
@@ -64,8 +86,24 @@ class DaemonOps:
             self.stop_latencies_ms.append(result.settled_ms)
 
     def announce(self, session_id: str, event: AnnouncedEvent) -> None:
+        if isinstance(event, ToolCallEvent | TurnEnd):
+            self._unplan(session_id, event)
         for listener in list(self._listeners):
             listener(session_id, event)
+
+    def _unplan(self, session_id: str, event: ToolCallEvent | TurnEnd) -> None:
+        turns = self._planned.get(session_id)
+        if not turns or event.turn_id not in turns:
+            return
+        if isinstance(event, TurnEnd):
+            del turns[event.turn_id]
+        else:
+            turns[event.turn_id].pop(event.call_id, None)
+
+    def _queued(self, session_id: str, now: float) -> list[OpsCall]:
+        return [OpsCall(c.call_id, c.tool, c.tool_class, "queued", round(now - c.since, 3))
+                for calls in self._planned.get(session_id, {}).values()
+                for c in calls.values()]
 
     # -- OpsBackend -------------------------------------------------------------------
 
@@ -80,6 +118,7 @@ class DaemonOps:
 
     def ops_sessions(self) -> OpsSessionsResult:
         pending = self._daemon.permissions.pending_calls()
+        now = time.monotonic()
         out = []
         for session in self._daemon.sessions.all():
             agent = session.agent
@@ -91,6 +130,7 @@ class DaemonOps:
                         else state
                     calls.append(OpsCall(call_id, tool, cls.value, shown,  # type: ignore[arg-type]
                                          round(age, 3)))
+            calls += self._queued(session.session_id, now)
             waiting = current[2] if current else None
             out.append(OpsSession(
                 session.session_id, session.workspace,

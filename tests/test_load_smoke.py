@@ -49,10 +49,14 @@ def test_smoke_load_passes_and_reports_every_figure(tmp_path: pathlib.Path,
     assert a["sessions"] == cfg["sessions"] and a["ready"]
     assert a["outcomes"] == {"aborted": cfg["sessions"]}
     assert a["permission_requests"] == a["withdrawn"] > 0
-    assert {"Bash", "Grep", "Read", "Write"} <= set(a["codes"])
+    assert {"Bash", "Grep", "Read", "Write", "mcp__tools__wait_politely"} <= set(a["codes"])
+    assert a["codes"]["mcp__tools__wait_politely"] == {"ABORTED": a["roles"]["plugin"]}
+    assert a["plugin_cancelled"] == a["plugin_calls"] == a["roles"]["plugin"] > 0
+    assert a["plugin_servers_left"] == []
     assert b["stops"] == cfg["stops"]
     assert sum(b["outcomes"].values()) == cfg["stops"] and b["outcomes"].get("aborted", 0) > 0
     assert {"Bash", "Read", "Glob", "Write"} <= set(b["log_calls"])
+    assert b["write_targets"] > 0 and b["torn_writes"] == []
     assert len(b["samples"]) >= 2
     for sample in b["samples"]:
         assert sample["daemon_rss_mb"] and sample["host_rss_mb"]

@@ -12,7 +12,13 @@ Phase A
     - ``read-only`` (mode ``auto``): ``[Grep, Read, Bash, Write]``, the Grep (a
       catastrophic regular expression over a large file) running beside the Read;
     - ``permission`` (mode ``ask``): ``[Write, Bash, Grep, Read]``, the Write waiting in
-      a permission prompt the client never answers.
+      a permission prompt the client never answers;
+    - ``plugin`` (mode ``auto``, its own workspace and MCP server, the SDK test server of
+      ``tests/plugins``): ``[plugin wait, Write, Bash, Grep, Read]``, the plugin call
+      running in its server (which left its pid in a file), or queued in the host's
+      admission beyond its plugin slots, when the stop comes; the stop must cancel every
+      running one at its server (the server leaves a file saying so), and once the
+      session is closed its server must be gone.
 
     Once every call is provably in flight (``tool/call`` events, the trees' progress
     marker and their processes seen with psutil, the permission requests received), one
@@ -27,22 +33,26 @@ Phase B
     sessions (mode ``auto``); ``workers`` loops run in parallel, each going round its
     share of the sessions: ``agent.prompt``, a random (seeded) delay of
     0..``max_delay_ms``, ``agent.abort``. The scripts hold short calls (Read, Glob, Bash
-    ``true``, Write) and short model pauses, so stops land before a turn, in a stream, in
-    a call, and after the turn ended (answer ``idle``). Every abort and every prompt must
-    answer (each abort under ``trio.fail_after``); an ``aborted`` answer must match a
-    ``cancelled`` prompt of the same turn and an ``idle`` one a turn that ended by itself;
-    every transcript must balance and the session logs agree with the answers. Every
-    ``sample_every`` stops the daemon's and the host's RSS, descriptors and CPU time
-    (psutil) and, through the daemon's ops socket, the host's tombstones are sampled;
-    RSS growth over the phase must stay under ``rss_bound_mb``.
+    ``true``, Write of ``WRITE_BYTES``) and short model pauses, so stops land before a
+    turn, in a stream, in a call (a Write's body included), and after the turn ended
+    (answer ``idle``). Every file a Write targeted must hold, at the end, exactly what one
+    of its Writes meant to leave (a stopped Write never leaves a partial file). Every
+    abort and every prompt must answer (each abort under ``trio.fail_after``); an
+    ``aborted`` answer must match a ``cancelled`` prompt of the same turn and an ``idle``
+    one a turn that ended by itself; every transcript must balance and the session logs
+    agree with the answers. Every ``sample_every`` stops the daemon's and the host's RSS,
+    descriptors and CPU time (psutil) and, through the daemon's ops socket, the host's
+    tombstones are sampled; RSS growth over the phase must stay under ``rss_bound_mb``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import pathlib
 import random
 import statistics
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -58,7 +68,15 @@ from benchlib.stats import percentile
 from host.admission import DEFAULT_PER_CLASS
 from host.manager import HostConfig
 from protocol.errors import RemoteError
-from protocol.messages.client import AgentAbortResult, AgentPromptResult
+from protocol.messages.client import (
+    AgentAbortResult,
+    AgentPromptResult,
+    ScriptedProviderConfig,
+    SessionCloseParams,
+    SessionNewParams,
+    SessionNewResult,
+)
+from protocol.messages.common import McpServerConfig
 from protocol.messages.events import (
     DurableEvent,
     SessionMeta,
@@ -78,6 +96,8 @@ ABD = "ABORTED_BEFORE_DISPATCH"
 ABORTED = "ABORTED"
 PROCESS_SLOTS = DEFAULT_PER_CLASS[ToolClass.PROCESS]
 """Bash trees the host runs at once (its default admission limit); the rest queue."""
+PLUGIN_SLOTS = DEFAULT_PER_CLASS[ToolClass.PLUGIN]
+"""Plugin calls the host runs at once; the rest queue in its admission."""
 TOMBSTONE_CAPACITY = HostConfig().tombstone_capacity
 
 GREP_LINES = 40_000
@@ -93,8 +113,15 @@ GREP_SETTLE = 0.3
 """Seconds between "everything is in flight" and the stop: the Greps reach the host."""
 LEFTOVER_WAIT = 5.0
 MB = 1024 * 1024
+PLUGIN_SERVER = (pathlib.Path(__file__).resolve().parents[2] / "tests" / "plugins"
+                 / "servers" / "tools_server.py")
+"""The MCP SDK server of the plugin tests: ``wait_politely`` waits a minute, and a cancel
+ends it at once (it writes ``started-politely`` with its pid, then ``cancelled-politely``)."""
+PLUGIN_TOOL = "mcp__tools__wait_politely"
+WRITE_BYTES = 8 * 1024
+"""Phase B: the size of each Write (each is in a session's script, so kept small)."""
 
-ROLES = ("process", "read-only", "permission")
+ROLES = ("process", "read-only", "permission", "plugin")
 
 
 @dataclass(frozen=True)
@@ -194,6 +221,12 @@ class PhaseA:
     permission_requests: int = 0
     withdrawn: int = 0
     writes_ran: int = 0
+    plugin_calls: int = 0
+    """Plugin calls that reached their server (the rest were queued in the host)."""
+    plugin_cancelled: int = 0
+    """Plugin calls whose server saw the cancel (``cancelled-politely``)."""
+    plugin_servers_left: list[str] = field(default_factory=list)
+    """Plugin servers still alive once their sessions were closed."""
     survivors: list[str] = field(default_factory=list)
     survivors_later: list[str] = field(default_factory=list)
     unbalanced: list[str] = field(default_factory=list)
@@ -242,6 +275,9 @@ class PhaseB:
     unanswered_aborts: list[str] = field(default_factory=list)
     unanswered_prompts: list[str] = field(default_factory=list)
     inconsistent: list[str] = field(default_factory=list)
+    write_targets: int = 0
+    torn_writes: list[str] = field(default_factory=list)
+    """Write targets holding anything but one of their Writes' content, whole."""
     unbalanced: list[str] = field(default_factory=list)
     survivors: list[str] = field(default_factory=list)
     samples: list[MemSample] = field(default_factory=list)
@@ -405,8 +441,10 @@ def _phase_a_step(role: str, i: int) -> list[dict[str, Any]]:
     bash = _call("b", "Bash", command=TREE, timeoutMs=TREE_TIMEOUT_MS)
     grep = _call("g", "Grep", pattern=GREP_PATTERN, path="big.txt")
     write = _call("w", "Write", path=f"never-{i}.txt", content="must not be written")
+    plugin = _call("p", PLUGIN_TOOL)
     order = {"process": [bash, grep, write, read], "read-only": [grep, read, bash, write],
-             "permission": [write, bash, grep, read]}
+             "permission": [write, bash, grep, read],
+             "plugin": [plugin, write, bash, grep, read]}
     return order[role]
 
 
@@ -419,7 +457,7 @@ def _tree_started(session: Session) -> bool:
                                      if isinstance(e, ToolProgressEvent) and e.call_id == "b")
 
 
-def _expected_codes(role: str, tree_up: bool) -> dict[str, set[str]]:
+def _expected_codes(role: str, tree_up: bool, plugin_up: bool) -> dict[str, set[str]]:
     if role == "process":
         return {"b": {ABORTED} if tree_up else {ABORTED, ABD}, "g": {ABD}, "w": {ABD},
                 "r": {ABD}}
@@ -428,7 +466,45 @@ def _expected_codes(role: str, tree_up: bool) -> dict[str, set[str]]:
         # the body may have started, so a call still queued in the host is ABORTED too;
         # the Read beside the Grep may also have finished.
         return {"g": {ABORTED, ABD}, "r": {"ok", ABORTED}, "b": {ABD}, "w": {ABD}}
+    if role == "plugin":  # running in its server (it said so): the body was invoked
+        return {"p": {ABORTED} if plugin_up else {ABORTED, ABD}, "w": {ABD}, "b": {ABD},
+                "g": {ABD}, "r": {ABD}}
     return {"w": {ABD}, "b": {ABD}, "g": {ABD}, "r": {ABD}}
+
+
+async def _new_plugin_session(bench: Bench, workspace: pathlib.Path,
+                              script: list[list[dict[str, Any]]]) -> Session:
+    """A session with its own MCP server (the harness's sessions have none)."""
+    server = McpServerConfig("tools", sys.executable, (str(PLUGIN_SERVER),))
+    result: SessionNewResult = await bench.request("session.new", SessionNewParams(
+        str(workspace), "auto", ScriptedProviderConfig(script=script), (server,)))
+    return bench.sessions.setdefault(result.session_id, Session(result.session_id))
+
+
+def _server_pid(workspace: pathlib.Path) -> int | None:
+    try:
+        return int((workspace / "started-politely").read_text())
+    except (OSError, ValueError):
+        return None  # not started yet, or being written
+
+
+def _plugin_servers(bench: Bench) -> set[int]:
+    """The marked processes running ``PLUGIN_SERVER`` (every plugin session has one)."""
+    servers = set()
+    for member in bench.members():
+        try:
+            if str(PLUGIN_SERVER) in psutil.Process(member.pid).cmdline():
+                servers.add(member.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return servers
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 async def phase_a(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: PhaseA,
@@ -441,18 +517,38 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
     out.sessions = cfg.sessions
     out.roles = dict(Counter(roles))
     sessions: list[Session] = []
+    workspaces: list[pathlib.Path] = []  # each session's
     for i, role in enumerate(roles):
+        if role == "plugin":  # its own workspace: its server's files are its own
+            own = workspace / f"plugin-{i}"
+            own.mkdir()
+            sessions.append(await _new_plugin_session(bench, own, [_phase_a_step(role, i)]))
+            workspaces.append(own)
+            continue
         mode = "ask" if role == "permission" else "auto"
         sessions.append(await bench.new_session(workspace, [_phase_a_step(role, i)], mode=mode))
+        workspaces.append(workspace)
     by_role = {r: [s for s, role in zip(sessions, roles, strict=True) if role == r]
                for r in ROLES}
+    plugin_workspaces = [w for w, role in zip(workspaces, roles, strict=True)
+                         if role == "plugin"]
     want_trees = min(len(by_role["process"]), PROCESS_SLOTS)
+    want_plugins = min(len(plugin_workspaces), PLUGIN_SLOTS)
+
+    def missing() -> dict[str, int]:
+        """What is not in flight yet, by what it is."""
+        return {what: n for what, n in {
+            "Bash calls": sum(1 for s in by_role["process"] if not _has_call(s, "b")),
+            "trees": want_trees - sum(1 for s in by_role["process"] if _tree_started(s)),
+            "Grep calls": sum(1 for s in by_role["read-only"] if not _has_call(s, "g")),
+            "permission prompts": sum(1 for s in by_role["permission"]
+                                      if not s.permission_requests),
+            "plugin calls at their server": want_plugins - sum(
+                1 for w in plugin_workspaces if _server_pid(w) is not None),
+        }.items() if n > 0}
 
     def ready() -> bool:
-        return (all(_has_call(s, "b") for s in by_role["process"])
-                and sum(1 for s in by_role["process"] if _tree_started(s)) >= want_trees
-                and all(_has_call(s, "g") for s in by_role["read-only"])
-                and all(s.permission_requests for s in by_role["permission"]))
+        return not missing()
 
     prompts: dict[str, AgentPromptResult] = {}
     all_prompted = trio.Event()
@@ -495,8 +591,8 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
         for session in sessions:
             nursery.start_soon(prompt, session)
         try:
-            await bench.wait_for(ready, within=cfg.ready_timeout,
-                                 what="every call in flight")
+            await _poll_for(bench, ready, within=cfg.ready_timeout,
+                            what="every call in flight")
             trees = sum(1 for s in by_role["process"] if _tree_started(s))
             members = await bench.wait_members(
                 lambda m: sum(1 for p in m if p.name == "sleep" and p.status != "zombie")
@@ -504,7 +600,8 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
             out.ready = True
             out.tree_members = len(members)
         except TimeoutError as exc:
-            out.anomalies.append(f"not every call was in flight before the stop: {exc}")
+            out.anomalies.append(f"not every call was in flight before the stop: {exc}; "
+                                 f"missing {missing()}")
         out.ready_s = time.monotonic() - started
         out.trees_running = sum(1 for s in by_role["process"] if _tree_started(s))
         await trio.sleep(GREP_SETTLE)
@@ -521,16 +618,20 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
             release.set()
         if out.answered_at_ms:
             out.all_settled_ms = max(out.answered_at_ms)
-        survivors = await trio.to_thread.run_sync(bench.members)
+        # A plugin server lives as long as its session: not a survivor of the stop.
+        servers = await trio.to_thread.run_sync(_plugin_servers, bench)
+        survivors = [m for m in await trio.to_thread.run_sync(bench.members)
+                     if m.pid not in servers]
         out.survivors = [m.describe() for m in survivors]
         with trio.move_on_after(cfg.prompt_timeout):
             await all_prompted.wait()
         nursery.cancel_scope.cancel()
 
     if survivors:
-        later = await _wait_gone(bench)
+        later = [m for m in await _wait_gone(bench, servers) if m.pid not in servers]
         out.survivors_later = [m.describe() for m in later]
         kill_all(later)
+    await _close_plugin_sessions(bench, by_role["plugin"], plugin_workspaces, servers, out)
 
     out.unanswered_prompts = len(sessions) - len(prompts)
     for result in prompts.values():
@@ -546,9 +647,8 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
         pass  # counted below
     out.permission_requests = sum(len(s.permission_requests) for s in sessions)
     out.withdrawn = sum(len(s.withdrawn) for s in sessions)
-    out.writes_ran = sum(1 for i in range(cfg.sessions)
-                         if (workspace / f"never-{i}.txt").exists())
-    for session, role in zip(sessions, roles, strict=True):
+    out.writes_ran = sum(1 for i, w in enumerate(workspaces) if (w / f"never-{i}.txt").exists())
+    for session, role, own in zip(sessions, roles, workspaces, strict=True):
         answer = answers.get(session.session_id)
         for event in session.events:
             if isinstance(event, ToolAbortEvent):
@@ -559,7 +659,7 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
         if answer.outcome != "aborted":
             out.anomalies.append(f"{session.session_id} ({role}): outcome {answer.outcome!r}")
             continue
-        expected = _expected_codes(role, _tree_started(session))
+        expected = _expected_codes(role, _tree_started(session), _server_pid(own) is not None)
         got = {c.call_id: c.code or "ok" for c in answer.tool_calls}
         for aborted_call in answer.tool_calls:
             _bump(out.codes, aborted_call.tool, aborted_call.code or "ok")
@@ -580,16 +680,73 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
             out.unbalanced.append(f"{session.session_id}: {'; '.join(problems)}")
 
 
-async def _wait_gone(bench: Bench) -> list[Any]:
+async def _poll_for(bench: Bench, predicate: Callable[[], bool], within: float,
+                    what: str) -> None:
+    """Like ``bench.wait_for``, also for what no event announces (a plugin server's file)."""
+    try:
+        with trio.fail_after(within):
+            while not predicate():
+                with trio.move_on_after(0.05):
+                    await bench.changed.wait()
+    except trio.TooSlowError:
+        raise TimeoutError(f"waited {within:g} s for {what}") from None
+
+
+async def _close_plugin_sessions(bench: Bench, sessions: list[Session],
+                                 workspaces: list[pathlib.Path], servers: set[int],
+                                 out: PhaseA) -> None:
+    """Count the plugin calls cancelled at their server; close their sessions, after which
+    no server may be left."""
+    started = [w for w in workspaces if (w / "started-politely").exists()]
+    out.plugin_calls = len(started)
+    out.plugin_cancelled = sum(1 for w in started if (w / "cancelled-politely").exists())
+    for session in sessions:
+        try:
+            with trio.fail_after(LEFTOVER_WAIT):
+                await bench.request("session.close", SessionCloseParams(session.session_id))
+        except (trio.TooSlowError, RemoteError, ConnectionClosed) as exc:
+            out.anomalies.append(f"{session.session_id}: session.close failed: {exc!r}")
     deadline = time.monotonic() + LEFTOVER_WAIT
     while True:
-        left = await trio.to_thread.run_sync(bench.members)
+        left = sorted(p for p in servers if _alive(p))
+        if not left or time.monotonic() > deadline:
+            break
+        await trio.sleep(0.05)
+    out.plugin_servers_left = [str(pid) for pid in left]
+    for pid in left:
+        psutil.Process(pid).kill()
+
+
+async def _wait_gone(bench: Bench, ignore: set[int] | frozenset[int] = frozenset()
+                     ) -> list[Any]:
+    deadline = time.monotonic() + LEFTOVER_WAIT
+    while True:
+        left = [m for m in await trio.to_thread.run_sync(bench.members) if m.pid not in ignore]
         if not left or time.monotonic() > deadline:
             return left
         await trio.sleep(0.05)
 
 
 # -- phase B: stops interleaved with executions ------------------------------------------------
+
+
+def _write_content(n: int) -> str:
+    """What the Write of turn ``n`` leaves: ``WRITE_BYTES``, starting ``turn n``."""
+    return (f"turn {n}\n" * (WRITE_BYTES // 7 + 1))[:WRITE_BYTES]
+
+
+def torn_writes(workspace: pathlib.Path) -> tuple[int, list[str]]:
+    """(Write targets checked, those holding anything but what one of their Writes meant
+    to leave, whole: a Write is atomic even when a stop lands in its body)."""
+    torn = []
+    paths = sorted(workspace.glob("w*.txt"))
+    for path in paths:
+        text = path.read_text()
+        first = text.split("\n", 1)[0]
+        n = int(first[5:]) if first.startswith("turn ") and first[5:].isdigit() else -1
+        if n < 0 or path.name != f"w{n % 8}.txt" or text != _write_content(n):
+            torn.append(f"{path.name}: {len(text)} bytes starting {text[:20]!r}")
+    return len(paths), torn
 
 
 def _phase_b_script(rng: random.Random, turns: int) -> list[list[dict[str, Any]]]:
@@ -600,10 +757,10 @@ def _phase_b_script(rng: random.Random, turns: int) -> list[list[dict[str, Any]]
         lambda n: [_call("c0", "Read", path="small.txt"), _call("c1", "Glob", pattern="*.txt")],
         lambda n: [_call("c0", "Bash", command="true")],
         lambda n: [_call("c0", "Read", path="small.txt"), _call("c1", "Bash", command="true")],
-        lambda n: [_call("c0", "Write", path=f"w{n % 8}.txt", content=f"turn {n}\n"),
+        lambda n: [_call("c0", "Write", path=f"w{n % 8}.txt", content=_write_content(n)),
                    _call("c1", "Read", path="small.txt")],
         lambda n: [_call("c0", "Glob", pattern="*.txt"), _call("c1", "Read", path="small.txt"),
-                   _call("c2", "Write", path=f"w{n % 8}.txt", content=f"turn {n}\n"),
+                   _call("c2", "Write", path=f"w{n % 8}.txt", content=_write_content(n)),
                    _call("c3", "Bash", command="true")],
     ]
     script: list[list[dict[str, Any]]] = []
@@ -754,6 +911,10 @@ async def phase_b(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
     if ops is not None:
         stats = await ops.stats()
         out.ops_stats = {f: getattr(stats, f) for f in stats.__struct_fields__}
+    for j in range(count):
+        checked, torn = torn_writes(bench.workdir / f"ws-load-b{j}")
+        out.write_targets += checked
+        out.torn_writes += torn
     for lane in lanes:
         session = lane.session
         log = session_log(bench, session)
@@ -811,6 +972,14 @@ def judge(result: LoadResult) -> None:
                         and a.writes_ran == 0,
                         f"{a.withdrawn}/{a.permission_requests} withdrawn, "
                         f"{a.writes_ran} Writes ran"))
+    if a.roles.get("plugin", 0):
+        checks.append(Check("A: every plugin call cancelled at its server; every server gone "
+                            "with its session",
+                            a.plugin_cancelled == a.plugin_calls
+                            >= min(a.roles["plugin"], PLUGIN_SLOTS)
+                            and not a.plugin_servers_left,
+                            f"{a.plugin_cancelled}/{a.plugin_calls} cancelled, "
+                            f"{len(a.plugin_servers_left)} servers left"))
     checks.append(Check("A: no marked process right after the answers", not a.survivors,
                         f"{len(a.survivors)} ({a.tree_members} seen before the stop)"))
     checks.append(Check("A: every transcript balances", not a.unbalanced,
@@ -820,6 +989,7 @@ def judge(result: LoadResult) -> None:
         ok = (c.ready and c.outcomes.get("aborted", 0) == c.sessions
               and c.prompt_reasons.get("cancelled", 0) == c.sessions
               and c.withdrawn == c.permission_requests and not c.writes_ran
+              and c.plugin_cancelled == c.plugin_calls and not c.plugin_servers_left
               and not (c.anomalies or c.unbalanced or c.survivors))
         checks.append(Check("A without Grep: every call in flight, every stop `aborted` with "
                             "its codes, withdrawn, balanced, no survivor", ok,
@@ -835,6 +1005,12 @@ def judge(result: LoadResult) -> None:
                         "inconsistent with their abort"))
     checks.append(Check("B: every transcript balances and agrees with the answers",
                         not b.unbalanced, f"{len(b.unbalanced)} of {b.sessions} logs do not"))
+    write_codes = b.codes.get("Write", {})
+    checks.append(Check("B: every file a Write targeted holds one Write's content, whole",
+                        not b.torn_writes and b.write_targets > 0,
+                        f"{len(b.torn_writes)} of {b.write_targets} files otherwise; Writes "
+                        f"stopped: {write_codes.get(ABORTED, 0)} {ABORTED} (its body had started), "
+                        f"{write_codes.get(ABD, 0)} {ABD}"))
     checks.append(Check("B: no marked process after the last stop", not b.survivors,
                         f"{len(b.survivors)}"))
     d_growth, h_growth = _growth(b.samples, "daemon_rss_mb"), _growth(b.samples, "host_rss_mb")

@@ -35,12 +35,6 @@ def fuzz_seed() -> int:
     return int(text) if text else random.randrange(2**32)
 
 
-def tolerate_known_bugs() -> bool:
-    """QUIESCE_FUZZ_STRICT=1 also sends the inputs of the bugs listed in
-    ``tests/fuzz/test_known_bugs.py`` (and expects them handled right)."""
-    return os.environ.get("QUIESCE_FUZZ_STRICT") != "1"
-
-
 def draw_templates(strategy: st.SearchStrategy[list[Template]], *, examples: int,
                    seed_value: int) -> list[Template]:
     """Let hypothesis draw ``examples`` lists of messages; return them all."""
@@ -192,6 +186,14 @@ async def spawned(command: Sequence[str], env: Mapping[str, str],
                 if process.returncode is None:
                     process.kill()
                     await process.wait()
+
+
+async def stream_checked(peer: Peer, msgs: Sequence[Msg], rnd: random.Random) -> Report:
+    """Stream ``msgs``, wait for their answers, check them (the process must live on)."""
+    await peer.send_chunked([m.frame for m in msgs], rnd)
+    await peer.settle(sum(m.answer is not None for m in msgs), within=40)
+    peer.require_alive("while answering the stream")
+    return check(msgs, peer.received)
 
 
 def host_command() -> list[str]:

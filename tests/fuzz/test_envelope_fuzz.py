@@ -22,8 +22,8 @@ from protocol.framing import Frame, FrameDecoder, FrameTooLarge
 from protocol.methods import CLIENT_TO_RUNTIME, DIRECTIONS, RUNTIME_TO_HOST
 from tests.fuzz import wire
 
-CLIENT = wire.Link(tuple(wire.client_methods(tolerate=True)), max_frame=16384)
-HOST = wire.Link(tuple(wire.host_methods(session_id="s-fuzz", tolerate=True)),
+CLIENT = wire.Link(tuple(wire.client_methods()), max_frame=16384)
+HOST = wire.Link(tuple(wire.host_methods(session_id="s-fuzz")),
                  max_frame=16384)
 SYNTAX = {wire.PARSE, wire.INVALID_REQUEST, wire.METHOD_NOT_FOUND, wire.INVALID_PARAMS}
 FUZZ = settings(max_examples=12, deadline=None, database=None,

@@ -1,6 +1,7 @@
 """Fuzz the host (``python -m host``) on its raw pipes, as a broken runtime would drive it:
 tens of thousands of bad, odd and valid frames over one host process; every request gets
-the right answer, the host stays up, memory and tombstones stay bounded, and a real tool
+the right answer (before ``initialize``, only ``initialize`` is served), the host stays
+up, memory stays bounded (and stops growing), tombstones stay bounded, and a real tool
 call afterwards still works.
 
 Hypothesis draws the messages (``tests/fuzz/wire.py``); each is streamed several times
@@ -25,14 +26,17 @@ from tests.fuzz.stream import (
     log_errors,
     require_clean,
     spawned,
+    stream_checked,
     summary,
-    tolerate_known_bugs,
 )
 
 SESSION = "s-fuzz"
 EXAMPLES = 30  # hypothesis examples, each one message of every kind: ~1,250 drawn
-REPEATS = 16  # each streamed this many times, re-laid-out: ~20,000 frames
-RSS_GROWTH_LIMIT = 50 * 2**20
+FRAMES = 21_000  # streamed after the handshake: the drawn messages, re-laid-out
+MIN_FRAMES = 20_000
+PRE_TEMPLATES = 200  # of them, streamed before the handshake as well
+RSS_GROWTH_LIMIT = 16 * 2**20  # over the whole stream (the peak: twice that)
+RSS_PLATEAU_LIMIT = 4 * 2**20  # over its second half: memory stops growing
 TOMBSTONE_CAPACITY = 10_000  # HostConfig's default
 
 
@@ -42,16 +46,27 @@ async def test_fuzz_host(marked: Marked, tmp_path: pathlib.Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
     (workspace / "notes.txt").write_text("alpha\nbeta\ngamma\n")
-    link = wire.Link(tuple(wire.host_methods(session_id=SESSION,
-                                             tolerate=tolerate_known_bugs())),
+    link = wire.Link(tuple(wire.host_methods(session_id=SESSION)),
                      max_frame=DEFAULT_MAX_FRAME_SIZE)
     templates = draw_templates(wire.messages(link), examples=EXAMPLES,
                                seed_value=seed_value)
     ids = wire.Ids()
     where = f"(QUIESCE_FUZZ_SEED={seed_value}; host log {tmp_path / 'host.log'})"
 
-    with trio.fail_after(60):
+    with trio.fail_after(90):
         async with spawned(host_command(), marked.env(), str(tmp_path / "host.log")) as host:
+            # Out of order: everything before the handshake (no successful initialize).
+            early = [t for t in templates if not t.initializes][:PRE_TEMPLATES]
+            pre = wire.instantiate(early, ids, wire.PRE)
+            await host.send_chunked([m.frame for m in pre], rnd)
+            await host.settle(sum(m.answer is not None for m in pre), within=20)
+            host.require_alive("before the handshake")
+            pre_report = check(pre, host.received)
+            require_clean(pre_report, where)
+            assert pre_report.codes[wire.NOT_INITIALIZED] > 0, pre_report.codes
+            assert not host.from_peer, host.from_peer[:3]
+            host.received.clear()
+
             answer = await host.call({"jsonrpc": "2.0", "id": "hello", "method": "initialize",
                                       "params": {"protocolVersion": "1.0"}})
             assert answer["result"]["protocolVersion"] == "1.0"
@@ -65,7 +80,7 @@ async def test_fuzz_host(marked: Marked, tmp_path: pathlib.Path) -> None:
             samples_from = len(host.rss)
 
             msgs: list[wire.Msg] = []
-            for _ in range(REPEATS):
+            while len(msgs) < FRAMES:
                 order = list(templates)
                 rnd.shuffle(order)
                 msgs += wire.instantiate(order, ids, wire.READY, rnd)
@@ -81,20 +96,27 @@ async def test_fuzz_host(marked: Marked, tmp_path: pathlib.Path) -> None:
                 frame = wire.exact_size_request("tools.abort", abort, "reason", size, rid)
                 msgs.insert(rnd.randrange(len(msgs)),
                             wire.Msg(frame, wire.Answer(answer_id, codes), f"{rid} frame"))
+            # In two halves, each answered in full: memory after the first is the plateau.
+            half = len(msgs) // 2
             started = trio.current_time()
-            await host.send_chunked([m.frame for m in msgs], rnd)
-            await host.settle(sum(m.answer is not None for m in msgs), within=40)
+            first = await stream_checked(host, msgs[:half], rnd)
+            require_clean(first, where)
+            host.received.clear()
+            middle_rss = host.rss_now()
+            second = await stream_checked(host, msgs[half:], rnd)
             seconds = trio.current_time() - started
-            host.require_alive("while answering the stream")
-            report = check(msgs, host.received)
             rss = host.rss[samples_from:]
-            print(summary("host", report, rss, baseline, seconds), where)
-            require_clean(report, where)
+            print(summary(f"host (second half; the first: {first.sent} frames, RSS "
+                          f"{middle_rss / 2**20:.1f} MiB after it)", second, rss, baseline,
+                          seconds), where)
+            require_clean(second, where)
             assert not host.undecodable, host.undecodable[:3]
             # It may report tool output; it must never ask (auto mode) or send anything else.
             assert {m.get("method") for m in host.from_peer} <= {"tools.output"}, \
                 host.from_peer[:3]
-            assert report.expected_answers > 10_000
+            assert first.sent + second.sent >= MIN_FRAMES, (len(pre), first.sent, second.sent)
+            assert first.expected_answers + second.expected_answers > 15_000
+            assert first.codes[wire.OK] + second.codes[wire.OK] > 1_000  # valid ones served
 
             # Bounded: nothing left in flight or queued, tombstones within capacity.
             stats = (await host.call({"jsonrpc": "2.0", "id": "stats",
@@ -105,6 +127,7 @@ async def test_fuzz_host(marked: Marked, tmp_path: pathlib.Path) -> None:
             end_rss = host.rss_now()
             assert end_rss - baseline < RSS_GROWTH_LIMIT, (baseline, end_rss, where)
             assert max(rss, default=0) - baseline < 2 * RSS_GROWTH_LIMIT, (baseline, rss, where)
+            assert end_rss - middle_rss < RSS_PLATEAU_LIMIT, (middle_rss, end_rss, where)
 
             # Still serving, and correctly: a real Read in the session.
             assert host.process.returncode is None

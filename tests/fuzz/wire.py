@@ -267,20 +267,14 @@ versions = st.one_of(
     st.from_regex(r"\A[0-9]{1,3}(\.[0-9]{0,3})?\Z"),
     texts,
 )
-# Non-ASCII characters str.isdigit() accepts but int() refuses (superscripts, circled).
-VERSION_KNOWN_BUG = re.compile(r"[²³¹⁰-⁹₀-₉①-⑨]")
 peers = st.one_of(st.none(), st.fixed_dictionaries({"name": strings}),
                   st.fixed_dictionaries({"name": strings, "version": strings}))
 
 
-def initialize_method(tolerate: bool) -> Method:
-    version_strategy = versions
-    if tolerate:
-        version_strategy = versions.filter(lambda v: not VERSION_KNOWN_BUG.search(v))
-
+def initialize_method() -> Method:
     @st.composite
     def valid(draw: st.DrawFn) -> tuple[dict[str, Any] | None, dict[str, frozenset[int]]]:
-        params: dict[str, Any] = {"protocolVersion": draw(version_strategy)}
+        params: dict[str, Any] = {"protocolVersion": draw(versions)}
         peer = draw(peers)
         if peer is not None or draw(st.booleans()):
             params["clientInfo"] = peer
@@ -314,9 +308,11 @@ tool_names = st.one_of(
 )
 
 
-def client_methods(*, tolerate: bool) -> list[Method]:
-    """client → runtime, against a daemon with no session of its own."""
+def client_methods(*, live_session: str | None = None) -> list[Method]:
+    """client → runtime. ``live_session``: a session the daemon has loaded (mode auto),
+    which prompts, aborts and tool runs also name, so they do real work."""
     nf = _codes(NOT_INITIALIZED, NOT_FOUND)
+    ok = _codes(NOT_INITIALIZED, OK)
 
     def with_codes(params: st.SearchStrategy[dict[str, Any]],
                    codes: dict[str, frozenset[int]]) -> st.SearchStrategy[Any]:
@@ -327,8 +323,6 @@ def client_methods(*, tolerate: bool) -> list[Method]:
         codes = {NOT_FOUND}
         if not well_formed:
             codes = {INVALID_PARAMS}
-            if tolerate and re.match(r"\As-[0-9a-f]{12}\n\Z", p["sessionId"]):
-                codes.add(NOT_FOUND)  # re.match "$" takes a trailing newline (reported)
         return p, _codes(NOT_INITIALIZED, frozenset(codes))
 
     workspaces = st.one_of(
@@ -341,23 +335,44 @@ def client_methods(*, tolerate: bool) -> list[Method]:
         st.fixed_dictionaries({"kind": st.just("hook"), "reason": st.one_of(st.none(),
                                                                           strings)}),
     )
+    def live_or_not(unknown: st.SearchStrategy[dict[str, Any]],
+                    live: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[Any]:
+        """Requests naming no session (NOT_FOUND) and, half of the time, the live one (OK,
+        unless its cause is a hook's without a reason)."""
+        if live_session is None:
+            return with_codes(unknown, nf)
+
+        def live_codes(p: dict[str, Any]) -> tuple[dict[str, Any], dict[str, frozenset[int]]]:
+            cause = p.get("cause") or {}
+            if cause.get("kind") == "hook" and not cause.get("reason"):
+                return p, _codes(NOT_INITIALIZED, INVALID_PARAMS)
+            return p, ok
+
+        return st.one_of(with_codes(unknown, nf), live.map(live_codes))
+
+    known = st.just(live_session) if live_session is not None else st.nothing()
+    abort_options = {"cause": causes, "keepInbox": st.booleans()}
     return [
         empty_method("session.list", pre=NOT_INITIALIZED),
+        # Never the live session: loading it again replays its whole log to the client.
         Method("session.load", (Field("sessionId", "str", True),),
                st.fixed_dictionaries({"sessionId": session_ids}).map(load_codes)),
         Method("agent.prompt", (Field("sessionId", "str", True), Field("text", "str", True)),
-               with_codes(st.fixed_dictionaries({"sessionId": session_ids, "text": strings}),
-                          nf)),
+               live_or_not(st.fixed_dictionaries({"sessionId": session_ids, "text": strings}),
+                           st.fixed_dictionaries({"sessionId": known, "text": strings}))),
         Method("agent.abort", (Field("sessionId", "str", True), Field("cause", "cause", False),
                                Field("keepInbox", "bool", False)),
-               with_codes(st.fixed_dictionaries(
-                   {"sessionId": session_ids},
-                   optional={"cause": causes, "keepInbox": st.booleans()}), nf)),
+               live_or_not(st.fixed_dictionaries({"sessionId": session_ids},
+                                                 optional=abort_options),
+                           st.fixed_dictionaries({"sessionId": known},
+                                                 optional=abort_options))),
         Method("debug.runTool", (Field("sessionId", "str", True), Field("tool", "str", True),
                                  Field("args", "dict", True)),
-               with_codes(st.fixed_dictionaries(
+               live_or_not(st.fixed_dictionaries(
                    {"sessionId": session_ids, "tool": tool_names,
-                    "args": st.dictionaries(texts, json_values, max_size=3)}), nf)),
+                    "args": st.dictionaries(texts, json_values, max_size=3)}),
+                   st.tuples(known, known_tool_args).map(
+                       lambda t: {"sessionId": t[0], "tool": t[1][0], "args": t[1][1]}))),
         Method("session.new", (Field("workspace", "str", True),
                                Field("permissionMode", "enum", False,
                                      ("ask", "accept-edits", "auto")),
@@ -368,26 +383,30 @@ def client_methods(*, tolerate: bool) -> list[Method]:
                              "provider": st.none()}),
                    _codes(NOT_INITIALIZED, INVALID_PARAMS))),
         empty_method("shutdown", valid=False),
-        initialize_method(tolerate),
+        initialize_method(),
     ]
 
 
-def host_methods(*, session_id: str, tolerate: bool) -> list[Method]:
-    """runtime → host, against a host with one open session ``session_id`` (mode auto)."""
-    ok = _codes(OK, OK)
-    safe = st.text(st.sampled_from("abcxyz.*?[]!-_é"), max_size=8)
-    known_tool_args = st.one_of(
-        st.tuples(st.just("Read"), st.fixed_dictionaries(
-            {"path": st.one_of(st.sampled_from(["notes.txt", "missing.txt", ".", "../x",
-                                                "/etc/passwd", "a\u0000b"]), strings)},
-            optional={"offset": st.integers(0, 5), "limit": st.integers(1, 5)})),
-        st.tuples(st.just("Glob"), st.fixed_dictionaries({"pattern": safe})),
-        st.tuples(st.just("Grep"), st.fixed_dictionaries(
-            {"pattern": safe}, optional={"ignoreCase": st.booleans()})),
-        # Any tool, with an argument no tool has: refused before anything runs.
-        st.tuples(tool_names, st.dictionaries(texts, json_values, max_size=2).map(
-            lambda a: {**a, "zzBogusArgument": 1})),
-    )
+_safe = st.text(st.sampled_from("abcxyz.*?[]!-_é"), max_size=8)
+known_tool_args = st.one_of(
+    st.tuples(st.just("Read"), st.fixed_dictionaries(
+        {"path": st.one_of(st.sampled_from(["notes.txt", "missing.txt", ".", "../x",
+                                            "/etc/passwd", "a\u0000b"]), strings)},
+        optional={"offset": st.integers(0, 5), "limit": st.integers(1, 5)})),
+    st.tuples(st.just("Glob"), st.fixed_dictionaries({"pattern": _safe})),
+    st.tuples(st.just("Grep"), st.fixed_dictionaries(
+        {"pattern": _safe}, optional={"ignoreCase": st.booleans()})),
+    # Any tool, with an argument no tool has: refused before anything runs.
+    st.tuples(tool_names, st.dictionaries(texts, json_values, max_size=2).map(
+        lambda a: {**a, "zzBogusArgument": 1})),
+)
+"""(tool, args) of calls that are harmless to run in a workspace (read-only, or refused)."""
+
+
+def host_methods(*, session_id: str) -> list[Method]:
+    """runtime → host, against a host with one open session ``session_id`` (mode auto);
+    before a successful ``initialize`` the host serves nothing but ``initialize``."""
+    ok = _codes(NOT_INITIALIZED, OK)
     unknown_session = session_ids.filter(lambda s: s != session_id)
     execute = st.one_of(
         st.tuples(st.just(session_id), known_tool_args),
@@ -413,19 +432,20 @@ def host_methods(*, session_id: str, tolerate: bool) -> list[Method]:
                                Field("reason", "opt_str", False)),
                abort.map(lambda p: (p, ok))),
         # Valid session.opens are the test's own (an accepted one is kept for good); the
-        # fuzz sends only ones naming no usable directory (a NUL), and only when strict.
+        # fuzz sends only ones naming no usable directory (a NUL).
         Method("session.open", (Field("sessionId", "str", True),
                                 Field("workspace", "str", True),
                                 Field("permissionMode", "enum", False,
                                       ("ask", "accept-edits", "auto"))),
-               None if tolerate else st.fixed_dictionaries(
+               st.fixed_dictionaries(
                    {"sessionId": session_ids,
                     "workspace": st.tuples(strings, strings).map(lambda t: "\x00".join(t))},
                    optional={"permissionMode": st.sampled_from(["ask", "accept-edits", "auto"])},
-               ).map(lambda p: (p, _codes(INVALID_PARAMS, INVALID_PARAMS)))),
-        empty_method("host.stats"),
+               ).map(lambda p: (p, _codes(frozenset({NOT_INITIALIZED, INVALID_PARAMS}),
+                                          INVALID_PARAMS)))),
+        empty_method("host.stats", pre=NOT_INITIALIZED),
         empty_method("shutdown", valid=False),
-        initialize_method(tolerate),
+        initialize_method(),
     ]
 
 
