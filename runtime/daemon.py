@@ -8,6 +8,7 @@ host and ends the daemon with exit status 0.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import pathlib
@@ -272,6 +273,7 @@ class Daemon:
             return
         self._running.add(session.session_id)
         session.agent.stuck_after = self.stuck_after
+        session.agent.on_step = functools.partial(self.ops.plan_step, session.session_id)
         self._nursery.start_soon(self._serve_agent, session)
 
     async def _serve_agent(self, session: Session) -> None:

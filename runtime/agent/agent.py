@@ -39,7 +39,7 @@ from runtime.agent.history import ModelHistory
 from runtime.agent.journal import Journal
 from runtime.agent.phase import PhaseEvent, PhaseKind, PhaseMachine
 from runtime.agent.task import CHILD_SEPARATOR, TaskTool
-from runtime.agent.turn import Turn, TurnConfig, TurnEnding, wire_cause
+from runtime.agent.turn import StepListener, Turn, TurnConfig, TurnEnding, wire_cause
 from runtime.providers.base import Provider
 from runtime.registry import (
     AbortController,
@@ -94,6 +94,7 @@ class Agent:
         self._routes: list[Callable[[ToolsOutputParams], bool]] = []
         self._history = ModelHistory(journal.by_turn, journal.turn_order, CHILD_SEPARATOR)
         self.stuck_after = DEFAULT_STUCK_AFTER
+        self.on_step: StepListener | None = None  # told each step's calls (the ops view)
         self.turns = 0
 
     # -- prompts ----------------------------------------------------------------------
@@ -131,7 +132,7 @@ class Agent:
         turn = Turn(turn_id=slot.turn_id, prompt=slot.prompt.text, journal=self.journal,
                     provider=self._provider, registry=registry,
                     definitions=[*definitions, task], config=self._config,
-                    history=self._history)
+                    history=self._history, on_step=self.on_step)
         durable: TurnEnd | None = None
         with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
             try:
@@ -200,7 +201,7 @@ class Agent:
         try:
             turn = Turn(turn_id=turn_id, prompt=prompt, journal=self.journal,
                         provider=self._provider, registry=registry, definitions=definitions,
-                        config=self._config, history=self._history)
+                        config=self._config, history=self._history, on_step=self.on_step)
             ending, _ = await self._run_to_end(turn, controller.signal)
         finally:
             self._routes.remove(route)

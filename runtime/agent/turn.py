@@ -10,6 +10,7 @@ its half-streamed tool calls are dropped.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -60,6 +61,10 @@ SYSTEM_PROMPT = ("You are a coding agent. Tools run in the user's workspace thro
 
 
 DEFAULT_MAX_STEPS = 16
+
+
+StepListener = Callable[[str, Sequence[tuple[str, str, str]]], None]
+"""Told a step's calls (turn id; call id, tool, class of each) before any of them starts."""
 
 
 @dataclass(frozen=True)
@@ -134,8 +139,10 @@ class _StepRecorder:
 class Turn:
     def __init__(self, *, turn_id: str, prompt: str, journal: Journal, provider: Provider,
                  registry: ToolRegistry, definitions: list[ToolDefinition[Any]],
-                 config: TurnConfig, history: ModelHistory) -> None:
+                 config: TurnConfig, history: ModelHistory,
+                 on_step: StepListener | None = None) -> None:
         self.turn_id = turn_id
+        self._on_step = on_step
         self._history = history
         self._prompt = prompt
         self._journal = journal
@@ -160,6 +167,9 @@ class Turn:
                 if not assembler.tool_calls:
                     return self._ending(signal)
                 calls = [ToolCallRequest(c.call_id, c.name, c.args) for c in assembler.tool_calls]
+                if self._on_step is not None:
+                    self._on_step(turn_id, [(c.call_id, c.tool, self._class_of(c.tool))
+                                            for c in calls])
                 results = await run_tool_calls(
                     calls, registry=self._registry, signal=signal,
                     recorder=_StepRecorder(self._journal, self._registry, turn_id, step),
@@ -185,6 +195,10 @@ class Turn:
         if unsent:
             error += f"; never sent: {', '.join(unsent)}"
         return TurnEnding(TurnOutcome("error", error=error), "error")
+
+    def _class_of(self, tool: str) -> str:
+        definition = self._registry.definition(tool)
+        return definition.tool_class.value if definition is not None else "unknown"
 
     def _ending(self, signal: AbortSignal) -> TurnEnding:
         # The last checkpoint: a stop that came while the step finished still wins.

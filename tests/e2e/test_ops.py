@@ -307,3 +307,27 @@ async def ops_text(marked: Marked, *args: str) -> str:
                                       capture_stderr=True, check=False)
     assert done.returncode == 0, done.stderr.decode()
     return done.stdout.decode()
+async def test_a_call_the_scheduler_holds_back_is_queued(tmp_path: pathlib.Path,
+                                                         marked: Marked) -> None:
+    # Bash is a barrier: the Write after it waits in the scheduler, listed `queued`; the
+    # operator's stop ends it before dispatch.
+    script = [[call("b1", "Bash", command="echo busy; sleep 60"),
+               call("w1", "Write", path="never.txt", content="x")]]
+    async with agent_daemon(marked) as agent:
+        session_id = await agent.new_session(tmp_path, script)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "go")
+            await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
+            code, show = await ops(marked, "show", session_id)
+            calls = find_key(show, "calls")
+            assert isinstance(calls, list), show
+            states = {c["callId"]: (c["class"], c.get("state", "running")) for c in calls}
+            assert states == {"b1": ("process", "running"), "w1": ("mutating", "queued")}, show
+            code, aborted = await ops(marked, "abort", session_id)
+            assert code == 0, aborted
+        turn_id = find_key(aborted, "turnId")
+        assert isinstance(turn_id, str), aborted
+        assert agent.results(turn_id)["w1"].code == "ABORTED_BEFORE_DISPATCH"
+        code, show = await ops(marked, "show", session_id)
+        assert not find_key(show, "calls"), show
+        assert not (tmp_path / "never.txt").exists()
