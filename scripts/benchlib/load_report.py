@@ -14,23 +14,27 @@ scripted provider. **Phase A**: each session's one step holds a call of every ho
 (Bash, Grep, Write, Read); the scheduler runs an exclusive call (Bash, Write) alone, so each
 session puts one call first, by role: a Bash tree (`{tree}`; the host runs {slots} at once,
 the others wait in its admission queue), a Grep of `(a|aa)*c` over 40,000 lines of 16 'a'
-(GIL-holding backtracking in a host worker thread) with a Read beside it, or a Write
-waiting in a permission prompt (mode `ask`) that the client never answers; the calls after
-it are never dispatched. Once every call is provably in flight (its `tool/call`, the
-trees' progress marker and their processes seen with psutil, the permission requests
-received; then 0.3 s), one `agent.abort` per session is released at once. A round trip is
-timed from sending each `agent.abort` to its answer; "answered after release" from
-releasing them all. **Phase B**: the stops are spread evenly over the phase's sessions;
-a few loops run in parallel, each going round its share of the sessions: `agent.prompt`, a
-seeded random delay, `agent.abort`. The scripts alternate a step of short calls (Read, Glob,
-Bash `true`, Write, in five mixes, half of them after a 1-10 ms model pause) and a text
-step (sometimes with a pause mid-text), so a stop lands before a turn, in a stream, in a
-call or after the turn (then it answers `idle`). Memory, descriptors and CPU time are
-psutil's, of the daemon and of the host; tombstones and calls in flight come from the host
-through the daemon's `ops.stats`. Transcripts are read back from the session logs
-(`runtime.sessionlog.read_log`); a process "survives" if it carries the run's environment
-marker and is neither daemon nor host. The machine is shared and noisy: compare medians,
-not absolute figures across runs."""
+(GIL-holding backtracking in a host worker thread) with a Read beside it, or a Write waiting
+in a permission prompt (mode `ask`) that the client never answers, or a plugin call (each
+such session has its own MCP SDK server, `tests/plugins/servers/tools_server.py`, tool
+`wait_politely`; the host runs 16 plugin calls at once, the others wait in admission); the
+calls after it are never dispatched. Every plugin call that reached its server must be
+cancelled there, and no server may outlive its session's `session.close`. Once every call is
+provably in flight (its `tool/call`, the trees' progress marker and their processes seen
+with psutil, the permission requests received; then 0.3 s), one `agent.abort` per session is
+released at once. A round trip is timed from sending each `agent.abort` to its answer;
+"answered after release" from releasing them all. **Phase B**: the stops are spread evenly
+over the phase's sessions; a few loops run in parallel, each going round its share of the
+sessions: `agent.prompt`, a seeded random delay, `agent.abort`. The scripts alternate a step
+of short calls (Read, Glob, Bash `true`, Write of 8 KiB, in five mixes, half of them after a
+1-10 ms model pause) and a text step (sometimes with a pause mid-text), so a stop lands
+before a turn, in a stream, in a call or after the turn (then it answers `idle`); every
+Write target must then hold, whole, the content of one of its Writes. Memory, descriptors
+and CPU time are psutil's, of the daemon and of the host; tombstones and calls in flight
+come from the host through the daemon's `ops.stats`. Transcripts are read back from the
+session logs (`runtime.sessionlog.read_log`); a process "survives" if it carries the run's
+environment marker and is neither daemon nor host. The machine is shared and noisy: compare
+medians, not absolute figures across runs."""
 
 
 def _table(rows: list[tuple[str, list[float]]]) -> list[str]:

@@ -1,6 +1,6 @@
 """Regressions for bugs the fuzz found outside ``protocol/`` (now fixed).
 
-The bulk fuzz keeps clear of these inputs unless QUIESCE_FUZZ_STRICT=1.
+The bulk fuzz (``tests/fuzz/stream.py``) sends these inputs too, every run.
 """
 
 from __future__ import annotations
