@@ -13,7 +13,7 @@ import itertools
 import logging
 import pathlib
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -39,29 +39,26 @@ from protocol.messages.client import (
     SessionNewResult,
 )
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
-from protocol.messages.events import AnnouncedEvent, ToolAbortEvent, ToolProgressEvent
+from protocol.messages.events import AnnouncedEvent
 from protocol.messages.host import (
     PluginsListParams,
     PluginsListResult,
     SessionCloseHostParams,
     SessionOpenParams,
-    ToolsAbortResult,
     ToolsExecuteParams,
     ToolsOutputParams,
 )
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.tools import ToolResult
 from protocol.version import PROTOCOL_VERSION, check_compatible
-from runtime.agent.agent import DEFAULT_STUCK_AFTER, ToolsFactory
-from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE, HostTools
-from runtime.agent.task import CHILD_SEPARATOR
+from runtime.agent.agent import DEFAULT_STUCK_AFTER
+from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE
 from runtime.agent.turn import TurnConfig
 from runtime.causes import from_wire
 from runtime.daemon_ops import DaemonOps
 from runtime.host_supervisor import (
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_PING_INTERVAL,
-    HostLease,
     HostSupervisor,
 )
 from runtime.ops.rundir import UnsafeRunDir
@@ -70,8 +67,9 @@ from runtime.permission_relay import PermissionRelay
 from runtime.popen_process import PopenProcess
 from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, make_provider
-from runtime.registry import DisposedCause, ToolRegistry
+from runtime.registry import DisposedCause
 from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent
+from runtime.session_tools import SessionTools
 from runtime.sessionlog import default_data_dir
 from runtime.sessions import Session, SessionStore
 
@@ -104,7 +102,6 @@ class Daemon:
         self.max_frame_size = max_frame_size
         self.data_dir = data_dir or default_data_dir()
         self.default_provider = default_provider
-        self.process_grace = process_grace
         config = turn_config or TurnConfig()
         if max_steps is not None:
             config = dataclasses.replace(config, max_steps=max_steps)
@@ -118,7 +115,8 @@ class Daemon:
             ping_interval=ping_interval, liveness_timeout=liveness_timeout,
             first_host=first_host,
         )
-        self.ops = DaemonOps(self)
+        self.tools = SessionTools(self.sessions, self.host, process_grace=process_grace)
+        self.ops = self.tools.ops = DaemonOps(self)
         self.ops_server = OpsServer(self.ops, data_dir=self.data_dir)
         self._client: Endpoint | None = None
         self._initialized = False
@@ -127,9 +125,6 @@ class Daemon:
         self._nursery: trio.Nursery | None = None
         self._running: set[str] = set()  # sessions whose agent task runs
         self._agent_scopes: dict[str, trio.CancelScope] = {}  # cancelled by session.close
-        # Each session's current top-level turn and its hold on a host, which the turn's
-        # subagents share: nothing of a turn reaches a host started after its own died.
-        self._leases: dict[str, tuple[str, HostLease]] = {}
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -151,7 +146,7 @@ class Daemon:
                           max_frame_size=self.max_frame_size)
         self._client = self.permissions.client = client
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
+            self._nursery = self.tools.background = nursery
             # In the outer nursery: it must not hold the client's drain open.
             nursery.start_soon(self._shutdown_on_signal)
             await nursery.start(self.host.run)
@@ -220,44 +215,7 @@ class Daemon:
             self._client.notify("session.event", SessionEventParams(session_id, event))
 
     def _on_tool_output(self, params: ToolsOutputParams) -> None:
-        session_id = params.session_id
-        try:
-            session = self.sessions.get(session_id)
-        except RpcError:
-            return
-        if not session.agent.on_output(params):
-            log.debug("dropped output of %s (no longer listened to)", params.call_id)
-
-    def _tools_factory(self, session_id: str) -> ToolsFactory:
-        def make(turn_id: str) -> tuple[ToolRegistry, list[Any],
-                                        Callable[[ToolsOutputParams], bool]]:
-            journal = self.sessions.get(session_id).agent.journal
-
-            def on_progress(call_id: str, stream: str, text: str) -> None:
-                journal.announce(lambda seq: ToolProgressEvent(seq, turn_id, call_id, stream,
-                                                               text))
-
-            def on_abort(call_id: str, tool: str, answer: ToolsAbortResult) -> None:
-                journal.announce(lambda seq: ToolAbortEvent(seq, turn_id, call_id, tool,
-                                                            answer.state, answer.body_invoked))
-
-            tools = HostTools(self._lease(session_id, turn_id), session_id, turn_id,
-                              on_progress=on_progress,
-                              on_abort=on_abort, process_grace=self.process_grace,
-                              background=self._nursery,
-                              plugin_tools=self.sessions.get(session_id).plugin_tools)
-            definitions = tools.definitions()
-            self.ops.track_tools(session_id, turn_id, tools)
-            return ToolRegistry(definitions), definitions, tools.on_output
-
-        return make
-
-    def _lease(self, session_id: str, turn_id: str) -> HostLease:
-        top = turn_id.split(CHILD_SEPARATOR, 1)[0]
-        held = self._leases.get(session_id)
-        if held is None or held[0] != top:
-            held = self._leases[session_id] = (top, self.host.lease())
-        return held[1]
+        self.tools.on_tool_output(params)  # (the host's handlers are made before the tools)
 
     def _provider(self, config: ProviderConfig | None
                   ) -> tuple[ProviderConfig | None, Provider]:
@@ -310,7 +268,7 @@ class Daemon:
         except PluginConfigError as exc:
             raise RpcError(ErrorCode.INVALID_PARAMS, str(exc)) from exc
         session = self.sessions.create(params.workspace, params.permission_mode, config,
-                                       provider, self._announce, self._tools_factory,
+                                       provider, self._announce, self.tools.factory,
                                        params.mcp_servers)
         try:
             await self.host.open_session(self._open_params(session))
@@ -363,7 +321,7 @@ class Daemon:
         async with self.sessions.lock(params.session_id):
             loaded = await self.sessions.load(params.session_id, provider=provider,
                                               announce=self._announce,
-                                              tools=self._tools_factory)
+                                              tools=self.tools.factory)
             session = loaded.session
             if session.session_id not in self._running:
                 # The agent runs before the host hears of the session: if the host refuses
@@ -392,7 +350,7 @@ class Daemon:
                 if scope is not None:
                     scope.cancel()
                 self._running.discard(session.session_id)
-                self._leases.pop(session.session_id, None)
+                self.tools.forget(session.session_id)
                 session.agent.journal.close()
                 self.sessions.remove(session.session_id)
                 self.ops.forget_session(session.session_id)

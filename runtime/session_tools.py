@@ -1,0 +1,86 @@
+"""Each session's host tools, made per turn: the registry a turn runs its calls through,
+their progress and abort events in the session's journal, the turn's hold on a host, and
+the host's tool output routed back to the agent listening for it."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from protocol.errors import RpcError
+from protocol.messages.events import ToolAbortEvent, ToolProgressEvent
+from protocol.messages.host import ToolsAbortResult, ToolsOutputParams
+from runtime.agent.agent import ToolsFactory
+from runtime.agent.hosttools import HostTools
+from runtime.agent.task import CHILD_SEPARATOR
+from runtime.host_supervisor import HostLease, HostSupervisor
+from runtime.registry import ToolRegistry
+from runtime.sessions import SessionStore
+
+if TYPE_CHECKING:
+    from runtime.daemon_ops import DaemonOps
+
+log = logging.getLogger(__name__)
+
+
+class SessionTools:
+    def __init__(self, sessions: SessionStore, host: HostSupervisor, *,
+                 process_grace: float) -> None:
+        self._sessions = sessions
+        self._host = host
+        self.process_grace = process_grace
+        self.ops: DaemonOps | None = None
+        self.background: trio.Nursery | None = None
+        """Where a stopped read-only call's request may finish (the daemon's nursery)."""
+        # Each session's current top-level turn and its hold on a host, which the turn's
+        # subagents share: nothing of a turn reaches a host started after its own died.
+        self._leases: dict[str, tuple[str, HostLease]] = {}
+
+    def factory(self, session_id: str) -> ToolsFactory:
+        def make(turn_id: str) -> tuple[ToolRegistry, list[Any],
+                                        Callable[[ToolsOutputParams], bool]]:
+            session = self._sessions.get(session_id)
+            journal = session.agent.journal
+
+            def on_progress(call_id: str, stream: str, text: str) -> None:
+                journal.announce(lambda seq: ToolProgressEvent(seq, turn_id, call_id, stream,
+                                                               text))
+
+            def on_abort(call_id: str, tool: str, answer: ToolsAbortResult) -> None:
+                journal.announce(lambda seq: ToolAbortEvent(seq, turn_id, call_id, tool,
+                                                            answer.state, answer.body_invoked))
+
+            tools = HostTools(self._lease(session_id, turn_id), session_id, turn_id,
+                              on_progress=on_progress,
+                              on_abort=on_abort, process_grace=self.process_grace,
+                              background=self.background,
+                              plugin_tools=session.plugin_tools)
+            definitions = tools.definitions()
+            if self.ops is not None:
+                self.ops.track_tools(session_id, turn_id, tools)
+            return ToolRegistry(definitions), definitions, tools.on_output
+
+        return make
+
+    def on_tool_output(self, params: ToolsOutputParams) -> None:
+        """The host's ``tools.output``: to the agent whose call it is, if it still listens."""
+        try:
+            session = self._sessions.get(params.session_id)
+        except RpcError:
+            return
+        if not session.agent.on_output(params):
+            log.debug("dropped output of %s (no longer listened to)", params.call_id)
+
+    def forget(self, session_id: str) -> None:
+        """A closed session: its hold on a host is dropped."""
+        self._leases.pop(session_id, None)
+
+    def _lease(self, session_id: str, turn_id: str) -> HostLease:
+        top = turn_id.split(CHILD_SEPARATOR, 1)[0]
+        held = self._leases.get(session_id)
+        if held is None or held[0] != top:
+            held = self._leases[session_id] = (top, self._host.lease())
+        return held[1]
