@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from protocol.messages.host import AbortCause, CallState
+from protocol.messages.host import AbortCause, CallPhase, CallState
 from protocol.toolclass import ToolClass
 
 CallKey = tuple[str, str]  # (session id, call id)
@@ -44,6 +44,13 @@ class Call:
     @property
     def key(self) -> CallKey:
         return (self.session_id, self.call_id)
+
+    @property
+    def phase(self) -> CallPhase | None:
+        """Where a call in flight is (``host.stats``); None once settled."""
+        if self.state == "settled" or self.state == "tombstoned":
+            return None
+        return self.state
 
     def request_stop(self, cause: AbortCause) -> None:
         """First cause wins; cancels whatever may be abandoned in the call's phase."""

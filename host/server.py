@@ -25,6 +25,7 @@ from host.tools import TOOLS
 from protocol.errors import ErrorCode, RemoteError, RpcError
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.messages.host import (
+    HostCallInfo,
     HostStatsResult,
     PermissionRequestParams,
     PermissionRequestResult,
@@ -174,8 +175,11 @@ class HostServer:
 
     async def stats(self, params: Empty) -> HostStatsResult:
         m = self.manager
+        calls = tuple(HostCallInfo(c.session_id, c.call_id, c.phase) for c in m.calls
+                      if c.phase is not None)
         return HostStatsResult(len(m.calls), len(m.tombstones), m.tombstones.expired,
-                               m.tombstones.evicted, m.admission.waiting, m.admission.running)
+                               m.tombstones.evicted, m.admission.waiting, m.admission.running,
+                               calls)
 
     async def shutdown(self, params: Empty) -> Empty:
         await self.manager.stop_all("disposed")

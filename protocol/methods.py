@@ -199,7 +199,9 @@ RUNTIME_TO_HOST = Direction("runtime → host", [
                "Stop waiting for a stopped mutating or plugin call whose body is stuck (an "
                "operator's decision); the call ends ABORTED with details.forced."),
     MethodSpec("host.stats", Empty, HostStatsResult,
-               "Counters: calls in flight, tombstones (live, expired, evicted), admission."),
+               "Counters: calls in flight, tombstones (live, expired, evicted), admission; "
+               "and each call in flight with its phase (the runtime's `ops.sessions` shows "
+               "a call in `admission` as `queued`). Also the runtime's liveness ping."),
     MethodSpec("shutdown", Empty, Empty,
                "Stop every call, kill every process tree, exit. Calls still running after the "
                "kill grace plus the host's `stop_timeout` (5 s) are forced (ABORTED, "
@@ -224,7 +226,9 @@ OPS_TO_RUNTIME = Direction("ops → runtime", [
     MethodSpec("ops.sessions", Empty, OpsSessionsResult,
                "Every session of the daemon: phase, current turn and its age, how long a stop "
                "has been waiting (`stuck` past the daemon's threshold), in-flight calls with "
-               "tool, class, state and age."),
+               "tool, class, state and age. A call is `queued` while the runtime's scheduler "
+               "has not started it or while it waits in the host's admission queue (the live "
+               "host is asked, for at most 1 s, never started for it)."),
     MethodSpec("ops.abort", OpsSessionParams, AgentAbortResult,
                "Stop the session's turn with cause `operator`; answers when settled, like "
                "agent.abort. A client that stops waiting does not withdraw the stop."),

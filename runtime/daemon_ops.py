@@ -1,7 +1,17 @@
-"""The daemon as operators see it: the ``OpsBackend`` behind ``quiesce ops``."""
+"""The daemon as operators see it: the ``OpsBackend`` behind ``quiesce ops``.
+
+A call's state comes from three places: a step's calls the scheduler has not started are
+``queued`` (``plan_step``); calls sent to the host are ``running``, ``aborting`` or
+``draining`` as their ``HostTools`` sees them; and the live host's ``host.stats`` says
+which of those it still holds before their bodies: one waiting in its admission queue is
+``queued`` too, one whose permission prompt is open ``permission-pending``. The host is
+asked only if it is alive (never started for it) and for at most ``HOST_ANSWER_LIMIT``;
+without its answer the runtime's own view is shown.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -10,13 +20,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import trio
+
 from protocol.errors import ErrorCode, RemoteError, RpcError
 from protocol.messages.client import AgentAbortResult
 from protocol.messages.common import Empty
 from protocol.messages.events import AnnouncedEvent, ToolCallEvent, TurnEnd
-from protocol.messages.host import HostStatsResult, ToolsForceParams, ToolsForceResult
+from protocol.messages.host import (
+    CallPhase,
+    HostStatsResult,
+    ToolsForceParams,
+    ToolsForceResult,
+)
 from protocol.messages.ops import (
     OpsCall,
+    OpsCallState,
     OpsForceResult,
     OpsRestartHostResult,
     OpsSession,
@@ -32,6 +50,24 @@ if TYPE_CHECKING:
     from runtime.daemon import Daemon
 
 EventListener = Callable[[str, AnnouncedEvent], None]
+
+# How long ops.sessions waits for the host's answer before it shows the runtime's own view
+# (a hung host is the liveness ping's business; a listing must not hang with it).
+HOST_ANSWER_LIMIT = 1.0
+
+
+def shown_state(runtime_state: str, host_state: CallPhase | None,
+                permission_pending: bool) -> OpsCallState:
+    """What ``ops.sessions`` shows of a call sent to the host: the runtime's state
+    (running, aborting, draining), unless the runtime thinks it running and the host
+    holds it before its body: waiting for admission (``queued``) or for the user."""
+    if runtime_state != "running":
+        return runtime_state  # type: ignore[return-value]  # aborting, draining
+    if host_state == "permission-pending" or permission_pending:
+        return "permission-pending"
+    if host_state == "admission":
+        return "queued"
+    return "running"
 
 
 @dataclass(frozen=True)
@@ -49,6 +85,7 @@ class DaemonOps:
         self._daemon = daemon
         self._listeners: list[EventListener] = []
         self._started = time.monotonic()
+        self.host_answer_limit = HOST_ANSWER_LIMIT
         self.stop_latencies_ms: deque[float] = deque(maxlen=1000)
         self.stops = 0
         # Host tools of each session's recent turns: where in-flight calls are seen.
@@ -116,7 +153,10 @@ class DaemonOps:
 
         return remove
 
-    def ops_sessions(self) -> OpsSessionsResult:
+    async def ops_sessions(self) -> OpsSessionsResult:
+        stats = await self._host_stats(self.host_answer_limit)
+        host_states: dict[tuple[str, str], CallPhase] = {
+            (c.session_id, c.call_id): c.state for c in stats.calls} if stats else {}
         pending = self._daemon.permissions.pending_calls()
         now = time.monotonic()
         out = []
@@ -126,10 +166,9 @@ class DaemonOps:
             calls = []
             for tools in self._tools.get(session.session_id, {}).values():
                 for call_id, host_id, tool, cls, state, age in tools.in_flight():
-                    shown = "permission-pending" if host_id in pending and state == "running" \
-                        else state
-                    calls.append(OpsCall(call_id, tool, cls.value, shown,  # type: ignore[arg-type]
-                                         round(age, 3)))
+                    shown = shown_state(state, host_states.get((session.session_id, host_id)),
+                                        host_id in pending)
+                    calls.append(OpsCall(call_id, tool, cls.value, shown, round(age, 3)))
             calls += self._queued(session.session_id, now)
             waiting = current[2] if current else None
             out.append(OpsSession(
@@ -141,6 +180,19 @@ class DaemonOps:
                 waiting is not None and waiting > agent.stuck_after,
                 len(agent.inbox), tuple(calls)))
         return OpsSessionsResult(os.getpid(), tuple(out))
+
+    async def _host_stats(self, limit: float = math.inf) -> HostStatsResult | None:
+        """The live host's ``host.stats``, or None: no live host (none is started for
+        it), a link that closed, or no answer within ``limit`` (without one, a hung host
+        is bounded by the liveness ping, which kills it)."""
+        with trio.move_on_after(limit):
+            try:
+                stats: HostStatsResult = await self._daemon.host.request_if_alive(
+                    "host.stats", Empty())
+            except (ConnectionClosed, RemoteError):  # NotSent (no live host) included
+                return None
+            return stats
+        return None
 
     async def ops_abort(self, session_id: str) -> AgentAbortResult:
         result = await self._daemon.sessions.get(session_id).agent.cancel(OperatorCause())
@@ -168,12 +220,7 @@ class DaemonOps:
 
     async def ops_stats(self) -> OpsStatsResult:
         host = self._daemon.host
-        stats: HostStatsResult | None = None
-        if host.alive():
-            try:
-                stats = await host.request("host.stats", Empty())
-            except (ConnectionClosed, RemoteError):
-                stats = None
+        stats = await self._host_stats()
         latencies = sorted(self.stop_latencies_ms)
         return OpsStatsResult(
             os.getpid(), round(time.monotonic() - self._started, 3),

@@ -10,7 +10,8 @@ from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig, PluginServerStatus, Struct
 
 AbortCause = Literal["user", "parent", "hook", "disposed", "operator", "timeout"]
-CallState = Literal["tombstoned", "admission", "permission-pending", "running", "settled"]
+CallPhase = Literal["admission", "permission-pending", "running"]  # of a call in flight
+CallState = Literal["tombstoned", CallPhase, "settled"]
 
 
 class SessionOpenParams(Struct, frozen=True):
@@ -85,6 +86,17 @@ class PermissionWithdrawnParams(Struct, frozen=True):
     request_id: str
 
 
+class HostCallInfo(Struct, frozen=True):
+    """One call in flight at the host. ``state`` is its phase: ``admission`` (its arguments
+    and permission are being evaluated, or it waits for a free slot in the host's
+    admission queue), ``permission-pending`` (the user is being asked) or ``running`` (its
+    body was invoked)."""
+
+    session_id: str
+    call_id: str  # the host call id of tools.execute
+    state: CallPhase
+
+
 class HostStatsResult(Struct, frozen=True):
     calls_in_flight: int
     tombstones: int
@@ -92,6 +104,7 @@ class HostStatsResult(Struct, frozen=True):
     tombstones_evicted: int
     admission_waiting: int
     admission_running: int
+    calls: tuple[HostCallInfo, ...] = ()  # every call in flight, with its phase
 
 
 class ToolsForceParams(Struct, frozen=True):

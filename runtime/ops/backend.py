@@ -18,7 +18,10 @@ EventListener = Callable[[str, AnnouncedEvent], None]  # (session id, event)
 
 
 class OpsBackend(Protocol):
-    def ops_sessions(self) -> OpsSessionsResult: ...
+    async def ops_sessions(self) -> OpsSessionsResult:
+        """Every session and its calls in flight; may ask the live host (briefly) which
+        calls wait in its admission queue."""
+        ...
 
     async def ops_abort(self, session_id: str) -> AgentAbortResult:
         """A stop with cause ``operator``; answers when settled, like ``agent.abort``."""

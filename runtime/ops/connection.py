@@ -84,7 +84,7 @@ class OpsConnection:
 
     async def sessions(self, params: Empty) -> OpsSessionsResult:
         self._require_initialized()
-        return self.backend.ops_sessions()
+        return await self.backend.ops_sessions()
 
     async def abort(self, params: OpsSessionParams) -> AgentAbortResult:
         self._require_initialized()

@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from protocol.messages.client import SessionEventParams
-from protocol.messages.events import ToolProgressEvent, TurnEnd
+from protocol.messages.events import ToolCallEvent, ToolProgressEvent, TurnEnd
 from protocol.messages.ops import OpsSession
 from runtime.client import serve_command, spawn_daemon
 from runtime.ops.client import OpsClient, connect
@@ -331,3 +331,50 @@ async def test_a_call_the_scheduler_holds_back_is_queued(tmp_path: pathlib.Path,
         code, show = await ops(marked, "show", session_id)
         assert not find_key(show, "calls"), show
         assert not (tmp_path / "never.txt").exists()
+
+
+async def test_a_call_waiting_in_the_hosts_admission_queue_is_queued(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    # One process slot at the host: session A's Bash takes it, session B's Bash waits in
+    # the host's admission queue (the runtime has sent it), listed `queued`; the
+    # operator's stop ends it before its body ran.
+    config = tmp_path / "config.toml"
+    config.write_text("[host.admission]\nper_class = { process = 1 }\n")
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with agent_daemon(marked, extra_args=("--config", str(config))) as agent:
+        info = agent.daemon.info
+        assert info is not None
+        a_id = await agent.new_session(tmp_path / "a", [[
+            call("a1", "Bash", command="echo busy; sleep 60")]])
+        second = Agent(agent.daemon, marked.data_dir, marked.mark)
+        b_id = await second.new_session(tmp_path / "b", [[
+            call("b1", "Bash", command="touch never.txt")]])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "go")
+            await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
+            nursery.start_soon(second.prompt, "go")
+            await agent.wait_for(lambda e: isinstance(e, ToolCallEvent) and e.call_id == "b1")
+            async with connect(info.capabilities["ops"]["socket"]) as client:
+                with trio.fail_after(10):  # until the host has registered b1
+                    while [c.state for c in (await session_of(client, b_id)).calls] \
+                            != ["queued"]:
+                        await trio.sleep(0.05)
+            code, show = await ops(marked, "show", b_id)
+            assert code == 0 and call_state(show) == "queued", show
+            code, show = await ops(marked, "show", a_id)
+            assert code == 0 and call_state(show) == "running", show
+
+            code, aborted = await ops(marked, "abort", b_id)
+            assert code == 0, aborted
+            turn_id = find_key(aborted, "turnId")
+            assert isinstance(turn_id, str), aborted
+            assert second.results(turn_id)["b1"].code == "ABORTED_BEFORE_DISPATCH"
+            code, show = await ops(marked, "show", a_id)
+            assert code == 0 and call_state(show) == "running", show
+            code, aborted = await ops(marked, "abort", a_id)
+            assert code == 0, aborted
+        assert not (tmp_path / "b" / "never.txt").exists()
+        agent.assert_balanced()
+        second.assert_balanced()
+        await agent.check_no_tool_process(within=5)

@@ -44,7 +44,7 @@ class FakeBackend:
         if session_id not in {s.session_id for s in self.sessions}:
             raise RpcError(ErrorCode.NOT_FOUND, f"unknown session {session_id}")
 
-    def ops_sessions(self) -> OpsSessionsResult:
+    async def ops_sessions(self) -> OpsSessionsResult:
         return OpsSessionsResult(os.getpid(), tuple(self.sessions))
 
     async def ops_abort(self, session_id: str) -> AgentAbortResult:

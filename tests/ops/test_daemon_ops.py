@@ -1,47 +1,139 @@
-"""``DaemonOps``: what ``ops.sessions`` lists of a step's calls the scheduler has not started."""
+"""``DaemonOps``: the state ``ops.sessions`` lists of each call: planned calls the scheduler
+has not started, and calls sent to the host as the host itself sees them."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, cast
 
+import msgspec
+import pytest
+import trio
+
 from protocol.messages.events import ToolCallEvent, TurnEnd, TurnOutcome
-from runtime.daemon_ops import DaemonOps
+from protocol.messages.host import HostCallInfo, HostStatsResult
+from protocol.toolclass import ToolClass
+from runtime.daemon_ops import DaemonOps, shown_state
+from runtime.rpc import ConnectionClosed, NotSent
 
 
-def fake_daemon() -> Any:
+@dataclass
+class FakeHost:
+    """``request_if_alive`` of the host supervisor: answers ``host.stats`` with ``calls``,
+    or raises ``fails``, or never answers (``hangs``)."""
+
+    calls: tuple[HostCallInfo, ...] = ()
+    fails: Exception | None = None
+    hangs: bool = False
+    asked: list[str] = field(default_factory=list)
+
+    async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any:
+        self.asked.append(method)
+        if self.fails is not None:
+            raise self.fails
+        if self.hangs:
+            await trio.sleep_forever()
+        return HostStatsResult(len(self.calls), 0, 0, 0, 0, 0, self.calls)
+
+
+@dataclass
+class FakeTools:
+    """``HostTools.in_flight``: (call id, host call id, tool, class, state, age)."""
+
+    calls: list[tuple[str, str, str, ToolClass, str, float]]
+
+    def in_flight(self) -> list[tuple[str, str, str, ToolClass, str, float]]:
+        return self.calls
+
+
+def fake_daemon(host: FakeHost | None = None, pending: frozenset[str] = frozenset()) -> Any:
     agent = SimpleNamespace(machine=SimpleNamespace(phase=SimpleNamespace(
         kind=SimpleNamespace(value="running"))), current_turn=("t1", 1.0, None),
         stuck_after=30.0, inbox=())
     session = SimpleNamespace(session_id="s-1", workspace="/w", agent=agent)
-    return SimpleNamespace(permissions=SimpleNamespace(pending_calls=lambda: set()),
-                           sessions=SimpleNamespace(all=lambda: [session]))
+    return SimpleNamespace(permissions=SimpleNamespace(pending_calls=lambda: pending),
+                           sessions=SimpleNamespace(all=lambda: [session]),
+                           host=host or FakeHost(fails=NotSent("no live host")))
 
 
-def states(ops: DaemonOps) -> dict[str, tuple[str, str, str]]:
-    (session,) = ops.ops_sessions().sessions
+async def states(ops: DaemonOps) -> dict[str, tuple[str, str, str]]:
+    (session,) = (await ops.ops_sessions()).sessions
     return {c.call_id: (c.tool, c.tool_class, c.state) for c in session.calls}
 
 
-def test_planned_calls_are_queued_until_started_or_the_turn_ends() -> None:
+async def test_planned_calls_are_queued_until_started_or_the_turn_ends() -> None:
     ops = DaemonOps(cast(Any, fake_daemon()))
     ops.plan_step("s-1", "t1", [("w1", "Write", "mutating"), ("b1", "Bash", "process")])
-    assert states(ops) == {"w1": ("Write", "mutating", "queued"),
-                           "b1": ("Bash", "process", "queued")}
+    assert await states(ops) == {"w1": ("Write", "mutating", "queued"),
+                                 "b1": ("Bash", "process", "queued")}
     # Recorded means started: no longer queued (the host tools list it from here).
     ops.announce("s-1", ToolCallEvent(3, "t1", 0, "w1", "Write", "mutating", {}))
-    assert states(ops) == {"b1": ("Bash", "process", "queued")}
+    assert await states(ops) == {"b1": ("Bash", "process", "queued")}
     # Another session's or turn's events change nothing.
     ops.announce("s-2", ToolCallEvent(4, "t1", 0, "b1", "Bash", "process", {}))
     ops.announce("s-1", TurnEnd(5, "t0", TurnOutcome("completed"), "end_turn"))
-    assert states(ops) == {"b1": ("Bash", "process", "queued")}
+    assert await states(ops) == {"b1": ("Bash", "process", "queued")}
     # A stop's skipped calls get tool/call records too; the end of the turn clears the rest.
     ops.announce("s-1", TurnEnd(6, "t1", TurnOutcome("aborted"), "cancelled"))
-    assert states(ops) == {}
+    assert await states(ops) == {}
 
 
-def test_a_forgotten_session_lists_no_planned_call() -> None:
+async def test_a_forgotten_session_lists_no_planned_call() -> None:
     ops = DaemonOps(cast(Any, fake_daemon()))
     ops.plan_step("s-1", "t1", [("g1", "Grep", "read-only")])
     ops.forget_session("s-1")
-    assert states(ops) == {}
+    assert await states(ops) == {}
+
+
+SENT = [("b1", "t1.b1", "Bash", ToolClass.PROCESS, "running", 2.0),
+        ("b2", "t1.b2", "Bash", ToolClass.PROCESS, "running", 1.0),
+        ("w1", "t1.w1", "Write", ToolClass.MUTATING, "running", 1.0),
+        ("r1", "t1.r1", "Read", ToolClass.READ_ONLY, "aborting", 0.5),
+        ("g1", "t1.g1", "Grep", ToolClass.READ_ONLY, "running", 0.1)]
+
+
+async def test_calls_the_host_holds_before_their_bodies_are_shown_so() -> None:
+    host = FakeHost(calls=(
+        HostCallInfo("s-1", "t1.b1", "running"),
+        HostCallInfo("s-1", "t1.b2", "admission"),  # waits for a process slot
+        HostCallInfo("s-1", "t1.w1", "permission-pending"),
+        HostCallInfo("s-1", "t1.r1", "admission"),  # aborting already: the runtime's state
+        HostCallInfo("s-2", "t1.g1", "admission")))  # another session's call of that id
+    ops = DaemonOps(cast(Any, fake_daemon(host)))
+    ops.track_tools("s-1", "t1", cast(Any, FakeTools(SENT)))
+    assert await states(ops) == {"b1": ("Bash", "process", "running"),
+                                 "b2": ("Bash", "process", "queued"),
+                                 "w1": ("Write", "mutating", "permission-pending"),
+                                 "r1": ("Read", "read-only", "aborting"),
+                                 "g1": ("Grep", "read-only", "running")}
+    assert host.asked == ["host.stats"]
+
+
+@pytest.mark.parametrize("host", [
+    FakeHost(fails=NotSent("no live host")),  # none is started for a listing
+    FakeHost(fails=ConnectionClosed("the host died")),
+    FakeHost(hangs=True),
+], ids=["absent", "died", "hung"])
+async def test_without_the_hosts_answer_the_runtimes_view_is_shown(host: FakeHost) -> None:
+    ops = DaemonOps(cast(Any, fake_daemon(host, pending=frozenset({"t1.w1"}))))
+    ops.host_answer_limit = 0.05
+    ops.track_tools("s-1", "t1", cast(Any, FakeTools(SENT)))
+    with trio.fail_after(5):
+        shown = await states(ops)
+    assert shown == {"b1": ("Bash", "process", "running"),
+                     "b2": ("Bash", "process", "running"),
+                     "w1": ("Write", "mutating", "permission-pending"),
+                     "r1": ("Read", "read-only", "aborting"),
+                     "g1": ("Grep", "read-only", "running")}
+
+
+def test_the_state_mapping() -> None:
+    assert shown_state("running", "admission", False) == "queued"
+    assert shown_state("running", "permission-pending", False) == "permission-pending"
+    assert shown_state("running", None, True) == "permission-pending"
+    assert shown_state("running", "running", False) == "running"
+    assert shown_state("running", None, False) == "running"
+    # A stop reached it: what the runtime did about it is the news.
+    assert shown_state("aborting", "admission", False) == "aborting"
+    assert shown_state("draining", "admission", False) == "draining"
