@@ -271,8 +271,12 @@ class Daemon:
                                        provider, self._announce, self.tools.factory,
                                        params.mcp_servers)
         try:
-            await self.host.open_session(self._open_params(session))
-            listed = await self._list_plugins(session)
+            try:
+                await self.host.open_session(self._open_params(session))
+                listed = await self._list_plugins(session)
+            except ConnectionClosed as exc:  # no host could take it (not a bug of ours)
+                raise RpcError(ErrorCode.HOST_CRASHED, f"no host for the session: {exc}"
+                               ) from exc
         except BaseException:
             # Never leave a session that can accept a prompt nobody would run, nor plugin
             # servers the host started for it.

@@ -19,10 +19,14 @@ it before its own imports): the first link adopts it if it runs the command this
 supervisor would run; otherwise it is killed and reaped, and one is spawned as usual.
 Later hosts are always spawned.
 
-Tool processes do not get a parent-death signal: Linux delivers it when the
-*thread* that forked exits, and the host spawns from worker threads. The
-marker-based kill here, and the runtime being a child subreaper (orphans of a
-dead host are re-parented to it and reaped), cover the same ground.
+A host that cannot be started (its spawn fails, its handshake fails or times out, it
+dies while sessions are re-announced) is ``HostStartFailed``, a ``NotSent``: the
+request that needed it was never sent. Requests waiting on that start fail with it too,
+and for ``START_RETRY_AFTER`` no new start is tried.
+
+The host's direct children die with it (a parent-death signal, ``host/spawn.py``);
+their descendants are killed here by the marker the host set on them, the runtime
+being a child subreaper (orphans of a dead host are re-parented to it and reaped).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import psutil
 import trio
 
 from host.proctree import ENV_MARKER, find_marked, kill_marked
-from protocol.errors import RemoteError
+from protocol.errors import RemoteError, RpcError
 from protocol.messages.common import Empty
 from protocol.messages.host import SessionOpenParams
 from runtime.host_link import HostLink, default_host_command
@@ -53,6 +57,19 @@ SURVIVOR_KILL_GRACE = 0.5
 # How long a call the host died under waits for that host's cleanup (its leftover tool
 # processes killed) before it reports HOST_CRASHED anyway: a bound, never a hang.
 GONE_TIMEOUT = 10.0
+START_RETRY_AFTER = 1.0
+"""After a failed start, requests fail at once for this long instead of starting again."""
+
+
+class HostStartFailed(NotSent):
+    """No host could be started: the request that needed one was never sent."""
+
+
+@dataclass(eq=False)
+class _StartAttempt:
+    done: trio.Event = field(default_factory=trio.Event)
+    failure: str | None = None
+    ended_at: float = 0.0
 
 
 @dataclass(eq=False)
@@ -85,7 +102,8 @@ class HostSupervisor:
         self._sessions: dict[str, SessionOpenParams] = {}
         self._host: HostGeneration | None = None
         self._nursery: trio.Nursery | None = None
-        self._starting: trio.Event | None = None
+        self._starting: _StartAttempt | None = None
+        self._failed: _StartAttempt | None = None
         self._stopping = False
         self._restarting = False
         self.generation = 0
@@ -154,14 +172,30 @@ class HostSupervisor:
                 await host.gone.wait()
                 continue
             if self._starting is not None:
-                await self._starting.wait()
+                attempt = self._starting
+                await attempt.done.wait()
+                if attempt.failure is not None:
+                    raise HostStartFailed(attempt.failure)
                 continue
-            self._starting = trio.Event()
-            try:
-                await self._start()
-            finally:
-                self._starting.set()
-                self._starting = None
+            failed = self._failed
+            if failed is not None and trio.current_time() < failed.ended_at + START_RETRY_AFTER:
+                assert failed.failure is not None
+                raise HostStartFailed(failed.failure)
+            await self._attempt_start()
+
+    async def _attempt_start(self) -> None:
+        attempt = self._starting = _StartAttempt()
+        try:
+            await self._start()
+        except* (OSError, trio.TooSlowError, RpcError, RemoteError, ConnectionClosed) as group:
+            attempt.failure = f"the host could not be started: {_describe(group)}"
+            self._failed = attempt
+            log.error("%s", attempt.failure)
+            raise HostStartFailed(attempt.failure) from group
+        finally:
+            attempt.ended_at = trio.current_time()
+            attempt.done.set()
+            self._starting = None
 
     async def _start(self) -> None:
         assert self._nursery is not None
@@ -175,7 +209,7 @@ class HostSupervisor:
         self.generation = host.number
         if self.generation > 1:
             self.restarts += 1
-        for params in self._sessions.values():
+        for params in list(self._sessions.values()):  # sessions may open meanwhile
             try:
                 await link.request("session.open", params)
             except RemoteError as exc:  # e.g. its workspace is gone: its calls will say so
@@ -352,3 +386,10 @@ class HostLease:
             log.warning("host %s: its cleanup took longer than %.0f s; reporting its calls "
                         "crashed anyway", host.link.pid, GONE_TIMEOUT)
         return host.gone.is_set()
+
+
+def _describe(error: BaseException) -> str:
+    """The first error of a (nested) group, named: a timeout's message is empty."""
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

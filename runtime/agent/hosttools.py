@@ -112,8 +112,13 @@ class _Execution:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     done: trio.Event = field(default_factory=trio.Event)
     result: ToolResult | None = None
+    failure: Exception | None = None
 
     def get(self) -> ToolResult:
+        """The host's result; a failure of the request is raised here, in the call's task
+        (the registry maps it), never in the nursery that ran the request."""
+        if self.failure is not None:
+            raise self.failure
         assert self.result is not None
         return self.result
 
@@ -214,7 +219,7 @@ class HostTools:
                 self._on_abort(call.call_id, call.tool, answer)
             except NotSent as exc:  # no host to stop it on: nothing of it runs there
                 log.info("tools.abort %s not sent: %s", call.host_call_id, exc)
-            except (ConnectionClosed, RemoteError) as exc:
+            except (ConnectionClosed, RemoteError, msgspec.DecodeError) as exc:
                 log.warning("tools.abort %s failed: %s", call.host_call_id, exc)
             finally:
                 call.abort_done.set()
@@ -274,7 +279,12 @@ class HostTools:
     async def _execute(self, call: _HostCall, args: msgspec.Struct,
                        execution: _Execution) -> None:
         with execution.scope:
-            execution.result = await self._send_execute(call, args)
+            try:
+                execution.result = await self._send_execute(call, args)
+            # Handed to the call (get()): this task may run in the daemon's nursery, which
+            # must not fail with it.
+            except Exception as exc:  # noqa: BLE001 -- transported, not swallowed
+                execution.failure = exc
             execution.done.set()
         if not call.abandoned:
             return
