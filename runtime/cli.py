@@ -16,6 +16,8 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
+from runtime.config_file import positive_float, positive_int
+
 if TYPE_CHECKING:
     from protocol.messages.client import ProviderConfig
     from runtime.popen_process import PopenProcess
@@ -140,8 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the runtime daemon on stdin/stdout (JSON-RPC)")
     frame_env = os.environ.get("QUIESCE_MAX_FRAME")  # its default is looked up after the spawn
-    serve.add_argument("--max-frame-size", type=int,
-                       default=int(frame_env) if frame_env is not None else None,
+    serve.add_argument("--max-frame-size", type=positive_int, default=frame_env,
                        help="largest accepted message in bytes (env QUIESCE_MAX_FRAME)")
     serve.add_argument("--config", help="configuration file (TOML; env QUIESCE_CONFIG; "
                        "default $XDG_CONFIG_HOME/quiesce/config.toml if it exists): "
@@ -152,18 +153,18 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--provider", default=os.environ.get("QUIESCE_PROVIDER") or None,
                        help="default model provider: scripted:FILE or openai "
                             "(env QUIESCE_PROVIDER)")
-    serve.add_argument("--process-grace", type=float,
+    serve.add_argument("--process-grace", type=positive_float,
                        help="seconds a stopped Bash/GenerateImages call may take to return "
                             "its output (default 10)")
-    serve.add_argument("--ping-interval", type=float,
+    serve.add_argument("--ping-interval", type=positive_float,
                        help="seconds between liveness pings of the host (default 2)")
-    serve.add_argument("--liveness-timeout", type=float,
+    serve.add_argument("--liveness-timeout", type=positive_float,
                        help="a host that does not answer a ping within this is killed and "
                             "replaced (default 10)")
-    serve.add_argument("--stuck-after", type=float,
+    serve.add_argument("--stuck-after", type=positive_float,
                        help="a stop still unsettled after this many seconds is flagged "
                             "stuck in ops and logged (default 30)")
-    serve.add_argument("--max-steps", type=int,
+    serve.add_argument("--max-steps", type=positive_int,
                        help="model steps a turn may take before it ends max_steps")
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
     sub.add_parser("ops", add_help=False,

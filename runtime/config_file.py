@@ -4,6 +4,7 @@ precedence of its values, is in :mod:`runtime.config`."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pathlib
@@ -44,3 +45,25 @@ def host_config_json(raw: dict[str, Any]) -> str | None:
     if not isinstance(table, dict):
         raise ConfigError("'host' must be a table")
     return json.dumps(table)
+
+
+def positive_float(text: str) -> float:
+    """An option's value that must be a number above 0 (``argparse`` names the option)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An option's value that must be a whole number above 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text!r}")
+    return value

@@ -29,6 +29,7 @@ from protocol.version import PROTOCOL_VERSION
 from runtime.acp.messages import AGENT_TO_CLIENT, CLIENT_TO_AGENT
 from runtime.acp.server import VERSION, AcpServer
 from runtime.acp.taps import ReceiveTap
+from runtime.config_file import positive_float, positive_int
 from runtime.logs import setup_logging
 from runtime.popen_process import PopenProcess, adopt_or_kill
 from runtime.providers.factory import ProviderConfigError, parse_provider_option
@@ -57,17 +58,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--permission-mode", choices=get_args(PermissionMode), default="ask",
                    help="of new sessions: ask (the editor is asked before writes and "
                         "commands; default), accept-edits, auto")
-    p.add_argument("--max-frame-size", type=int,
-                   default=int(os.environ.get("QUIESCE_MAX_FRAME", DEFAULT_MAX_FRAME_SIZE)),
+    p.add_argument("--max-frame-size", type=positive_int,
+                   default=os.environ.get("QUIESCE_MAX_FRAME", str(DEFAULT_MAX_FRAME_SIZE)),
                    help="largest accepted message in bytes (env QUIESCE_MAX_FRAME)")
-    p.add_argument("--process-grace", type=float, default=10.0,
+    p.add_argument("--process-grace", type=positive_float, default=10.0,
                    help="seconds a stopped Bash/GenerateImages call may take to return its "
                         "output (default 10)")
-    p.add_argument("--ping-interval", type=float, default=2.0,
+    p.add_argument("--ping-interval", type=positive_float, default=2.0,
                    help="seconds between liveness pings of the host (default 2)")
-    p.add_argument("--liveness-timeout", type=float, default=10.0,
+    p.add_argument("--liveness-timeout", type=positive_float, default=10.0,
                    help="a host silent this long is replaced (default 10)")
-    p.add_argument("--stuck-after", type=float, default=30.0,
+    p.add_argument("--stuck-after", type=positive_float, default=30.0,
                    help="a stop unsettled this long is flagged stuck in ops (default 30)")
     return p
 

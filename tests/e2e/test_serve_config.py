@@ -12,6 +12,7 @@ import sys
 
 import msgspec
 import psutil
+import pytest
 import trio
 
 from protocol.messages.client import AgentPromptResult, SessionNewParams
@@ -131,3 +132,19 @@ async def test_step_limit_from_the_file(tmp_path: pathlib.Path, marked: Marked) 
             answer = await agent.prompt("go")
         assert answer.stop_reason == "max_steps"
         agent.assert_balanced()
+
+
+@pytest.mark.parametrize(("args", "env", "named"), [
+    (["--max-steps", "0"], {}, "--max-steps"),
+    (["--ping-interval", "0"], {}, "--ping-interval"),
+    (["--process-grace", "soon"], {}, "--process-grace"),
+    ([], {"QUIESCE_MAX_FRAME": "big"}, "--max-frame-size"),
+])
+async def test_bad_option_values_are_refused_by_name(marked: Marked, args: list[str],
+                                                     env: dict[str, str], named: str) -> None:
+    with trio.fail_after(30):
+        done = await trio.run_process(
+            [sys.executable, "-m", "runtime", "serve", *args], stdin=subprocess.DEVNULL,
+            capture_stdout=True, capture_stderr=True, check=False, env=marked.env(**env))
+    assert done.returncode == 2 and done.stdout == b""
+    assert f"argument {named}:" in done.stderr.decode()
