@@ -263,16 +263,18 @@ class HostTools:
             background.start_soon(self._abort, call, signal)
             execution.scope.deadline = trio.current_time() + LATE_RESULT_WAIT
             return self._abandon(call, None, "read-only: stopped waiting at once")
-        answer = await self._abort(call, signal)
-        if call.tool_class is ToolClass.READ_ONLY:
-            return self._abandon(call, answer, "read-only: stopped waiting at once")
         if call.tool_class is ToolClass.PROCESS:
+            # The whole window, the abort's answer included: a frozen host holds neither.
             with trio.move_on_at(stopped_at + self._grace):
+                await self._abort(call, signal)
                 await execution.done.wait()
             if execution.done.is_set():
                 return execution.get()
-            return self._abandon(call, answer, f"no host result within the {self._grace:g} s "
-                                 "grace window", unconfirmed=True)
+            return self._abandon(call, call.abort_answer, f"no host result within the "
+                                 f"{self._grace:g} s grace window", unconfirmed=True)
+        answer = await self._abort(call, signal)
+        if call.tool_class is ToolClass.READ_ONLY:
+            return self._abandon(call, answer, "read-only: stopped waiting at once")
         await execution.done.wait()  # mutating and plugin calls are never abandoned
         return execution.get()
 

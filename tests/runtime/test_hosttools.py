@@ -197,6 +197,19 @@ async def test_progress_flows_through_the_grace_and_stops_once_abandoned(
     assert result.details["output"] == "before the stop\nwithin the grace\n"
 
 
+async def test_a_process_stop_is_bounded_by_the_grace_even_if_the_abort_is_unanswered(
+        autojump_clock: trio.testing.MockClock) -> None:
+    host = FakeHost()  # a frozen host: it answers neither the execute nor the abort
+    run = Run(host, grace=5.0)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop_once_sent, host, run)
+        result, took = await run.call(*BASH)
+    assert len(host.aborts) == 1
+    assert took == pytest.approx(1.0 + 5.0)  # the grace window, from the stop
+    assert result.code == "ABORTED" and result.details["unconfirmed"] is True
+    assert "hostState" not in result.details  # the host never said
+
+
 async def test_mutating_waits_past_the_grace_for_the_host_result(
         autojump_clock: trio.testing.MockClock) -> None:
     host = FakeHost()
