@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,14 +80,15 @@ def _prctl() -> Any:
 
 
 _sweeping_orphans: list[bool] = [False]
-"""Whether this process's tree kills also take its adopted orphans: only a host's, which
-starts every child itself (``become_subreaper(sweep_orphans=True)``). A process that also
-has children it did not start through here (a test runner, the runtime) must not."""
+"""Whether this process starts every child it has itself, so that any other child is an
+orphan it adopted (``become_subreaper(sweep_orphans=True)``): a host (its tree kills also
+take its adopted orphans) or the runtime (it kills them after a host's death). A process
+with children it did not start through here (a test runner) must not."""
 
 
 def become_subreaper(*, sweep_orphans: bool = False) -> bool:
     """Make this process the reaper of its orphaned descendants (Linux only);
-    ``sweep_orphans``: it is a host (module docstring)."""
+    ``sweep_orphans``: it starts every child it has itself (``_sweeping_orphans``)."""
     _sweeping_orphans[0] = sweep_orphans
     if not sys.platform.startswith("linux"):
         log.info("child subreaper unsupported on %s; orphans go to init", sys.platform)
@@ -365,6 +367,23 @@ async def kill_marked(key: str, value: str, *, prefix: bool = False, grace: floa
     """Kill every process carrying a marker (and its descendants): crash cleanup."""
     tree = _Tree(None, (key, value), value_prefix=prefix, reap_root=True)
     return await _shielded_kill(tree, grace, kill_timeout)
+
+
+def sweeps_orphans() -> bool:
+    """Whether this process declared it starts every child itself (``become_subreaper``)."""
+    return _sweeping_orphans[0]
+
+
+async def kill_adopted_children(*, spare: Collection[int], grace: float) -> int:
+    """Kill the trees of our direct children but ``spare``: for a process that starts no
+    child of its own but those (the runtime: its hosts), every other child is an orphan
+    it adopted as a subreaper, e.g. a tool process that cleared its environment and left
+    its session, orphaned by a dead host. How many processes were found."""
+    found = 0
+    for child in psutil.Process().children():
+        if child.pid not in spare:
+            found += (await kill_tree(child.pid, grace=grace, reap_root=True)).found
+    return found
 
 
 async def _shielded_kill(tree: _Tree, grace: float, kill_timeout: float) -> KillReport:

@@ -132,7 +132,7 @@ async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> N
         first_host=first_host,
     )
     # Orphans of a crashed host are re-parented to us and killed by their marker.
-    become_subreaper()
+    become_subreaper(sweep_orphans=True)
     receive, send = take_stdio()
     await daemon.serve(receive, send)
 

@@ -41,7 +41,13 @@ import msgspec
 import psutil
 import trio
 
-from host.proctree import ENV_MARKER, find_marked, kill_marked
+from host.proctree import (
+    ENV_MARKER,
+    find_marked,
+    kill_adopted_children,
+    kill_marked,
+    sweeps_orphans,
+)
 from protocol.errors import RemoteError, RpcError
 from protocol.messages.common import Empty
 from protocol.messages.host import SessionOpenParams
@@ -263,14 +269,22 @@ class HostSupervisor:
             link.kill()
             return
 
-    @staticmethod
-    async def _kill_survivors(host_pid: int | None) -> None:
+    async def _kill_survivors(self, host_pid: int | None) -> None:
         if host_pid is None:
             return
         report = await kill_marked(ENV_MARKER, f"{host_pid}:", prefix=True,
                                    grace=SURVIVOR_KILL_GRACE)
         if report.found:
             log.warning("killed %d processes left by host %s", report.found, host_pid)
+        if sweeps_orphans():
+            # An escapee without the marker (it cleared its environment and left its
+            # session) was the dead host's orphan, and is now ours: no successor runs yet,
+            # so every child but a host not yet adopted is one.
+            spare = {self._first_host.pid} if self._first_host is not None else set()
+            found = await kill_adopted_children(spare=spare, grace=SURVIVOR_KILL_GRACE)
+            if found:
+                log.warning("killed %d unmarked processes orphaned by host %s", found,
+                            host_pid)
 
     async def request(self, method: str, params: msgspec.Struct) -> Any:
         link = await self.ensure()

@@ -85,7 +85,8 @@ async def run(args: argparse.Namespace, first_host: PopenProcess | None = None) 
         ping_interval=args.ping_interval, liveness_timeout=args.liveness_timeout,
         stuck_after=args.stuck_after, first_host=first_host,
     )
-    become_subreaper()  # orphans of a crashed host are re-parented to us and killed
+    # Orphans of a crashed host are re-parented to us and killed.
+    become_subreaper(sweep_orphans=True)
     stdin, stdout = take_stdio()
     ours, theirs = (trio.SocketStream(trio.socket.from_stdlib_socket(s))
                     for s in socket.socketpair())

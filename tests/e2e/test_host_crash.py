@@ -263,3 +263,32 @@ async def test_a_host_that_closes_its_pipe_but_lives_is_killed_not_doubled(
         with trio.fail_after(10):
             await supervisor.stop()
         nursery.cancel_scope.cancel()
+
+
+async def test_an_unmarked_escapee_of_a_crashed_host_is_killed(tmp_path: pathlib.Path,
+                                                               marked: Marked) -> None:
+    # It clears its environment (no marker, not even the test's) and leaves the session;
+    # orphaned, it is adopted by the host, then, the host killed, by the runtime.
+    pid_file = tmp_path / "escapee.pid"
+    command = (f"env -i setsid sh -c 'sleep 300 & echo $! > {pid_file}'; "
+               "echo up; sleep 60")
+    script = [[call("b1", "Bash", command=command)], [text("after")]]
+    async with agent_daemon(marked) as agent:
+        await agent.new_session(tmp_path, script)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "go")
+            await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
+            with trio.fail_after(10):
+                while not pid_file.exists() or not pid_file.read_text().strip():
+                    await trio.sleep(0.02)
+            escapee = psutil.Process(int(pid_file.read_text()))
+            with trio.fail_after(10):  # its shell exited: the host adopted it
+                while escapee.ppid() != host_pid(agent):
+                    await trio.sleep(0.02)
+            os.kill(host_pid(agent), signal.SIGKILL)
+        # The crashed turn answered: the escapee is gone by now (reaped, not a zombie).
+        alive = psutil.pid_exists(escapee.pid)
+        if alive:  # the test's marker cannot find it: not left behind by a failure
+            escapee.kill()
+        assert not alive, command_line(escapee)
+        agent.assert_balanced()
