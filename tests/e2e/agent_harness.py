@@ -91,6 +91,16 @@ class Agent:
             "agent.prompt", AgentPromptParams(self.session_id, text))
         return result
 
+    def prompt_soon(self, nursery: trio.Nursery, text: str) -> list[AgentPromptResult]:
+        """Send ``agent.prompt`` in ``nursery``; its answer lands in the list returned."""
+        answers: list[AgentPromptResult] = []
+
+        async def prompt() -> None:
+            answers.append(await self.prompt(text))
+
+        nursery.start_soon(prompt)
+        return answers
+
     async def abort(self, cause: str = "user", *, keep_inbox: bool = False,
                     reason: str | None = None) -> AgentAbortResult:
         result: AgentAbortResult = await self.daemon.request("agent.abort", AgentAbortParams(

@@ -86,12 +86,8 @@ async def test_restart_host_ends_calls_host_crashed(tmp_path: pathlib.Path,
     script = [[call("b1", "Bash", command="echo up; sleep 60 & sleep 60")]]
     async with agent_daemon(marked) as agent:
         await agent.new_session(tmp_path, script)
-        prompts = []
         async with trio.open_nursery() as nursery:
-            async def prompt() -> None:
-                prompts.append(await agent.prompt("go"))
-
-            nursery.start_soon(prompt)
+            prompts = agent.prompt_soon(nursery, "go")
             await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
             command = [sys.executable, "-m", "runtime", "ops", "restart-host", "--json"]
             with trio.fail_after(30):

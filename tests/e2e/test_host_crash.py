@@ -46,12 +46,8 @@ async def test_host_killed_mid_call(tmp_path: pathlib.Path, marked: Marked, tool
     async with agent_daemon(marked) as agent:
         await agent.new_session(tmp_path, script, mode="ask" if tool == "Write" else "auto")
         first_host = host_pid(agent)
-        prompts = []
         async with trio.open_nursery() as nursery:
-            async def prompt() -> None:
-                prompts.append(await agent.prompt("go"))
-
-            nursery.start_soon(prompt)
+            prompts = agent.prompt_soon(nursery, "go")
             if started == "progress":
                 await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
                 with trio.fail_after(10):
@@ -88,12 +84,8 @@ async def test_hung_host_is_detected_killed_and_replaced(tmp_path: pathlib.Path,
     async with agent_daemon(marked, extra_args=args) as agent:
         await agent.new_session(tmp_path, script)
         pid = host_pid(agent)
-        prompts = []
         async with trio.open_nursery() as nursery:
-            async def prompt() -> None:
-                prompts.append(await agent.prompt("go"))
-
-            nursery.start_soon(prompt)
+            prompts = agent.prompt_soon(nursery, "go")
             await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
             os.kill(pid, signal.SIGSTOP)
             # A renderer's Stop during the hang must still get its answer.
@@ -126,12 +118,8 @@ async def test_a_crash_stops_the_rest_of_its_step(tmp_path: pathlib.Path,
     async with agent_daemon(marked) as agent:
         await agent.new_session(tmp_path, script)
         first_host = host_pid(agent)
-        prompts = []
         async with trio.open_nursery() as nursery:
-            async def prompt() -> None:
-                prompts.append(await agent.prompt("go"))
-
-            nursery.start_soon(prompt)
+            prompts = agent.prompt_soon(nursery, "go")
             await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
             with trio.fail_after(10):
                 while not tool_processes(marked.mark):

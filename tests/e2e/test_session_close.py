@@ -33,12 +33,8 @@ async def test_close_stops_the_turn_then_releases_the_session(tmp_path: pathlib.
     script = [[call("b1", "Bash", command=TREE)], [text("never")]]
     async with agent_daemon(marked) as agent:
         await agent.new_session(tmp_path, script)
-        prompts = []
         async with trio.open_nursery() as nursery:
-            async def prompt() -> None:
-                prompts.append(await agent.prompt("go"))
-
-            nursery.start_soon(prompt)
+            prompts = agent.prompt_soon(nursery, "go")
             await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
             with trio.fail_after(10):
                 while len([p for p in marked_processes(marked.mark)

@@ -83,12 +83,8 @@ async def test_stop_during_the_stream_keeps_the_interrupted_prefix(
                call("c2", "Bash", command="touch never"), text("ld")]]
     async with agent_daemon(marked) as agent:
         await agent.new_session(tmp_path, script)
-        prompts: list[AgentPromptResult] = []
         async with trio.open_nursery() as nursery:
-            async def prompt() -> None:
-                prompts.append(await agent.prompt("hi"))
-
-            nursery.start_soon(prompt)
+            prompts = agent.prompt_soon(nursery, "hi")
             await agent.wait_for(lambda e: isinstance(e, AssistantDeltaEvent) and e.text == "wor")
             aborted = await agent.stop_and_check()
         assert aborted.outcome == "aborted" and aborted.cause == Cause("user")

@@ -85,6 +85,12 @@ class _NoHost:
     async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any:
         raise AssertionError
 
+    async def ready(self) -> None:
+        raise AssertionError
+
+    async def wait_host_gone(self) -> bool:
+        raise AssertionError
+
 
 def test_the_model_is_offered_each_plugin_tool_with_its_server_schema() -> None:
     schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}

@@ -111,12 +111,8 @@ async def test_a_host_killed_under_a_plugin_call(tmp_path: pathlib.Path,
     async with agent_daemon(marked, env_extra=QUIET) as agent:
         await new_plugin_session(agent, tmp_path, script)
         host = agent.daemon.info.capabilities["host"]["pid"]  # type: ignore[union-attr]
-        prompts = []
         async with trio.open_nursery() as nursery:
-            async def prompt() -> None:
-                prompts.append(await agent.prompt("go"))
-
-            nursery.start_soon(prompt)
+            prompts = agent.prompt_soon(nursery, "go")
             server_pid = int(await wait_file(tmp_path / "started-politely"))
             os.kill(host, signal.SIGKILL)
         assert prompts[0].stop_reason == "error"
