@@ -67,12 +67,14 @@ class Agent:
     mark: str = ""  # the test's process marker (``Marked.mark``)
     session_id: str = ""
     events: list[AnnouncedEvent] = field(default_factory=list)
+    by_session: dict[str, list[AnnouncedEvent]] = field(default_factory=dict)
     permission_requests: list[PermissionRequestParams] = field(default_factory=list)
     withdrawn: list[str] = field(default_factory=list)
     changed: trio.Event = field(default_factory=trio.Event)
 
     def on_event(self, params: SessionEventParams) -> None:
         self.events.append(params.event)
+        self.by_session.setdefault(params.session_id, []).append(params.event)
         self.changed.set()
         self.changed = trio.Event()
 
@@ -154,20 +156,29 @@ class Agent:
             answer = await self.abort(cause, keep_inbox=keep_inbox, reason=reason)
         # No checkpoint between the answer and these snapshots: the log on disk and the
         # events the client saw, as they were when the daemon answered (at the latest).
-        log, seen = self.log(), list(self.events)
+        # Turn ids repeat across sessions: only this session's events count.
+        log, seen = self.log(), list(self.by_session.get(self.session_id, []))
         check_answer(answer, log, seen)
         await self.check_no_tool_process(within=processes_gone_within, spare=spare)
         return answer
 
     def tool_processes(self, spare: Collection[int] = ()) -> list[psutil.Process]:
-        """Every live process of this test that a tool started: marked by a host, or below
-        the daemon (an escapee that cleared its environment is adopted by the host or the
-        runtime), but not the daemon, its host or ``spare``. A process the test itself runs
+        """Every live process a tool started: below the daemon (an escapee that cleared its
+        environment, so carries no mark, is adopted by the host or the runtime) or marked by
+        a host, but not the daemon, its host or ``spare``. A process the test itself runs
         beside the daemon (``quiesce ops``) is neither."""
         assert self.mark, "an Agent made without the test's mark cannot see its processes"
-        ours = {self.daemon.process.pid, self.host_pid, *spare}
-        return [p for p in marked_processes(self.mark)
-                if p.pid not in ours and _started_by_the_daemon(p, self.daemon.process.pid)]
+        daemon = self.daemon.process.pid
+        ours = {daemon, self.host_pid, *spare}
+        found = {p.pid: p for p in marked_processes(self.mark)
+                 if _started_by_the_daemon(p, daemon)}
+        try:
+            for child in psutil.Process(daemon).children(recursive=True):
+                if _alive(child):
+                    found.setdefault(child.pid, child)
+        except psutil.NoSuchProcess:
+            pass
+        return [p for pid, p in found.items() if pid not in ours]
 
     async def check_no_tool_process(self, *, within: float = 0.0,
                                     spare: Collection[int] = ()) -> None:
@@ -268,6 +279,13 @@ def check_answer(answer: AgentAbortResult, log: Sequence[DurableEvent],
     assert_balanced(log, "the log")
     assert_balanced([e for e in seen if isinstance(e, ToolCallEvent | ToolResultEvent | TurnEnd)],
                     "the events the client saw")
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _started_by_the_daemon(proc: psutil.Process, daemon_pid: int) -> bool:

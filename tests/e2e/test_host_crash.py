@@ -184,9 +184,13 @@ async def prompt_into(agent: Agent, answers: list[AgentPromptResult]) -> None:
     answers.append(await agent.prompt("go"))
 
 
-def kill_host_when_exists(path: pathlib.Path, daemon_pid: int) -> None:
-    """SIGKILL the daemon's host the moment ``path`` appears (a thread, polling)."""
+def kill_host_when_exists(path: pathlib.Path, daemon_pid: int, within: float = 20.0) -> None:
+    """SIGKILL the daemon's host the moment ``path`` appears (a thread, polling; it gives
+    up after ``within`` seconds, so a run that never gets there fails instead of spinning)."""
+    deadline = time.monotonic() + within
     while not path.exists():
+        if time.monotonic() > deadline:
+            return
         time.sleep(0.0002)
     for child in psutil.Process(daemon_pid).children():
         if "host" in command_line(child).split() and child.status() != psutil.STATUS_ZOMBIE:
@@ -261,22 +265,24 @@ async def test_an_unmarked_escapee_of_a_crashed_host_is_killed(tmp_path: pathlib
     command = (f"env -i setsid sh -c 'sleep 300 & echo $! > {pid_file}'; "
                "echo up; sleep 60")
     script = [[call("b1", "Bash", command=command)], [text("after")]]
-    async with agent_daemon(marked) as agent:
-        await agent.new_session(tmp_path, script)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(agent.prompt, "go")
-            await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
-            with trio.fail_after(10):
-                while not pid_file.exists() or not pid_file.read_text().strip():
-                    await trio.sleep(0.02)
-            escapee = psutil.Process(int(pid_file.read_text()))
-            with trio.fail_after(10):  # its shell exited: the host adopted it
-                while escapee.ppid() != host_pid(agent):
-                    await trio.sleep(0.02)
-            os.kill(host_pid(agent), signal.SIGKILL)
-        # The crashed turn answered: the escapee is gone by now (reaped, not a zombie).
-        alive = psutil.pid_exists(escapee.pid)
-        if alive:  # the test's marker cannot find it: not left behind by a failure
-            escapee.kill()
-        assert not alive, command_line(escapee)
-        agent.assert_balanced()
+    try:
+        async with agent_daemon(marked) as agent:
+            await agent.new_session(tmp_path, script)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(agent.prompt, "go")
+                await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
+                with trio.fail_after(10):
+                    while not pid_file.exists() or not pid_file.read_text().strip():
+                        await trio.sleep(0.02)
+                escapee = psutil.Process(int(pid_file.read_text()))
+                with trio.fail_after(10):  # its shell exited: the host adopted it
+                    while escapee.ppid() != host_pid(agent):
+                        await trio.sleep(0.02)
+                os.kill(host_pid(agent), signal.SIGKILL)
+            # The crashed turn answered: the escapee is gone by now (reaped, not a zombie).
+            assert not psutil.pid_exists(escapee.pid), command_line(escapee)
+            agent.assert_balanced()
+    finally:  # the test's marker cannot find it: never left behind by a failure
+        text_pid = pid_file.read_text().strip() if pid_file.exists() else ""
+        if text_pid and psutil.pid_exists(int(text_pid)):
+            os.kill(int(text_pid), signal.SIGKILL)

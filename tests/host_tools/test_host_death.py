@@ -109,9 +109,10 @@ async def test_an_env_cleared_setsid_orphan_dies_with_the_stop(
             nursery.start_soon(_run, host, "other", "sleep 301 & setsid sleep 302 & "
                                "env -i sh -c 'sleep 304 &'; echo up; sleep 303", results)
             await _wait_output(host, "other", "up")
+            await wait_until(lambda: any(  # its shell exits without waiting: let it exec
+                command_line(p) == "sleep 304" and p.ppid() == host_pid
+                for p in psutil.Process(host_pid).children(recursive=True)), 5)
             other = {p.pid: p for p in psutil.Process(host_pid).children(recursive=True)}
-            assert any(command_line(p) == "sleep 304" and p.ppid() == host_pid
-                       for p in other.values())
             nursery.start_soon(_run, host, "b1", f"{hide}; echo up; sleep 300", results)
             await _wait_output(host, "b1", "up")
             await wait_until(lambda: len(_with_args(escapee)) == 1, 5)

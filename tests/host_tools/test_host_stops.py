@@ -92,7 +92,7 @@ async def test_every_member_of_an_evil_tree_dies_and_is_reaped(tmp_path: pathlib
         assert result.details["processesKilled"] >= TREE_MEMBERS
         assert result.details["killedAfterGrace"] >= 1  # the TERM-ignoring member
         assert result.details["survivors"] == []
-        assert GRACE <= elapsed < GRACE + 1.5, elapsed
+        assert GRACE <= elapsed < GRACE + 3.0, elapsed
         assert [p for p in members if p.is_running()
                 and p.status() != psutil.STATUS_ZOMBIE] == []
         # Everything reaped, orphans included, before the result: not even a zombie.
@@ -129,14 +129,17 @@ async def test_grep_over_a_large_tree_with_a_fifo_stops_at_once(tmp_path: pathli
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_execute, host, "g1", "Grep",
                                {"pattern": "(a|aa)*c", "path": "tree"}, results)
-            await trio.sleep(0.3)
+            with trio.fail_after(10):  # its body runs: the host says so
+                while not any(c.call_id == "g1" and c.state == "running"
+                              for c in (await host.stats()).calls):
+                    await trio.sleep(0.01)
             sent = time.monotonic()
             state = await host.abort("g1", "Grep")
             assert state.found and state.state == "running"
         elapsed = time.monotonic() - sent
         result = results["g1"]
         assert result.code == "ABORTED" and result.details.get("discarded") is True
-        assert elapsed < 1.0, elapsed
+        assert elapsed < 2.0, elapsed  # a scan takes far longer; slack for a loaded machine
         # The abandoned worker sees the stop and ends its walk: the host goes idle.
         await trio.sleep(0.2)
         before = _cpu(host_pid)

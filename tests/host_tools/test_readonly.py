@@ -201,11 +201,11 @@ async def test_grep_cancel_returns_at_once_and_worker_stops(
         with trio.move_on_after(0.2):
             await grep(harness, "(a|b)*zzz")  # a full scan takes seconds
         cancelled_at = time.monotonic()
-    assert cancelled_at - started < 0.2 + 0.3  # the caller is released at once
+    assert cancelled_at - started < 0.2 + 0.5  # the caller is released at once
     assert returned == []  # abandoned mid-scan, not finished
     # The abandoned worker sees its event and stops early, long before the scan would end.
     await wait_until(lambda: returned, 3)
-    assert returned[0] - cancelled_at < 0.5
+    assert returned[0] - cancelled_at < 1.0
 
 
 async def test_read_only_bodies_return_promptly_when_cancelled(harness: Harness) -> None:

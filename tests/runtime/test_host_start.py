@@ -4,6 +4,7 @@ keeps serving, and the start is not retried by every waiting call."""
 from __future__ import annotations
 
 import os
+import pathlib
 import signal
 import sys
 
@@ -18,8 +19,8 @@ from tests.conftest import Marked
 from tests.runtime.test_hosttools import Recorder
 from tests.support import MARK_VAR
 
-# A host that starts until the flag file exists; then its command fails at once.
-BREAKABLE_HOST = 'if [ -e "$0" ]; then exit 1; fi; exec "$1" -m host'
+# A host that starts until the flag file exists, then fails at once; each start is counted.
+BREAKABLE_HOST = 'echo start >> "$2"; if [ -e "$0" ]; then exit 1; fi; exec "$1" -m host'
 
 
 async def run_calls(supervisor: HostSupervisor, background: trio.Nursery,
@@ -34,9 +35,10 @@ async def run_calls(supervisor: HostSupervisor, background: trio.Nursery,
 async def test_calls_that_need_a_host_that_cannot_start_are_never_sent(
         tmp_path: os.PathLike[str], marked: Marked) -> None:
     broken = os.path.join(tmp_path, "broken")
+    starts = pathlib.Path(tmp_path, "starts")
     supervisor = HostSupervisor(
         command=["env", f"{MARK_VAR}={marked.mark}", "sh", "-c", BREAKABLE_HOST, broken,
-                 sys.executable], ping_interval=100)
+                 sys.executable, str(starts)], ping_interval=100)
     async with trio.open_nursery() as daemon:  # the daemon's nursery: it must not fail
         with trio.fail_after(20):
             await daemon.start(supervisor.run)
@@ -59,7 +61,9 @@ async def test_calls_that_need_a_host_that_cannot_start_are_never_sent(
             assert "could not be started" in str(result.details["hostUnavailable"])
         assert supervisor.current is not None and supervisor.current.link.pid == first
 
-        # Within the retry pause, a caller fails at once: no second start.
+        # Within the retry pause, a caller fails at once: no start is tried again.
+        tried = starts.read_text().count("start")
+        assert tried == 2  # the first host, then one failed start the two calls shared
         started = trio.current_time()
         try:
             await supervisor.ensure()
@@ -67,6 +71,7 @@ async def test_calls_that_need_a_host_that_cannot_start_are_never_sent(
             pass
         else:
             raise AssertionError("a host started while the command is broken")
+        assert starts.read_text().count("start") == tried
         assert trio.current_time() - started < 0.5
 
         # Mended, and past the pause: the next request starts a fresh host.
