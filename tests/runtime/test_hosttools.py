@@ -53,6 +53,12 @@ class FakeHost:
         self.started.set()
         self.starting = trio.Event()
 
+    def answer_aborts(self, answer: ToolsAbortResult) -> None:
+        """Answer every ``tools.abort`` at once with ``answer``."""
+        self.abort_released = trio.Event()
+        self.abort_released.set()
+        self.abort_answer = answer
+
     async def ready(self) -> None:
         self.starting.set()
         await self.started.wait()
@@ -168,9 +174,7 @@ async def test_a_late_read_only_result_is_logged_with_its_call_tool_and_code(
 async def test_progress_flows_through_the_grace_and_stops_once_abandoned(
         autojump_clock: trio.testing.MockClock) -> None:
     host = FakeHost()
-    host.abort_released = trio.Event()
-    host.abort_released.set()
-    host.abort_answer = ToolsAbortResult(True, "running", True)
+    host.answer_aborts(ToolsAbortResult(True, "running", True))
     run = Run(host, grace=5.0)
     routed: list[bool] = []
     settled = trio.Event()
@@ -213,9 +217,7 @@ async def test_a_process_stop_is_bounded_by_the_grace_even_if_the_abort_is_unans
 async def test_mutating_waits_past_the_grace_for_the_host_result(
         autojump_clock: trio.testing.MockClock) -> None:
     host = FakeHost()
-    host.abort_released = trio.Event()
-    host.abort_released.set()
-    host.abort_answer = ToolsAbortResult(True, "running", True)
+    host.answer_aborts(ToolsAbortResult(True, "running", True))
     host.execute_released = trio.Event()
     host.execute_answer = ok_result("Wrote w.txt", details={"bytesWritten": 1})
     run = Run(host, grace=1.0)
@@ -241,9 +243,7 @@ async def test_mutating_waits_past_the_grace_for_the_host_result(
 async def test_a_host_that_says_the_body_never_started_gives_aborted_before_dispatch(
         autojump_clock: trio.testing.MockClock, answer: ToolsAbortResult) -> None:
     host = FakeHost()
-    host.abort_released = trio.Event()
-    host.abort_released.set()
-    host.abort_answer = answer
+    host.answer_aborts(answer)
     run = Run(host, grace=2.0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_once_sent, host, run)
@@ -255,9 +255,7 @@ async def test_a_host_that_says_the_body_never_started_gives_aborted_before_disp
 async def test_a_body_that_started_is_never_reported_before_dispatch(
         autojump_clock: trio.testing.MockClock) -> None:
     host = FakeHost()
-    host.abort_released = trio.Event()
-    host.abort_released.set()
-    host.abort_answer = ToolsAbortResult(True, "running", True)
+    host.answer_aborts(ToolsAbortResult(True, "running", True))
     run = Run(host, grace=2.0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_once_sent, host, run)
