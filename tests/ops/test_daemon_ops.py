@@ -3,6 +3,7 @@ has not started, and calls sent to the host as the host itself sees them."""
 
 from __future__ import annotations
 
+import pathlib
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, cast
@@ -53,7 +54,8 @@ def fake_daemon(host: FakeHost | None = None, pending: frozenset[str] = frozense
         stuck_after=30.0, inbox=())
     session = SimpleNamespace(session_id="s-1", workspace="/w", agent=agent)
     return SimpleNamespace(permissions=SimpleNamespace(pending_calls=lambda: pending),
-                           sessions=SimpleNamespace(all=lambda: [session]),
+                           sessions=SimpleNamespace(all=lambda: [session], unreadable=list,
+                                                    dir=pathlib.Path("/data/sessions")),
                            host=host or FakeHost(fails=NotSent("no live host")))
 
 
