@@ -145,6 +145,7 @@ class SessionLog:
         self._next_seq = next_seq
         self._size = size  # the end of the last whole record
         self._torn = False  # bytes past ``_size`` that a failed cut left behind
+        self._cut_errno = errno.EIO  # why the last cut failed
 
     @classmethod
     def create(cls, path: pathlib.Path) -> SessionLog:
@@ -221,7 +222,7 @@ class SessionLog:
                     raise fault
                 os.ftruncate(self._fd, self._size)
         except OSError as exc:
-            self._torn = True
+            self._torn, self._cut_errno = True, exc.errno or errno.EIO
             log.error("%s: could not cut the log back to %d bytes (%s): it refuses appends "
                       "until a cut succeeds", self.path, self._size, exc.strerror or exc)
             return
@@ -232,8 +233,8 @@ class SessionLog:
             return
         self.rewind(self.mark)
         if self._torn:
-            raise OSError(errno.EIO, f"{self.path}: a failed append left a torn record that "
-                                     "cannot be cut yet; refusing to append after it")
+            raise OSError(self._cut_errno, f"{self.path}: a failed append left a torn record "
+                          "that cannot be cut yet; refusing to append after it")
         log.warning("%s: cut the torn record a failed append had left", self.path)
 
     async def sync(self) -> None:
