@@ -189,8 +189,7 @@ class Agent:
             ending = await turn.run(signal)
         except Exception as exc:  # the turn's one mapping of unexpected failures
             log.exception("session %s turn %s failed", self.session_id, turn.turn_id)
-            ending = TurnEnding(TurnOutcome("error", error=f"internal error: "
-                                            f"{type(exc).__name__}: {exc}"), "error")
+            ending = TurnEnding(TurnOutcome("error", error=_describe(exc)), "error")
         try:
             await self._record_owed()  # a subagent's owed end before its parent's
             self._balance(turn.turn_id)
@@ -359,3 +358,12 @@ def _turn_count(journal: Journal) -> int:
     took leaves a gap, so counting turns could reuse a later one's id)."""
     return max((int(t[1:]) for t in journal.turn_order
                 if t.startswith("t") and t[1:].isdigit()), default=0)
+
+
+def _describe(exc: Exception) -> str:
+    """A turn's unexpected failure as its turn/end says it (a group of one is its member)."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, OSError) and exc.strerror:  # the session log, mostly: a full disk
+        return f"internal error: {type(exc).__name__}: {exc.strerror}"
+    return f"internal error: {type(exc).__name__}: {exc}"
