@@ -82,8 +82,7 @@ def unreadable_logs(listing: Sequence[tuple[int, Sequence[OpsUnreadableLog]]]) -
     lines = []
     for pid, logs in listing:
         for entry in logs:
-            lines.append(f"UNREADABLE  daemon {pid}  {entry.session_id}  {entry.path}: "
-                         f"{entry.error}")
+            lines.append(f"UNREADABLE  daemon {pid}  {entry.session_id}  {entry.error}")
     if lines:
         lines.append("(session.load fails on these until they are repaired: see "
                      "docs/operations.md, \"An unreadable session log\")")
