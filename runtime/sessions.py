@@ -107,9 +107,16 @@ class SessionStore:
             raise RpcError(ErrorCode.INTERNAL, f"cannot create the session log: "
                                                f"{exc.strerror}") from exc
         journal = Journal(slog, lambda event: announce(session_id, event))
-        meta = journal.append(lambda seq: SessionMeta(
-            seq, "", session_id, real, mode, time.time(),
-            msgspec.to_builtins(provider_config) if provider_config else {}, mcp_servers))
+        try:
+            meta = journal.append(lambda seq: SessionMeta(
+                seq, "", session_id, real, mode, time.time(),
+                msgspec.to_builtins(provider_config) if provider_config else {}, mcp_servers))
+        except OSError as exc:  # a full or failing disk: no session, and no empty log left
+            slog.close()
+            with contextlib.suppress(OSError):
+                slog.path.unlink()
+            raise RpcError(ErrorCode.INTERNAL, f"cannot write the session log: "
+                                               f"{exc.strerror or exc}") from exc
         assert isinstance(meta, SessionMeta)
         return self._add(meta, journal, provider, tools)
 

@@ -146,3 +146,16 @@ async def test_a_stop_whose_end_cannot_be_fsynced_answers_internal_never_aborted
     assert not any(e.end.kind == "aborted" for e in ends["t1"])
     assert [e.end.kind for e in ends["t2"]] == ["completed"]
     assert not [e for e in log if isinstance(e, ToolCallEvent)]
+
+
+async def test_a_session_whose_meta_cannot_be_written_is_refused_and_leaves_nothing(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    async with agent_daemon(marked, env_extra={ENV: "write:ENOSPC:1"}) as agent:
+        with pytest.raises(RemoteError) as refused:
+            await agent.new_session(tmp_path, [])
+        assert refused.value.code == ErrorCode.INTERNAL
+        assert "No space left on device" in str(refused.value)
+        assert list((marked.data_dir / "sessions").iterdir()) == []
+        listed = await agent.daemon.request("session.list", Empty())
+        assert listed.sessions == ()
+        await agent.new_session(tmp_path, [])  # the second write works
