@@ -216,7 +216,10 @@ class SessionStore:
         found: list[SessionInfo] = []
         if not self.dir.is_dir():
             return found
-        for path in sorted(self.dir.glob("s-*.jsonl")):
+        paths = sorted(self.dir.glob("s-*.jsonl"))
+        for gone in set(self._listing) - set(paths):  # logs deleted since the last listing
+            self._listing.pop(gone, None)
+        for path in paths:
             session_id = path.stem
             if session_id in self._sessions or not _SESSION_ID.fullmatch(session_id):
                 continue
@@ -259,7 +262,7 @@ class SessionStore:
 
 def _why(exc: OSError | ValueError) -> str:
     if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.strerror} ({exc.filename or 'the log'})" if exc.filename else exc.strerror
+        return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
     return str(exc)
 
 
