@@ -129,7 +129,10 @@ CLIENT_TO_RUNTIME = Direction("client → runtime", [
     MethodSpec("session.new", SessionNewParams, SessionNewResult,
                "Open a session on an absolute workspace directory."),
     MethodSpec("session.list", Empty, SessionListResult,
-               "The sessions of this daemon, and those in its data directory."),
+               "The sessions of this daemon, and those in its data directory. A log that "
+               "cannot be read is listed too, with `error` saying why (session.load fails "
+               "on it until it is repaired; its `workspace` is empty when even its first "
+               "line is unreadable)."),
     MethodSpec("session.load", SessionLoadParams, SessionLoadResult,
                "Replay a session's log as session.event notifications, then answer. A log "
                "that ends inside a turn (the runtime died) is first closed with honest "

@@ -193,6 +193,8 @@ class Daemon:
                         if session.agent.busy or session.agent.inbox:
                             disposals.start_soon(self._dispose, session)
                 nursery.cancel_scope.cancel()  # every turn settled: no watchdog needed
+            for session in self.sessions.all():  # ends a failing log still owes: a last try
+                await session.agent.record_owed()
             await self.host.stop()
 
     async def _stop_host_after(self, delay: float) -> None:
@@ -232,6 +234,7 @@ class Daemon:
         self._running.add(session.session_id)
         session.agent.stuck_after = self.stuck_after
         session.agent.on_step = functools.partial(self.ops.plan_step, session.session_id)
+        session.agent.on_stop = self.ops.record_stop
         self._nursery.start_soon(self._serve_agent, session)
 
     async def _serve_agent(self, session: Session) -> None:
@@ -350,6 +353,7 @@ class Daemon:
                 with trio.CancelScope(shield=True):
                     await session.agent.cancel(DisposedCause())
             finally:
+                await session.agent.record_owed()  # a last try, while the log is open
                 scope = self._agent_scopes.pop(session.session_id, None)
                 if scope is not None:
                     scope.cancel()
@@ -389,9 +393,7 @@ class Daemon:
     async def agent_abort(self, params: AgentAbortParams) -> AgentAbortResult:
         self._require_initialized()
         agent = self.sessions.get(params.session_id).agent
-        result = await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox)
-        self.ops.record_stop(result)
-        return result
+        return await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox)
 
     async def debug_run_tool(self, params: DebugRunToolParams) -> DebugRunToolResult:
         self._require_initialized()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -40,9 +39,11 @@ from protocol.messages.ops import (
     OpsSession,
     OpsSessionsResult,
     OpsStatsResult,
+    OpsUnreadableLog,
 )
 from runtime.agent.hosttools import HostTools
 from runtime.agent.task import CHILD_SEPARATOR
+from runtime.percentiles import percentile
 from runtime.registry import OperatorCause
 from runtime.rpc import ConnectionClosed
 
@@ -117,10 +118,11 @@ class DaemonOps:
             del turns[old]
         turns[turn_id] = tools
 
-    def record_stop(self, result: AgentAbortResult) -> None:
-        if result.outcome == "aborted":
-            self.stops += 1
-            self.stop_latencies_ms.append(result.settled_ms)
+    def record_stop(self, settled_ms: float) -> None:
+        """A stop that settled (``Agent.on_stop``): asked by a client, an operator, a
+        close or the shutdown, counted once however many aborts joined it."""
+        self.stops += 1
+        self.stop_latencies_ms.append(settled_ms)
 
     def announce(self, session_id: str, event: AnnouncedEvent) -> None:
         if isinstance(event, ToolCallEvent | TurnEnd):
@@ -179,7 +181,12 @@ class DaemonOps:
                 round(waiting, 3) if waiting is not None else None,
                 waiting is not None and waiting > agent.stuck_after,
                 len(agent.inbox), tuple(calls)))
-        return OpsSessionsResult(os.getpid(), tuple(out))
+        # Off the event loop (a listing reads the logs it has not seen yet).
+        broken = await trio.to_thread.run_sync(self._daemon.sessions.unreadable)
+        return OpsSessionsResult(os.getpid(), tuple(out), tuple(
+            OpsUnreadableLog(i.session_id, i.error or "", str(self._daemon.sessions.dir /
+                                                              f"{i.session_id}.jsonl"),
+                             i.workspace) for i in broken))
 
     async def _host_stats(self, limit: float = math.inf) -> HostStatsResult | None:
         """The live host's ``host.stats``, or None: no live host (none is started for
@@ -195,9 +202,7 @@ class DaemonOps:
         return None
 
     async def ops_abort(self, session_id: str) -> AgentAbortResult:
-        result = await self._daemon.sessions.get(session_id).agent.cancel(OperatorCause())
-        self.record_stop(result)
-        return result
+        return await self._daemon.sessions.get(session_id).agent.cancel(OperatorCause())
 
     async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult:
         self._daemon.sessions.get(session_id)
@@ -221,13 +226,13 @@ class DaemonOps:
     async def ops_stats(self) -> OpsStatsResult:
         host = self._daemon.host
         stats = await self._host_stats()
-        latencies = sorted(self.stop_latencies_ms)
+        latencies = list(self.stop_latencies_ms)
         return OpsStatsResult(
             os.getpid(), round(time.monotonic() - self._started, 3),
             len(self._daemon.sessions.all()),
             sum(s.agent.turns for s in self._daemon.sessions.all()), self.stops,
-            round(statistics.median(latencies), 3) if latencies else None,
-            round(latencies[int(0.9 * (len(latencies) - 1))], 3) if latencies else None,
-            round(latencies[-1], 3) if latencies else None,
+            round(percentile(latencies, 50), 3) if latencies else None,
+            round(percentile(latencies, 90), 3) if latencies else None,
+            round(max(latencies), 3) if latencies else None,
             host.pid, host.restarts, host.crashes,
             stats.tombstones if stats else 0, stats.calls_in_flight if stats else 0)

@@ -35,7 +35,13 @@ from runtime.agent.agent import Agent, ToolsFactory
 from runtime.agent.journal import Journal
 from runtime.agent.turn import TurnConfig
 from runtime.providers.base import Provider
-from runtime.sessionlog import SessionBusy, SessionLog, is_live_elsewhere, read_log
+from runtime.sessionlog import (
+    LogContents,
+    SessionBusy,
+    SessionLog,
+    is_live_elsewhere,
+    read_log,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +81,7 @@ class SessionStore:
         self._config = config or TurnConfig()
         self._sessions: dict[str, Session] = {}
         self._locks: dict[str, trio.Lock] = {}
+        self._listing: dict[pathlib.Path, tuple[tuple[int, int], SessionInfo]] = {}
 
     def path_of(self, session_id: str) -> pathlib.Path:
         if not _SESSION_ID.fullmatch(session_id):
@@ -100,9 +107,16 @@ class SessionStore:
             raise RpcError(ErrorCode.INTERNAL, f"cannot create the session log: "
                                                f"{exc.strerror}") from exc
         journal = Journal(slog, lambda event: announce(session_id, event))
-        meta = journal.append(lambda seq: SessionMeta(
-            seq, "", session_id, real, mode, time.time(),
-            msgspec.to_builtins(provider_config) if provider_config else {}, mcp_servers))
+        try:
+            meta = journal.append(lambda seq: SessionMeta(
+                seq, "", session_id, real, mode, time.time(),
+                msgspec.to_builtins(provider_config) if provider_config else {}, mcp_servers))
+        except OSError as exc:  # a full or failing disk: no session, and no empty log left
+            slog.close()
+            with contextlib.suppress(OSError):
+                slog.path.unlink()
+            raise RpcError(ErrorCode.INTERNAL, f"cannot write the session log: "
+                                               f"{exc.strerror or exc}") from exc
         assert isinstance(meta, SessionMeta)
         return self._add(meta, journal, provider, tools)
 
@@ -130,13 +144,31 @@ class SessionStore:
             # Off the event loop: a long log must not hold up agent.abort elsewhere.
             contents = await trio.to_thread.run_sync(read_log, path)
             meta = contents.meta
-        except ValueError as exc:
-            raise RpcError(ErrorCode.INTERNAL, f"session log unreadable: {exc}") from exc
+        except (OSError, ValueError) as exc:
+            raise RpcError(ErrorCode.INTERNAL, f"session log unreadable: {_why(exc)}",
+                           {"path": str(path)}) from exc
         try:
             slog = SessionLog.reopen(path, contents)
         except SessionBusy as exc:
             raise RpcError(ErrorCode.BUSY, str(exc)) from exc
-        # Repairs are announced with the replay that follows the load, not twice.
+        except OSError as exc:  # the torn last line could not be cut (EROFS, EIO)
+            raise RpcError(ErrorCode.INTERNAL, f"session log cannot be reopened for "
+                           f"appending: {_why(exc)}", {"path": str(path)}) from exc
+        try:
+            journal, recovered = await self._repair(session_id, slog, contents)
+        except OSError as exc:  # the log refuses the repair: the load fails, nothing is torn
+            slog.close()
+            raise RpcError(ErrorCode.INTERNAL, f"session log cannot take the repair of its "
+                           f"interrupted turns: {_why(exc)}", {"path": str(path)}) from exc
+        journal = Journal(slog, lambda event: announce(session_id, event), tuple(journal.events))
+        return Loaded(self._add(meta, journal, provider(meta.provider), tools), recovered)
+
+    @staticmethod
+    async def _repair(session_id: str, slog: SessionLog,
+                      contents: LogContents) -> tuple[Journal, bool]:
+        """Close every turn the log leaves open: a result for each unanswered call and an
+        ``interrupted`` end. Repairs are announced with the replay that follows the load,
+        not twice."""
         journal = Journal(slog, lambda event: None, contents.events)
         recovered = False
         result = aborted_result(before_dispatch=False,
@@ -148,8 +180,7 @@ class SessionStore:
                 journal.append(functools.partial(_synthetic_result, call, result))
             await journal.append_durably(functools.partial(_interrupted_end, open_turn))
             log.info("session %s: closed interrupted turn %s", session_id, open_turn.turn_id)
-        journal = Journal(slog, lambda event: announce(session_id, event), tuple(journal.events))
-        return Loaded(self._add(meta, journal, provider(meta.provider), tools), recovered)
+        return journal, recovered
 
     def discard(self, session_id: str, *, forget: bool = False) -> None:
         """Drop a session; ``forget``: also delete its log (it never became usable)."""
@@ -180,27 +211,80 @@ class SessionStore:
         return tuple(self._sessions.values())
 
     def on_disk(self) -> list[SessionInfo]:
-        """Sessions in the data directory that this daemon has not loaded."""
+        """Sessions in the data directory that this daemon has not loaded; a log that cannot
+        be read is listed with ``error`` saying why, never left out."""
         found: list[SessionInfo] = []
         if not self.dir.is_dir():
             return found
-        for path in sorted(self.dir.glob("s-*.jsonl")):
+        paths = sorted(self.dir.glob("s-*.jsonl"))
+        for gone in set(self._listing) - set(paths):  # logs deleted since the last listing
+            self._listing.pop(gone, None)
+        for path in paths:
             session_id = path.stem
             if session_id in self._sessions or not _SESSION_ID.fullmatch(session_id):
                 continue
+            found.append(self._listed(path))
+        return found
+
+    def unreadable(self) -> list[SessionInfo]:
+        """The logs in the data directory that cannot be read (``quiesce ops``)."""
+        return [info for info in self.on_disk() if info.error is not None]
+
+    def _listed(self, path: pathlib.Path) -> SessionInfo:
+        """How ``session.list`` shows a log not loaded here; logs unchanged since they were
+        last read (same size and mtime) are not read again."""
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            return _unreadable(path, exc, None)
+        key = (stat.st_size, stat.st_mtime_ns)
+        cached = self._listing.get(path)
+        if cached is not None and cached[0] == key:
+            info = cached[1]
+        else:
             try:
                 contents = read_log(path)
                 meta = contents.meta
             except (OSError, ValueError) as exc:
-                log.warning("skipping unreadable session log %s: %s", path, exc)
-                continue
-            # A session open in another daemon is running there, not interrupted.
-            interrupted = bool(contents.open_turns()) and not is_live_elsewhere(path)
-            found.append(SessionInfo(meta.session_id, meta.workspace,
-                                     meta.permission_mode,  # type: ignore[arg-type]
-                                     meta.created_at, loaded=False,
-                                     interrupted=interrupted))
-        return found
+                log.warning("session log %s is unreadable: %s", path, _why(exc))
+                info = _unreadable(path, exc, stat.st_mtime)
+            else:
+                info = SessionInfo(meta.session_id, meta.workspace,
+                                   meta.permission_mode,  # type: ignore[arg-type]
+                                   meta.created_at, loaded=False,
+                                   interrupted=bool(contents.open_turns()))
+            self._listing[path] = (key, info)
+        # A session open in another daemon is running there, not interrupted.
+        if info.interrupted and is_live_elsewhere(path):
+            info = msgspec.structs.replace(info, interrupted=False)
+        return info
+
+
+def _why(exc: OSError | ValueError) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
+    return str(exc)
+
+
+def _unreadable(path: pathlib.Path, exc: OSError | ValueError,
+                mtime: float | None) -> SessionInfo:
+    """A listing of a log that cannot be read: what its first line says, if it can be
+    read, else only its id (workspace empty, created at the file's mtime)."""
+    meta = _first_meta(path)
+    if meta is not None:
+        return SessionInfo(path.stem, meta.workspace, meta.permission_mode,  # type: ignore[arg-type]
+                           meta.created_at, loaded=False, error=_why(exc))
+    return SessionInfo(path.stem, "", "ask", mtime or 0.0, loaded=False, error=_why(exc))
+
+
+def _first_meta(path: pathlib.Path) -> SessionMeta | None:
+    try:
+        with path.open("rb") as f:
+            first = f.readline(1 << 20)
+        event = msgspec.json.decode(first, type=SessionMeta)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return event
 
 
 def _synthetic_result(call: ToolCallEvent, result: ToolResult, seq: int) -> ToolResultEvent:
@@ -210,5 +294,6 @@ def _synthetic_result(call: ToolCallEvent, result: ToolResult, seq: int) -> Tool
 
 def _interrupted_end(turn: TurnStart, seq: int) -> TurnEnd:
     return TurnEnd(seq, turn.turn_id,
-                   TurnOutcome("interrupted", error="the runtime stopped during this turn"),
+                   TurnOutcome("interrupted",
+                               error="the runtime stopped before this turn's end was recorded"),
                    "error")

@@ -21,7 +21,8 @@ BENCH = ROOT / "scripts" / "bench.py"
 STOPS = {"stop-read-only", "stop-read-only-short", "stop-tree-term", "stop-tree-ignoring",
          "stop-undispatched"}
 FLOORS = {"floor-session-list", "floor-host-tool", "floor-noop-turn", "floor-bash-turn",
-          "floor-process-scan", "floor-fsync", "floor-regex-22", "floor-regex-16"}
+          "floor-process-scan", "floor-fsync", "floor-log-append", "floor-log-cut",
+          "floor-log-recover", "floor-regex-22", "floor-regex-16"}
 GROUPS = {"floor-pipe-raw", "floor-pipe-epoll", "link-host-stats", "rtt-quiesce", "rtt-mcp",
           "throughput-quiesce", "throughput-mcp", "startup-quiesce", "startup-mcp",
           "growth-1", "growth-10", "tombstones", "micro-dispatch", "micro-handler",

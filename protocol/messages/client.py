@@ -49,6 +49,10 @@ class SessionInfo(Struct, frozen=True):
     created_at: float
     loaded: bool = True  # open in this daemon; else only in the data directory
     interrupted: bool = False  # its log ends inside a turn: session.load will close it
+    error: str | None = None
+    """Why its log cannot be read (``session.load`` fails until it is repaired; see
+    docs/operations.md); null for a readable log. For a log whose first line is unreadable
+    too, ``workspace`` is empty and ``createdAt`` is the file's modification time."""
 
 
 class SessionListResult(Struct, frozen=True):

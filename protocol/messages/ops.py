@@ -32,9 +32,20 @@ class OpsSession(Struct, frozen=True):
     calls: tuple[OpsCall, ...] = ()
 
 
+class OpsUnreadableLog(Struct, frozen=True):
+    """A session log in the daemon's data directory that cannot be read: ``session.load``
+    fails on it until an operator repairs it (docs/operations.md)."""
+
+    session_id: str
+    error: str
+    path: str = ""
+    workspace: str = ""  # from its first line, if that much can be read
+
+
 class OpsSessionsResult(Struct, frozen=True):
     pid: int
     sessions: tuple[OpsSession, ...]
+    unreadable_logs: tuple[OpsUnreadableLog, ...] = ()
 
 
 class OpsSessionParams(Struct, frozen=True):

@@ -8,7 +8,10 @@ whichever non-idle phase it is (first cause wins), clears the inbox unless asked
 to keep it, and returns only when that phase has ended: for a turn, when its
 ``turn/end`` is on disk (fsynced); concurrent cancels join the same settlement.
 A turn whose ``turn/end`` could not be made durable answers its stops with an
-``INTERNAL`` error, never with a settlement it cannot vouch for.
+``INTERNAL`` error, never with a settlement it cannot vouch for; its end is then owed:
+recorded (kind ``error``, saying the log failed) before anything else of the session,
+once the log takes records again. A stop is counted (``on_stop``) once, where its phase
+settles, whoever asked for it (a client, an operator, ``session.close``, shutdown).
 """
 
 from __future__ import annotations
@@ -95,6 +98,11 @@ class Agent:
         self._history = ModelHistory(journal.by_turn, journal.turn_order, CHILD_SEPARATOR)
         self.stuck_after = DEFAULT_STUCK_AFTER
         self.on_step: StepListener | None = None  # told each step's calls (the ops view)
+        self.on_stop: Callable[[float], None] | None = None
+        """Told each stop that settled as ``aborted``: ms from its first request to then."""
+        self._stop_at: float | None = None  # the current phase's first stop request
+        self._owed: list[tuple[str, str]] = []
+        """(turn id, why) of turns whose turn/end the log could not take, oldest first."""
         self.turns = 0
 
     # -- prompts ----------------------------------------------------------------------
@@ -136,6 +144,14 @@ class Agent:
         durable: TurnEnd | None = None
         with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
             try:
+                await self._record_owed()
+            except OSError:
+                log.exception("session %s: the log still cannot record the end of an earlier "
+                              "turn; turn %s does not start", self.session_id, slot.turn_id)
+                self._routes.remove(route)
+                self._release(slot, None)
+                return
+            try:
                 ending, durable = await self._run_to_end(turn, controller.signal)
             finally:
                 self._routes.remove(route)
@@ -148,8 +164,11 @@ class Agent:
         """The turn is over (its turn/end durable, or the log broken): release its waiters
         with what the log says, never more."""
         slot.end = end
-        slot.prompt.resolve(slot.turn_id, end.stop_reason if end is not None else "error")
+        # A turn whose turn/start the log never took has no id anyone can look up.
+        turn_id = slot.turn_id if slot.turn_id in self.journal.by_turn else None
+        slot.prompt.resolve(turn_id, end.stop_reason if end is not None else "error")
         self._current = None
+        self._count_stop(end is not None and end.end.kind != "completed")
         self.machine.fire(PhaseEvent.END_TURN)  # the phase has settled: its stops answer
         self._begin_queued()
 
@@ -170,18 +189,52 @@ class Agent:
             ending = await turn.run(signal)
         except Exception as exc:  # the turn's one mapping of unexpected failures
             log.exception("session %s turn %s failed", self.session_id, turn.turn_id)
-            ending = TurnEnding(TurnOutcome("error", error=f"internal error: "
-                                            f"{type(exc).__name__}: {exc}"), "error")
+            ending = TurnEnding(TurnOutcome("error", error=_describe(exc)), "error")
         try:
+            await self._record_owed()  # a subagent's owed end before its parent's
             self._balance(turn.turn_id)
             end = await self.journal.append_durably(lambda seq: TurnEnd(
                 seq, turn.turn_id, ending.outcome, ending.stop_reason))
-        except OSError:
+        except OSError as exc:
             log.exception("session %s: the log could not record the end of %s",
                           self.session_id, turn.turn_id)
+            self._owe(turn.turn_id, exc)
             return ending, None
         assert isinstance(end, TurnEnd)
         return ending, end
+
+    def _owe(self, turn_id: str, exc: OSError) -> None:
+        """Remember a turn whose end the log could not take, if its turn/start is there
+        (a turn the log never took has nothing to close)."""
+        if turn_id in self.journal.by_turn and turn_id not in {t for t, _ in self._owed}:
+            self._owed.append((turn_id, "the session log could not record this turn's end "
+                                        f"({exc.strerror or exc}); recorded once it could"))
+
+    async def _record_owed(self) -> None:
+        """Record the owed ends, oldest first (``OSError`` if the log still fails): each
+        turn ends ``error``, as its prompt was answered, its unanswered calls balanced."""
+        while self._owed:
+            turn_id, why = self._owed[0]
+            if not any(isinstance(e, TurnEnd) for e in self.journal.by_turn[turn_id]):
+                self._balance(turn_id)
+                await self.journal.append_durably(
+                    lambda seq, t=turn_id, w=why: TurnEnd(  # type: ignore[misc]
+                        seq, t, TurnOutcome("error", error=w), "error"))
+                log.info("session %s: recorded the owed end of turn %s", self.session_id,
+                         turn_id)
+            self._owed.pop(0)
+
+    async def record_owed(self) -> bool:
+        """Try to record the owed ends now (a close, a shutdown); whether none is left."""
+        if self.busy:
+            return False
+        with trio.CancelScope(shield=True):
+            try:
+                await self._record_owed()
+            except OSError as exc:
+                log.error("session %s: %d turn end(s) still cannot be recorded: %s",
+                          self.session_id, len(self._owed), exc)
+        return not self._owed
 
     def _balance(self, turn_id: str) -> None:
         answered = {e.call_id for e in self.journal.by_turn.get(turn_id, [])
@@ -227,6 +280,7 @@ class Agent:
         try:
             await job(phase.controller.signal)
         finally:
+            self._count_stop(True)
             self.machine.fire(PhaseEvent.END_MAINTENANCE)
             self._begin_queued()
         return True
@@ -242,6 +296,8 @@ class Agent:
             return AgentAbortResult("idle")
         assert phase.controller is not None and phase.settled is not None
         phase.controller.abort(cause)
+        if self._stop_at is None:
+            self._stop_at = time.monotonic()
         if slot is not None and slot.stop_requested_at is None:
             slot.stop_requested_at = time.monotonic()
         with trio.move_on_after(self.stuck_after):
@@ -264,6 +320,12 @@ class Agent:
         # the stopped turn is over, and its calls say how each ended.
         return AgentAbortResult("aborted", slot.turn_id, stop_cause, settled_ms,
                                 self.calls_of(slot.turn_id))
+
+    def _count_stop(self, aborted: bool) -> None:
+        """The phase is settling: count its stop (if it had one that answers ``aborted``)."""
+        at, self._stop_at = self._stop_at, None
+        if at is not None and aborted and self.on_stop is not None:
+            self.on_stop(round((time.monotonic() - at) * 1000, 3))
 
     def calls_of(self, turn_id: str) -> tuple[AbortedCall, ...]:
         calls: dict[str, AbortedCall] = {}
@@ -292,4 +354,16 @@ class Agent:
 
 
 def _turn_count(journal: Journal) -> int:
-    return sum(1 for t in journal.turn_order if t and CHILD_SEPARATOR not in t)
+    """The highest top-level turn number in the log (ids are ``t<n>``; a turn the log never
+    took leaves a gap, so counting turns could reuse a later one's id)."""
+    return max((int(t[1:]) for t in journal.turn_order
+                if t.startswith("t") and t[1:].isdigit()), default=0)
+
+
+def _describe(exc: Exception) -> str:
+    """A turn's unexpected failure as its turn/end says it (a group of one is its member)."""
+    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if isinstance(exc, OSError) and exc.strerror:  # the session log, mostly: a full disk
+        return f"internal error: {type(exc).__name__}: {exc.strerror}"
+    return f"internal error: {type(exc).__name__}: {exc}"

@@ -2,7 +2,9 @@
 
 The order is the contract: an event reaches the client only after it is in
 the log; ``turn/end`` only after the log is fsynced. Progress events are
-announced, never logged; they carry the seq of the last durable event.
+announced, never logged; they carry the seq of the last durable event. An event
+the log fails to take (``OSError``) is neither kept nor announced: the journal
+holds exactly what the log holds.
 """
 
 from __future__ import annotations
@@ -48,13 +50,32 @@ class Journal:
         return event
 
     async def append_durably(self, make: Callable[[int], DurableEvent]) -> DurableEvent:
-        """Append, fsync, then announce: for ``turn/end``."""
+        """Append, fsync, then announce: for ``turn/end``. If the fsync fails the event is
+        cut back out of the log (unless something was appended after it meanwhile) and
+        forgotten: the log keeps no end it could not make durable."""
+        before = self._log.mark
         event = make(self._log.next_seq())
         self._log.append(event)
         self._keep(event)
-        await self._log.sync()
+        after = self._log.mark
+        try:
+            await self._log.sync()
+        except OSError:
+            if self._log.mark == after:
+                self._log.rewind(before)
+                self._forget_last(event)
+            raise
         self._announce(event)
         return event
+
+    def _forget_last(self, event: DurableEvent) -> None:
+        assert self.events[-1] is event
+        self.events.pop()
+        turn = self.by_turn[event.turn_id]
+        turn.pop()
+        if not turn:
+            del self.by_turn[event.turn_id]
+            self.turn_order.remove(event.turn_id)
 
     def announce(self, make: Callable[[int], AnnouncedEvent]) -> None:
         self._announce(make(self.last_seq))

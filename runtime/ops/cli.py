@@ -19,7 +19,7 @@ import msgspec
 import trio
 
 from protocol.errors import RpcError
-from protocol.messages.ops import OpsEventParams
+from protocol.messages.ops import OpsEventParams, OpsUnreadableLog
 from runtime.ops import render
 from runtime.ops.client import Discovery, RunningDaemon, connect, discover
 from runtime.ops.rundir import UnsafeRunDir
@@ -47,6 +47,7 @@ def _daemon_json(daemon: RunningDaemon) -> dict[str, Any]:
 
 async def cmd_ls(args: argparse.Namespace, found: Discovery) -> int:
     listing, data, status = [], [], EXIT_OK
+    broken: list[tuple[int, tuple[OpsUnreadableLog, ...]]] = []
     for daemon in found.daemons:
         entry = _daemon_json(daemon)
         try:
@@ -60,12 +61,16 @@ async def cmd_ls(args: argparse.Namespace, found: Discovery) -> int:
             status = EXIT_FAILED
         else:
             listing.append((daemon.pid, result.sessions))
+            broken.append((daemon.pid, result.unreadable_logs))
             entry["sessions"] = msgspec.to_builtins(result.sessions)
+            entry["unreadableLogs"] = msgspec.to_builtins(result.unreadable_logs)
         data.append(entry)
     if not found.daemons:
         human = f"no quiesce daemon is running (looked in {found.directory})"
     else:
         human = render.sessions_table(listing)
+        if problems := render.unreadable_logs(broken):
+            human += "\n\n" + problems
     _emit(args, human, data)
     return status
 
@@ -83,7 +88,8 @@ async def cmd_show(args: argparse.Namespace, found: Discovery) -> int:
             result = await client.sessions()
     data = _daemon_json(daemon)
     data["sessions"] = msgspec.to_builtins(result.sessions)
-    _emit(args, render.daemon_detail(daemon, result.sessions), data)
+    data["unreadableLogs"] = msgspec.to_builtins(result.unreadable_logs)
+    _emit(args, render.daemon_detail(daemon, result.sessions, result.unreadable_logs), data)
     return EXIT_OK
 
 

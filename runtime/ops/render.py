@@ -28,6 +28,7 @@ from protocol.messages.ops import (
     OpsRestartHostResult,
     OpsSession,
     OpsStatsResult,
+    OpsUnreadableLog,
 )
 from runtime.ops.client import RunningDaemon
 
@@ -76,6 +77,18 @@ def sessions_table(listing: Sequence[tuple[int, Sequence[OpsSession]]]) -> str:
                   ""], rows)
 
 
+def unreadable_logs(listing: Sequence[tuple[int, Sequence[OpsUnreadableLog]]]) -> str:
+    """Session logs a daemon cannot read (empty if none): listed so they can be repaired."""
+    lines = []
+    for pid, logs in listing:
+        for entry in logs:
+            lines.append(f"UNREADABLE  daemon {pid}  {entry.session_id}  {entry.error}")
+    if lines:
+        lines.append("(session.load fails on these until they are repaired: see "
+                     "docs/operations.md, \"An unreadable session log\")")
+    return "\n".join(lines)
+
+
 def session_detail(pid: int, s: OpsSession) -> str:
     lines = [
         f"session    {s.session_id}  (daemon {pid})",
@@ -96,7 +109,8 @@ def session_detail(pid: int, s: OpsSession) -> str:
     return "\n".join(lines)
 
 
-def daemon_detail(daemon: RunningDaemon, sessions: Sequence[OpsSession]) -> str:
+def daemon_detail(daemon: RunningDaemon, sessions: Sequence[OpsSession],
+                  unreadable: Sequence[OpsUnreadableLog] = ()) -> str:
     info = daemon.info
     started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.started_at))
     lines = [f"daemon     {info.pid}", f"socket     {info.socket}",
@@ -104,6 +118,8 @@ def daemon_detail(daemon: RunningDaemon, sessions: Sequence[OpsSession]) -> str:
     if info.data_dir:
         lines.append(f"data dir   {info.data_dir}")
     lines += ["", sessions_table([(info.pid, sessions)])]
+    if unreadable:
+        lines += ["", unreadable_logs([(info.pid, unreadable)])]
     for s in sessions:
         if s.calls or s.stop_waiting_s is not None:
             lines += ["", session_detail(info.pid, s)]

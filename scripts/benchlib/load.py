@@ -64,7 +64,6 @@ import psutil
 import trio
 
 from benchlib.harness import Bench, Session, kill_all, marked, now_ms, open_bench
-from benchlib.stats import percentile
 from host.admission import DEFAULT_PER_CLASS
 from host.manager import HostConfig
 from protocol.errors import RemoteError
@@ -89,6 +88,7 @@ from protocol.messages.events import (
 )
 from protocol.toolclass import ToolClass
 from runtime.ops import OpsClient, connect
+from runtime.percentiles import percentile
 from runtime.rpc import ConnectionClosed
 from runtime.sessionlog import read_log
 

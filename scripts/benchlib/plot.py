@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pathlib
 
-from benchlib.stats import Series, percentile
+from benchlib.stats import Series
+from runtime.percentiles import percentile
 
 LEVEL_PREFIX = "growth-"
 ALL_PREFIX = "growth-all-"

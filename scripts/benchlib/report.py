@@ -39,6 +39,11 @@ before the stops; ratios are of medians. The machine is shared and noisy: compar
 and medians, not absolute figures across runs."""
 
 
+def ratio_text(value: float) -> str:
+    """A ratio of medians: one decimal, or two significant digits below 0.1 (never 0.0x)."""
+    return f"{value:.1f}x" if value >= 0.1 else f"{value:.2g}x"
+
+
 def ms(value: float | None) -> str:
     if value is None or math.isnan(value):
         return "—"
@@ -153,7 +158,7 @@ class Report:
         out += ["", "## Ratios (of medians, same run)", "", "| ratio | value |", "|---|---:|"]
         for top, bottom, what in self.ratios:
             value = self.ratio(top, bottom)
-            shown = "—" if value is None else f"{value:.1f}x"
+            shown = "—" if value is None else ratio_text(value)
             out.append(f"| {what} (`{top}` / `{bottom}`) | {shown} |")
         out += ["", *growth_section(self.series, self.plot_name), *micro_section(self.series)]
         notes = [f"- {s.key}: {note}" for s in self.series.values() for note in s.notes]
@@ -197,7 +202,7 @@ class Report:
         for top, bottom, _what in self.ratios:
             value = self.ratio(top, bottom)
             if value is not None:
-                lines.append(f"ratio {top} / {bottom}: {value:.1f}x")
+                lines.append(f"ratio {top} / {bottom}: {ratio_text(value)}")
         problems = sum(len(s.anomalies) for s in self.series.values()) + len(self.failures)
         lines.append(f"anomalies: {problems}; processes left: {len(self.leftovers)}")
         return "\n".join(lines)

@@ -1,4 +1,6 @@
-"""Samples and their summary: median, percentiles, min, max (all in milliseconds)."""
+"""Samples and their summary: median, percentiles, min, max (all in milliseconds).
+
+Percentiles are ``runtime.percentiles.percentile``, the daemon's own (``quiesce ops stats``)."""
 
 from __future__ import annotations
 
@@ -7,22 +9,11 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from runtime.percentiles import percentile
+
 P99_MIN_SAMPLES = 50
 """Below this many samples a p99 is just the maximum; it is not quoted."""
 P90_MIN_SAMPLES = 10
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The ``q``-th percentile (0..100), linear interpolation between closest ranks."""
-    if not values:
-        raise ValueError("no samples")
-    ordered = sorted(values)
-    if len(ordered) == 1:
-        return ordered[0]
-    rank = (len(ordered) - 1) * q / 100
-    low = math.floor(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import psutil
 import trio
 import trio.lowlevel
 
+from benchlib import logwrite
 from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms
 from benchlib.stats import Goal, Series
 from host.tools.context import HostToolConfig
@@ -448,6 +449,9 @@ SCENARIOS: dict[str, Spec] = {
     "floor-bash-turn": Spec(floor_bash_turn, True),
     "floor-process-scan": Spec(floor_process_scan, True),
     "floor-fsync": Spec(floor_fsync, True),
+    "floor-log-append": Spec(logwrite.floor_log_append, True),
+    "floor-log-cut": Spec(logwrite.floor_log_cut, True),
+    "floor-log-recover": Spec(logwrite.floor_log_recover, True),
     "floor-regex-22": Spec(_regex_floor(GREP_LINE), True),
     "floor-regex-16": Spec(_regex_floor(SHORT_LINE), True),
     "stop-read-only": Spec(stop_read_only, False),
@@ -469,6 +473,10 @@ RATIOS: list[tuple[str, str, str]] = [
     ("stop-undispatched", "floor-noop-turn", "undispatched stop vs. a completed no-op turn"),
     ("stop-undispatched", "floor-fsync", "undispatched stop vs. one append + fsync"),
     ("floor-noop-turn", "floor-fsync", "no-op turn vs. one append + fsync"),
+    ("floor-log-append", "floor-fsync", "the log's append + sync vs. a raw append + fsync"),
+    ("floor-log-cut", "floor-log-append", "a failed append cut back vs. the log's append + sync"),
+    ("floor-log-recover", "floor-log-append",
+     "a failed append cut back, then appended and synced vs. the log's append + sync"),
     ("floor-noop-turn", "floor-session-list", "no-op turn vs. a bare client round trip"),
     ("floor-host-tool", "floor-session-list", "host tool round trip vs. a bare round trip"),
 ]

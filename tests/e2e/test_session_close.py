@@ -17,7 +17,7 @@ from protocol.messages.client import (
     SessionLoadParams,
 )
 from protocol.messages.common import Empty
-from protocol.messages.events import ToolProgressEvent, TurnEnd
+from protocol.messages.events import AssistantDeltaEvent, ToolProgressEvent, TurnEnd
 from protocol.tools import TextContent
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, call, text
@@ -147,3 +147,27 @@ async def test_a_stuck_call_of_a_closing_session_is_visible_and_forceable(
         assert agent.results(end.turn_id)["w1"].details["forced"] is True
         assert not alive(server_pid)
         agent.assert_balanced()
+
+
+async def test_a_stop_by_session_close_is_counted_in_ops_stats(tmp_path: pathlib.Path,
+                                                               marked: Marked) -> None:
+    script = [[text("thinking"), {"sleepMs": 60_000}], [text("two"), {"sleepMs": 60_000}]]
+    async with agent_daemon(marked) as agent:
+        first = await agent.new_session(tmp_path, script)
+        second = await agent.new_session(tmp_path, script)
+        async with trio.open_nursery() as nursery:
+            for session_id in (first, second):
+                nursery.start_soon(agent.daemon.request, "agent.prompt",
+                                   AgentPromptParams(session_id, "go"))
+            with trio.fail_after(10):  # both turns stream (meta, turn/start, user/message…)
+                while any(not any(isinstance(e, AssistantDeltaEvent)
+                                  for e in agent.by_session.get(s, [])) for s in (first, second)):
+                    await agent.changed.wait()
+            with trio.fail_after(15):
+                await agent.daemon.request("session.close", SessionCloseParams(first))
+            agent.session_id = second
+            answer = await agent.abort()
+            assert answer.outcome == "aborted"
+        code, stats = await ops(marked, "stats")
+        assert code == 0
+        assert find_key(stats, "stops") == 2  # the close's stop and the abort's

@@ -3,6 +3,7 @@ has not started, and calls sent to the host as the host itself sees them."""
 
 from __future__ import annotations
 
+import pathlib
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, cast
@@ -53,7 +54,8 @@ def fake_daemon(host: FakeHost | None = None, pending: frozenset[str] = frozense
         stuck_after=30.0, inbox=())
     session = SimpleNamespace(session_id="s-1", workspace="/w", agent=agent)
     return SimpleNamespace(permissions=SimpleNamespace(pending_calls=lambda: pending),
-                           sessions=SimpleNamespace(all=lambda: [session]),
+                           sessions=SimpleNamespace(all=lambda: [session], unreadable=list,
+                                                    dir=pathlib.Path("/data/sessions")),
                            host=host or FakeHost(fails=NotSent("no live host")))
 
 
@@ -137,3 +139,18 @@ def test_the_state_mapping() -> None:
     # A stop reached it: what the runtime did about it is the news.
     assert shown_state("aborting", "admission", False) == "aborting"
     assert shown_state("draining", "admission", False) == "draining"
+
+
+async def test_stats_with_two_stops_puts_the_p90_above_the_median() -> None:
+    daemon = fake_daemon(FakeHost())
+    daemon.host.pid, daemon.host.restarts, daemon.host.crashes = 1, 0, 0
+    daemon.sessions.all = list
+    ops = DaemonOps(cast(Any, daemon))
+    ops.record_stop(36_911.2)
+    ops.record_stop(35.8)
+    stats = await ops.ops_stats()
+    assert stats.stops == 2
+    assert stats.stop_latency_ms_median == pytest.approx(18_473.5)
+    assert stats.stop_latency_ms_median is not None and stats.stop_latency_ms_p90 is not None
+    assert stats.stop_latency_ms_median <= stats.stop_latency_ms_p90 <= 36_911.2
+    assert stats.stop_latency_ms_max == 36_911.2

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import errno
+import os
 import pathlib
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -13,6 +16,7 @@ from protocol.messages.events import (
     TurnOutcome,
     TurnStart,
 )
+from runtime import logfaults
 from runtime.sessionlog import SessionLog, read_log
 
 
@@ -82,3 +86,125 @@ def test_a_parent_and_its_subagent_can_both_be_open(tmp_path: pathlib.Path) -> N
     contents = read_log(path)
     assert [t.turn_id for t in contents.open_turns()] == ["t1", "t1~task"]
     assert [c.call_id for c in contents.unanswered_calls("t1")] == ["task"]
+
+
+# -- a full or failing disk ---------------------------------------------------------------
+
+@pytest.fixture
+def faults() -> Iterator[Callable[[str], None]]:
+    """Set ``runtime.logfaults`` in this process (as QUIESCE_LOG_FAULTS does in a daemon)."""
+    yield logfaults.configure
+    logfaults.configure("")
+
+
+def started(path: pathlib.Path) -> SessionLog:
+    log = SessionLog.create(path)
+    log.append(meta(log.next_seq()))
+    log.append(TurnStart(log.next_seq(), "t1"))
+    return log
+
+
+def result(log: SessionLog, call_id: str = "c1", text: str = "x") -> ToolResultEvent:
+    return ToolResultEvent(log.next_seq(), "t1", 0, call_id, False, None,
+                           ({"type": "text", "text": text},))
+
+
+def test_a_failed_append_is_cut_back_and_the_next_starts_a_fresh_line(
+        tmp_path: pathlib.Path, faults: Callable[[str], None]) -> None:
+    path = tmp_path / "s.jsonl"
+    log = started(path)
+    whole = path.stat().st_size
+    faults("write:EIO:1")  # the next write tears half a record, then fails
+    with pytest.raises(OSError) as failed:
+        log.append(result(log, text="y" * 1000))
+    assert failed.value.errno == errno.EIO
+    assert path.stat().st_size == whole and not log.torn
+    assert log.next_seq() == 2  # the failed record took no seq
+    log.append(result(log))
+    log.close()
+    contents = read_log(path)
+    assert contents.torn_bytes == 0
+    assert [e.seq for e in contents.events] == [0, 1, 2]
+
+
+def test_a_short_write_is_finished_or_undone(tmp_path: pathlib.Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "s.jsonl"
+    log = started(path)
+    whole = path.stat().st_size
+    real_write = os.write
+    calls: list[int] = []
+
+    def short(fd: int, data: bytes | memoryview) -> int:  # a disk that fills mid-record
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[:10]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", short)
+    with pytest.raises(OSError) as failed:
+        log.append(result(log))
+    assert failed.value.errno == errno.ENOSPC  # the real reason, from the second write
+    assert path.stat().st_size == whole
+    # A short write followed by one that finishes the record is a whole record.
+    calls.clear()
+
+    def short_once(fd: int, data: bytes | memoryview) -> int:
+        calls.append(len(data))
+        return real_write(fd, bytes(data[:10]) if len(calls) == 1 else data)
+
+    monkeypatch.setattr(os, "write", short_once)
+    log.append(result(log))
+    assert len(calls) == 2
+    log.close()
+    assert [e.seq for e in read_log(path).events] == [0, 1, 2]
+
+
+def test_a_cut_that_fails_refuses_appends_until_it_succeeds(
+        tmp_path: pathlib.Path, faults: Callable[[str], None]) -> None:
+    path = tmp_path / "s.jsonl"
+    log = started(path)
+    whole = path.stat().st_size
+    faults("write:EIO:1,truncate:EIO:1:2")  # the cut fails, and its first retry
+    with pytest.raises(OSError):
+        log.append(result(log))
+    assert log.torn and path.stat().st_size > whole  # half a record left behind
+    with pytest.raises(OSError, match="refusing to append"):
+        log.append(result(log))
+    torn = read_log(path)
+    assert torn.torn_bytes == path.stat().st_size - whole  # only ever the last line
+    assert [e.seq for e in torn.events] == [0, 1]
+    log.append(result(log))  # the third cut works: the record follows the last whole one
+    assert not log.torn
+    log.close()
+    contents = read_log(path)
+    assert contents.torn_bytes == 0 and [e.seq for e in contents.events] == [0, 1, 2]
+
+
+def test_reopen_fails_loudly_if_the_torn_tail_cannot_be_cut(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "s.jsonl"
+    started(path).close()
+    with path.open("ab") as f:
+        f.write(b'{"kind":"tool/res')
+
+    def refuse(fd: int, size: int) -> None:
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(os, "ftruncate", refuse)
+    with pytest.raises(OSError):
+        SessionLog.reopen(path, read_log(path))
+    monkeypatch.undo()
+    reopened = SessionLog.reopen(path, read_log(path))  # the lock was released
+    reopened.close()
+
+
+def test_the_fault_spec() -> None:
+    (write, fsync) = logfaults.parse("write:ENOSPC:3:2, fsync:EIO:1:0")
+    assert (write.op, write.errno) == ("write", errno.ENOSPC)
+    assert [n for n in range(1, 8) if write.hits(n)] == [3, 4]
+    assert [n for n in range(1, 5) if fsync.hits(n)] == [1, 2, 3, 4]
+    for bad in ("write:EIO", "read:EIO:1", "write:ENOPE:1"):
+        with pytest.raises(ValueError):
+            logfaults.parse(bad)
+    assert logfaults.Injector().check("write") is None
