@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="where session logs live (env QUIESCE_DATA_DIR; "
                        "default $XDG_DATA_HOME/quiesce)")
     serve.add_argument("--provider", default=os.environ.get("QUIESCE_PROVIDER") or None,
-                       help="default model provider: scripted:FILE or openai "
+                       help="default model provider: scripted:FILE, openai or anthropic "
                             "(env QUIESCE_PROVIDER)")
     serve.add_argument("--process-grace", type=positive_float,
                        help="seconds a stopped Bash/GenerateImages call may take to return "

@@ -66,7 +66,7 @@ from runtime.ops.server import OpsServer
 from runtime.permission_relay import PermissionRelay
 from runtime.popen_process import PopenProcess
 from runtime.providers.base import Provider
-from runtime.providers.factory import ProviderConfigError, make_provider
+from runtime.providers.factory import ProviderConfigError, open_provider
 from runtime.registry import DisposedCause
 from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent
 from runtime.session_tools import SessionTools
@@ -221,7 +221,7 @@ class Daemon:
                   ) -> tuple[ProviderConfig | None, Provider]:
         chosen = config or self.default_provider
         try:
-            return chosen, make_provider(chosen)
+            return open_provider(chosen)  # the config as resolved: what the log records
         except ProviderConfigError as exc:
             raise RpcError(ErrorCode.INVALID_PARAMS, str(exc)) from exc
 

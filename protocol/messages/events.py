@@ -49,9 +49,15 @@ class UserMessageEvent(_Event, frozen=True, tag="user/message"):
     text: str
 
 
-class Block(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Block(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One block of an assistant message. A reasoning block the vendor sealed (Anthropic's
+    thinking) keeps its ``signature``, or, when its reasoning is encrypted, ``redacted``
+    (the opaque data; ``text`` is empty): the next request sends it back unchanged."""
+
     type: Literal["text", "reasoning"]
     text: str
+    signature: str | None = None
+    redacted: str | None = None
 
 
 class AssistantMessageEvent(_Event, frozen=True, tag="assistant/message"):

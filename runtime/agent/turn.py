@@ -229,7 +229,8 @@ class Turn:
             seq, self.turn_id, step, kind, chunk.text))
 
     def _record_message(self, assembler: Assembler, step: int, *, interrupted: bool) -> None:
-        blocks = tuple(Block(kind, text) for kind, text in assembler.visible_blocks())
+        blocks = tuple(Block(b.type, b.text, b.signature or None, b.redacted or None)
+                       for b in assembler.kept_blocks(interrupted=interrupted))
         if not blocks:  # no visible content: absence itself says the stream showed nothing
             return
         self._journal.append(lambda seq: AssistantMessageEvent(
