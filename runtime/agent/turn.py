@@ -14,8 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import msgspec
-
 from protocol.errors import ErrorCode
 from protocol.messages.events import (
     AssistantDeltaEvent,
@@ -30,6 +28,7 @@ from protocol.messages.events import (
     UserMessageEvent,
 )
 from protocol.tools import ToolResult
+from protocol.toolspecs import input_schema
 from runtime.agent.assembler import Assembler
 from runtime.agent.history import ModelHistory
 from runtime.agent.hosttools import lost_host
@@ -60,7 +59,7 @@ SYSTEM_PROMPT = ("You are a coding agent. Tools run in the user's workspace thro
                  "host; a stopped tool call says so in its result.")
 
 
-DEFAULT_MAX_STEPS = 16
+DEFAULT_MAX_STEPS = 100
 
 
 StepListener = Callable[[str, Sequence[tuple[str, str, str]]], None]
@@ -94,23 +93,9 @@ def wire_cause(cause: RegistryCause | None) -> Cause | None:
     return Cause(kind, getattr(cause, "reason", None))
 
 
-_schemas: dict[type[Any], dict[str, Any]] = {}
-
-
-def _schema(args_type: type[Any]) -> dict[str, Any]:
-    """The JSON schema of a tool's arguments, computed once per type."""
-    cached = _schemas.get(args_type)
-    if cached is None:
-        schema: dict[str, Any] = msgspec.json.schema(args_type)
-        defs = schema.pop("$defs", {})
-        ref = schema.get("$ref", "")
-        cached = _schemas[args_type] = dict(defs.get(ref.rsplit("/", 1)[-1], schema))
-    return cached
-
-
 def tool_schemas(definitions: list[ToolDefinition[Any]]) -> tuple[ToolSchema, ...]:
     return tuple(ToolSchema(d.name, d.description, d.input_schema if d.input_schema is not None
-                            else _schema(d.args_type)) for d in definitions)
+                            else input_schema(d.args_type)) for d in definitions)
 
 
 class _StepRecorder:
