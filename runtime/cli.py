@@ -70,11 +70,12 @@ def _apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace
                        path: pathlib.Path | None, raw: dict[str, Any]) -> None:
     """Fill every option not given (on the command line or in its environment variable)
     from the configuration file, then from the built-in default; check the host table."""
-    from runtime.config import parse_serve_config
+    from runtime.config import parse_serve_config, system_prompt
     from runtime.config_file import ConfigError
 
     try:
         config = parse_serve_config(path, raw)
+        args.system_prompt = system_prompt(config, path)
     except ConfigError as exc:
         parser.error(str(exc))
     for name, default in SERVE_DEFAULTS.items():
@@ -129,6 +130,7 @@ async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> N
         liveness_timeout=args.liveness_timeout,
         stuck_after=args.stuck_after,
         max_steps=args.max_steps,
+        system_prompt=getattr(args, "system_prompt", None),
         first_host=first_host,
     )
     # Orphans of a crashed host are re-parented to us and killed by their marker.

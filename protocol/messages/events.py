@@ -39,6 +39,8 @@ class SessionMeta(_Event, frozen=True, tag="session/meta"):
     provider: dict[str, Any] = msgspec.field(default_factory=dict)
     mcp_servers: tuple[McpServerConfig, ...] = ()
     """The session's own plugin servers (``session.new``), for every re-open."""
+    system_prompt: str | None = None
+    """The session's own system prompt (``session.new``), for every re-open."""
 
 
 class TurnStart(_Event, frozen=True, tag="turn/start"):

@@ -32,6 +32,7 @@ from protocol.toolspecs import input_schema
 from runtime.agent.assembler import Assembler
 from runtime.agent.history import ModelHistory
 from runtime.agent.hosttools import lost_host
+from runtime.agent.instructions import DEFAULT_SYSTEM_PROMPT, system_message
 from runtime.agent.journal import Journal
 from runtime.agent.task import HOST_CRASHED_ERROR
 from runtime.providers.base import (
@@ -55,10 +56,6 @@ from runtime.registry import Cause as RegistryCause
 
 log = logging.getLogger(__name__)
 
-SYSTEM_PROMPT = ("You are a coding agent. Tools run in the user's workspace through the quiesce "
-                 "host; a stopped tool call says so in its result.")
-
-
 DEFAULT_MAX_STEPS = 100
 
 
@@ -71,6 +68,10 @@ class TurnConfig:
     max_steps: int = DEFAULT_MAX_STEPS
     """Model steps a turn may take; past them it ends ``max_steps``."""
     max_parallel: int = 4
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    """The daemon's or the session's (see :mod:`runtime.agent.instructions`)."""
+    workspace: str | None = None
+    """The session's workspace (a real path), whose ``AGENTS.md`` each turn reads."""
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.max_parallel < 1:
@@ -142,9 +143,13 @@ class Turn:
         self._journal.append(lambda seq: TurnStart(seq, turn_id))
         self._journal.append(lambda seq: UserMessageEvent(seq, turn_id, self._prompt))
         try:
+            system = self._config.system_prompt
+            with cancel_on_abort(signal):  # a stop abandons the read; the loop then stops
+                system = await system_message(self._config.system_prompt,
+                                              self._config.workspace)
             for step in range(self._config.max_steps):
                 signal.raise_if_aborted()  # step boundary
-                request = ModelRequest(SYSTEM_PROMPT, tuple(self._history.for_turn(turn_id)),
+                request = ModelRequest(system, tuple(self._history.for_turn(turn_id)),
                                        self._schemas)
                 signal.raise_if_aborted()  # after prompt assembly
                 assembler = await self._stream(request, step, signal)
