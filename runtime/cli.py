@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="a stop still unsettled after this many seconds is flagged "
                             "stuck in ops and logged (default 30)")
     serve.add_argument("--max-steps", type=positive_int,
-                       help="model steps a turn may take before it ends max_steps")
+                       help="model steps a turn may take before it ends max_steps (default 100)")
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
     sub.add_parser("ops", add_help=False,
                    help="find running daemons and act on their sessions (quiesce ops --help)")
