@@ -250,7 +250,8 @@ class _OpenBlock:
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise ProviderError(
                 f"anthropic: tool call {self.id} ({self.name}) has input that is not a "
-                f"JSON object ({exc}): {excerpt(text)!r}") from exc
+                f"JSON object ({exc}; input cut short when a response reaches its "
+                f"maxTokens: raise it): {excerpt(text)!r}") from exc
         return ToolCallChunk(self.id, self.name, args)
 
 
@@ -319,6 +320,9 @@ class MessagesStreamDecoder:
                 raise ProviderError(f"anthropic: message_stop with blocks still open "
                                     f"(index {', '.join(map(str, sorted(self._blocks)))})")
             self.done = True
+            _log.debug("anthropic: message done: stop_reason=%s input_tokens=%s "
+                       "output_tokens=%s", self.stop_reason, self.input_tokens,
+                       self.output_tokens)
             return
         if kind.startswith("content_block_"):
             if not self._started:

@@ -7,7 +7,7 @@ import pathlib
 
 import trio
 
-from protocol.messages.client import OpenAIProviderConfig, SessionNewParams
+from protocol.messages.client import OpenAIProviderConfig, SessionLoadParams, SessionNewParams
 from runtime.agent.instructions import DEFAULT_SYSTEM_PROMPT
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon
@@ -78,3 +78,23 @@ async def test_the_daemons_prompt_and_the_sessions(tmp_path: pathlib.Path,
     assert daemons.startswith("You are the daemon's agent.\n\n# Workspace instructions")
     assert sessions.startswith("Session's own.\n\n# Workspace instructions")
     assert daemons.endswith("Say hi.") and sessions.endswith("Say hi.")
+
+
+async def test_a_loaded_session_keeps_its_own_prompt(tmp_path: pathlib.Path,
+                                                     marked: Marked) -> None:
+    server = FakeServer()
+    server.queue(answer(), answer())
+    async with trio.open_nursery() as nursery:
+        await server.start(nursery)
+        async with agent_daemon(marked) as first:
+            await open_session(first, tmp_path, server, system_prompt="Mine alone.")
+            session_id = first.session_id
+            with trio.fail_after(20):
+                await first.prompt("one")
+        async with agent_daemon(marked) as second:
+            await second.daemon.request("session.load", SessionLoadParams(session_id))
+            second.session_id = session_id
+            with trio.fail_after(20):
+                await second.prompt("two")
+        nursery.cancel_scope.cancel()
+    assert system_of(server, 0) == system_of(server, 1) == "Mine alone."
