@@ -49,7 +49,8 @@ class AnthropicProviderConfig(Struct, frozen=True, tag_field="kind", tag="anthro
     ``ANTHROPIC_MODEL``; the key from the variable ``apiKeyEnv`` names (default
     ``ANTHROPIC_API_KEY``). ``maxTokens`` (the API requires one) defaults to 8192,
     or to ``thinkingBudget`` + 8192 when thinking is on; ``thinkingBudget`` (at
-    least 1024 tokens) turns extended thinking on."""
+    least 1024 tokens) turns extended thinking on. ``promptCaching`` marks cache
+    breakpoints (tools, system prompt, newest message) so each step reuses the last."""
 
     base_url: str | None = None
     model: str | None = None
@@ -57,6 +58,7 @@ class AnthropicProviderConfig(Struct, frozen=True, tag_field="kind", tag="anthro
     temperature: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
     max_tokens: MaxTokens | None = None
     thinking_budget: Annotated[int, msgspec.Meta(ge=1024)] | None = None
+    prompt_caching: bool = True
 
 
 ProviderConfig = ScriptedProviderConfig | OpenAIProviderConfig | AnthropicProviderConfig

@@ -62,6 +62,7 @@ class AnthropicConfig:
     temperature: float | None = None
     max_tokens: int | None = None
     thinking_budget: int | None = None
+    prompt_caching: bool = True
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -89,7 +90,8 @@ class AnthropicConfig:
         max_tokens = self.max_tokens
         if max_tokens is None:
             max_tokens = DEFAULT_MAX_TOKENS + (self.thinking_budget or 0)
-        return Settings(self.model, max_tokens, self.temperature, self.thinking_budget)
+        return Settings(self.model, max_tokens, self.temperature, self.thinking_budget,
+                        self.prompt_caching)
 
     @classmethod
     def resolve(cls, config: AnthropicProviderConfig,
@@ -107,7 +109,8 @@ class AnthropicConfig:
             raise ValueError(f"anthropic: no API key: {key_env} is not set")
         return cls(model=model, base_url=base_url, api_key=api_key,
                    temperature=config.temperature, max_tokens=config.max_tokens,
-                   thinking_budget=config.thinking_budget)
+                   thinking_budget=config.thinking_budget,
+                   prompt_caching=config.prompt_caching)
 
 
 def recorded(config: AnthropicProviderConfig,

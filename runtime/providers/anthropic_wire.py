@@ -2,7 +2,10 @@
 
 Request (:func:`encode_request`): ``model``, ``max_tokens``, ``system``,
 ``messages`` and ``tools`` (``name``, ``description``, ``input_schema``) with
-``"stream": true``, plus ``temperature`` and ``thinking`` when configured.
+``"stream": true``, plus ``temperature`` and ``thinking`` when configured. With prompt
+caching (the default), ``cache_control`` breakpoints mark the end of the tools, of the
+system prompt and of the newest message, so each step of a turn reads the conversation so
+far from Anthropic's prompt cache instead of paying for it again.
 Messages alternate as the API expects: consecutive messages of one role are one
 message. An assistant message sends its sealed thinking blocks first (with their
 signatures, unchanged, as the API requires when a tool loop continues), then its
@@ -75,6 +78,10 @@ class Settings:
     max_tokens: int
     temperature: float | None = None
     thinking_budget: int | None = None
+    prompt_caching: bool = True
+
+
+_EPHEMERAL = {"type": "ephemeral"}
 
 
 class _Thinking(msgspec.Struct, frozen=True):
@@ -87,7 +94,7 @@ class _Body(msgspec.Struct, frozen=True, omit_defaults=True):
     max_tokens: int
     messages: list[dict[str, Any]]
     stream: bool  # no default: omit_defaults would leave it out
-    system: str = ""
+    system: str | list[dict[str, Any]] = ""
     tools: list[dict[str, Any]] = msgspec.field(default_factory=list)
     temperature: float | None = None
     thinking: _Thinking | None = None
@@ -139,15 +146,35 @@ def encode_messages(messages: tuple[ModelMessage, ...]) -> list[dict[str, Any]]:
     return out
 
 
+def _mark_cache_points(system: str, tools: list[dict[str, Any]],
+                       messages: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """Prompt caching: breakpoints after the tools, the system prompt and the newest
+    message, so the next step of a turn reads everything before its new part from the
+    cache. Returns the system field (a block, to carry its breakpoint)."""
+    if tools:
+        tools[-1] = {**tools[-1], "cache_control": _EPHEMERAL}
+    if messages:
+        last = messages[-1]["content"][-1]
+        if last["type"] in ("text", "tool_result", "tool_use"):
+            last["cache_control"] = _EPHEMERAL
+    if not system:
+        return system
+    return [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+
+
 def encode_request(settings: Settings, request: ModelRequest) -> bytes:
     """The Messages body for one streamed step (see the module docstring)."""
     tools = [{"name": t.name, "description": t.description, "input_schema": t.parameters}
              for t in request.tools]
+    messages = encode_messages(request.messages)
+    system: str | list[dict[str, Any]] = request.system
+    if settings.prompt_caching:
+        system = _mark_cache_points(request.system, tools, messages)
     thinking = (_Thinking(settings.thinking_budget)
                 if settings.thinking_budget is not None else None)
     return _json_encoder.encode(_Body(
-        settings.model, settings.max_tokens, encode_messages(request.messages), True,
-        system=request.system, tools=tools, temperature=settings.temperature,
+        settings.model, settings.max_tokens, messages, True,
+        system=system, tools=tools, temperature=settings.temperature,
         thinking=thinking))
 
 

@@ -135,7 +135,7 @@ async def test_request_body_and_headers(server: FakeServer) -> None:
         "model": "claude-sonnet-4-5",
         "max_tokens": 8192 + 2048,
         "stream": True,
-        "system": "Be brief.",
+        "system": [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}],
         "thinking": {"type": "enabled", "budget_tokens": 2048},
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "read a"}]},
@@ -148,10 +148,12 @@ async def test_request_body_and_headers(server: FakeServer) -> None:
                  "is_error": True},
                 {"type": "text", "text": "thanks"}]},
             {"role": "assistant", "content": [{"type": "text", "text": "Partial ans"}]},
-            {"role": "user", "content": [{"type": "text", "text": "go on"}]},
+            {"role": "user", "content": [{"type": "text", "text": "go on",
+                                          "cache_control": {"type": "ephemeral"}}]},
         ],
         "tools": [{"name": "Read", "description": "Read a file",
-                   "input_schema": {"type": "object"}}],
+                   "input_schema": {"type": "object"},
+                   "cache_control": {"type": "ephemeral"}}],
     }
 
 

@@ -27,6 +27,8 @@ from runtime.providers.base import (
     StreamChunk,
     TextDelta,
     ToolCallChunk,
+    ToolMessage,
+    ToolSchema,
     UserMessage,
 )
 from tests.providers.messages_recorded import (
@@ -123,7 +125,8 @@ def test_messages_merge_by_role_and_drop_what_cannot_be_sent() -> None:
         AssistantMessage("", "unsealed only"),  # nothing the API would accept: left out
         UserMessage("c"),
         AssistantMessage("end  \n", "", (), (SealedReasoning("", redacted="DATA"),))))
-    body = json.loads(encode_request(Settings("m", 10, temperature=0.2), request))
+    body = json.loads(encode_request(Settings("m", 10, temperature=0.2,
+                                              prompt_caching=False), request))
     assert "system" not in body and "tools" not in body and "thinking" not in body
     assert body["temperature"] == 0.2
     assert body["messages"] == [
@@ -160,3 +163,16 @@ def test_config_from_the_environment_and_what_is_recorded() -> None:
         AnthropicConfig(model="m", max_tokens=2000, thinking_budget=4000)
     with pytest.raises(ValueError, match="default temperature"):
         AnthropicConfig(model="m", temperature=0.5, thinking_budget=4000)
+
+
+def test_prompt_caching_marks_tools_system_and_the_newest_message() -> None:
+    request = ModelRequest("Sys", (UserMessage("a"), AssistantMessage(
+        "", "", (ToolCallChunk("t1", "Read", {"path": "x"}),)), ToolMessage("t1", "X")),
+        (ToolSchema("Read", "r", {"type": "object"}), ToolSchema("Bash", "b", {})))
+    body = json.loads(encode_request(Settings("m", 10), request))
+    mark = {"type": "ephemeral"}
+    assert body["system"] == [{"type": "text", "text": "Sys", "cache_control": mark}]
+    assert "cache_control" not in body["tools"][0] and body["tools"][1]["cache_control"] == mark
+    assert [m["content"][-1].get("cache_control") for m in body["messages"]] == [
+        None, None, mark]
+    assert body["messages"][2]["content"][0]["type"] == "tool_result"
