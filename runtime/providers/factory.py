@@ -48,10 +48,6 @@ class UnconfiguredProvider:
         yield  # pragma: no cover
 
 
-def make_provider(config: ProviderConfig | None) -> Provider:
-    return open_provider(config)[1]
-
-
 def open_provider(config: ProviderConfig | None, environ: Mapping[str, str] | None = None
                   ) -> tuple[ProviderConfig | None, Provider]:
     """The provider a config names, and the config a session records for it: the
