@@ -83,8 +83,7 @@ def mask(text: str, secrets: Sequence[str | None]) -> str:
 def status_error(vendor: str, status: int, reason: str, url: str, detail: str) -> ProviderError:
     """The one wording of an HTTP failure: status, reason, what it means, what it says."""
     hint = _STATUS_HINTS.get(status)
-    reason = reason or "error"
-    head = f"{vendor}: HTTP {status} {reason} from {url}"
+    head = f"{vendor}: HTTP {status}{' ' + reason if reason else ''} from {url}"
     if hint:
         head += f" ({hint})"
     return ProviderError(f"{head}: {detail}")
