@@ -11,8 +11,8 @@ import msgspec.inspect as mi
 from protocol.errors import ERROR_MESSAGES, ErrorCode
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from protocol.methods import DIRECTIONS
-from protocol.toolclass import TOOL_CLASSES
-from protocol.tools import TOOL_ARGS, ToolResult
+from protocol.tooldocs import tool_sections
+from protocol.tools import ToolResult
 from protocol.version import PROTOCOL_VERSION
 
 
@@ -128,15 +128,8 @@ def render() -> str:
             continue
         out += [f"### `{cls.__name__}`", ""]
         out += _struct_table(cls)
-    out += ["## Tools and their classes", "",
-            "| tool | class | arguments |", "|---|---|---|"]
-    for name, args in TOOL_ARGS.items():
-        info = mi.type_info(args)
-        assert isinstance(info, mi.StructType)
-        fields = ", ".join(f"`{f.encode_name}`" + ("" if f.required else "?")
-                           for f in info.fields)
-        out.append(f"| {name} | {TOOL_CLASSES[name].value} | {fields} |")
-    out += ["", "## Error catalogue", "",
+    out += tool_sections()
+    out += ["## Error catalogue", "",
             "JSON-RPC errors carry the number; tool results carry the name in "
             "`error.info.code`.", "", "| code | name | message |", "|---|---|---|"]
     for code in ErrorCode:

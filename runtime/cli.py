@@ -70,11 +70,12 @@ def _apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace
                        path: pathlib.Path | None, raw: dict[str, Any]) -> None:
     """Fill every option not given (on the command line or in its environment variable)
     from the configuration file, then from the built-in default; check the host table."""
-    from runtime.config import parse_serve_config
+    from runtime.config import parse_serve_config, system_prompt
     from runtime.config_file import ConfigError
 
     try:
         config = parse_serve_config(path, raw)
+        args.system_prompt = system_prompt(config, path)
     except ConfigError as exc:
         parser.error(str(exc))
     for name, default in SERVE_DEFAULTS.items():
@@ -129,6 +130,7 @@ async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> N
         liveness_timeout=args.liveness_timeout,
         stuck_after=args.stuck_after,
         max_steps=args.max_steps,
+        system_prompt=getattr(args, "system_prompt", None),
         first_host=first_host,
     )
     # Orphans of a crashed host are re-parented to us and killed by their marker.
@@ -151,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="where session logs live (env QUIESCE_DATA_DIR; "
                        "default $XDG_DATA_HOME/quiesce)")
     serve.add_argument("--provider", default=os.environ.get("QUIESCE_PROVIDER") or None,
-                       help="default model provider: scripted:FILE or openai "
+                       help="default model provider: scripted:FILE, openai or anthropic "
                             "(env QUIESCE_PROVIDER)")
     serve.add_argument("--process-grace", type=positive_float,
                        help="seconds a stopped Bash/GenerateImages call may take to return "
@@ -165,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="a stop still unsettled after this many seconds is flagged "
                             "stuck in ops and logged (default 30)")
     serve.add_argument("--max-steps", type=positive_int,
-                       help="model steps a turn may take before it ends max_steps")
+                       help="model steps a turn may take before it ends max_steps (default 100)")
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
     sub.add_parser("ops", add_help=False,
                    help="find running daemons and act on their sessions (quiesce ops --help)")

@@ -5,9 +5,10 @@ TOML, at ``--config FILE``, else ``$QUIESCE_CONFIG``, else
 ``$XDG_CONFIG_HOME/quiesce/config.toml`` when that file exists. Precedence, highest first:
 a command-line option, its environment variable, the file, the built-in default. Top-level
 keys are the long options in snake case; ``provider`` is an option string
-(``"scripted:FILE"``, ``"openai"``) or a table shaped like ``session.new``'s provider;
-the ``[host]`` table is handed to every host the daemon starts (``quiesce host --config``),
-which validates it.
+(``"scripted:FILE"``, ``"openai"``, ``"anthropic"``) or a table shaped like
+``session.new``'s provider; ``system_prompt`` (text) or ``system_prompt_file`` (a path,
+relative to the file's folder) replaces the built-in system prompt; the ``[host]`` table
+is handed to every host the daemon starts (``quiesce host --config``), which validates it.
 
 Read in two passes because ``serve`` spawns its host before its heavy imports: the file
 and its host table are read for that spawn (:mod:`runtime.config_file`, standard library
@@ -37,11 +38,36 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     liveness_timeout: Positive | None = None
     stuck_after: Positive | None = None
     max_steps: PositiveInt | None = None
+    system_prompt: str | None = None
+    system_prompt_file: str | None = None
     host: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 def parse_serve_config(path: pathlib.Path | None, raw: dict[str, Any]) -> ServeConfig:
     try:
-        return msgspec.convert(raw, ServeConfig)
+        config = msgspec.convert(raw, ServeConfig)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"configuration file {str(path)!r}: {exc}") from exc
+    if config.system_prompt is not None and config.system_prompt_file is not None:
+        raise ConfigError(f"configuration file {str(path)!r}: set system_prompt or "
+                          "system_prompt_file, not both")
+    return config
+
+
+def system_prompt(config: ServeConfig, path: pathlib.Path | None) -> str | None:
+    """The daemon's system prompt from the file, if it sets one (``system_prompt_file``
+    relative to the configuration file's folder); a file that cannot be read, or an
+    empty prompt, is a :class:`ConfigError`."""
+    text = config.system_prompt
+    if config.system_prompt_file is not None:
+        prompt_path = pathlib.Path(config.system_prompt_file).expanduser()
+        if path is not None and not prompt_path.is_absolute():
+            prompt_path = path.parent / prompt_path
+        try:
+            text = prompt_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"configuration file {str(path)!r}: system_prompt_file "
+                              f"{str(prompt_path)!r}: {exc}") from exc
+    if text is not None and not text.strip():
+        raise ConfigError(f"configuration file {str(path)!r}: the system prompt is empty")
+    return text.strip() if text is not None else None

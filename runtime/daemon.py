@@ -66,7 +66,7 @@ from runtime.ops.server import OpsServer
 from runtime.permission_relay import PermissionRelay
 from runtime.popen_process import PopenProcess
 from runtime.providers.base import Provider
-from runtime.providers.factory import ProviderConfigError, make_provider
+from runtime.providers.factory import ProviderConfigError, open_provider
 from runtime.registry import DisposedCause
 from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent
 from runtime.session_tools import SessionTools
@@ -90,6 +90,7 @@ class Daemon:
                  process_grace: float = DEFAULT_PROCESS_GRACE,
                  turn_config: TurnConfig | None = None,
                  max_steps: int | None = None,
+                 system_prompt: str | None = None,
                  ping_interval: float = DEFAULT_PING_INTERVAL,
                  liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
                  stuck_after: float = DEFAULT_STUCK_AFTER,
@@ -105,6 +106,8 @@ class Daemon:
         config = turn_config or TurnConfig()
         if max_steps is not None:
             config = dataclasses.replace(config, max_steps=max_steps)
+        if system_prompt is not None:  # the config file's; a session may replace it
+            config = dataclasses.replace(config, system_prompt=system_prompt)
         self.sessions = SessionStore(self.data_dir, config)
         self.permissions = PermissionRelay()
         self.host = HostSupervisor(
@@ -223,7 +226,7 @@ class Daemon:
                   ) -> tuple[ProviderConfig | None, Provider]:
         chosen = config or self.default_provider
         try:
-            return chosen, make_provider(chosen)
+            return open_provider(chosen)  # the config as resolved: what the log records
         except ProviderConfigError as exc:
             raise RpcError(ErrorCode.INVALID_PARAMS, str(exc)) from exc
 
@@ -272,7 +275,7 @@ class Daemon:
             raise RpcError(ErrorCode.INVALID_PARAMS, str(exc)) from exc
         session = self.sessions.create(params.workspace, params.permission_mode, config,
                                        provider, self._announce, self.tools.factory,
-                                       params.mcp_servers)
+                                       params.mcp_servers, params.system_prompt)
         try:
             try:
                 await self.host.open_session(self._open_params(session))

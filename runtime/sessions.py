@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import os
@@ -92,7 +93,8 @@ class SessionStore:
                provider_config: ProviderConfig | None,
                provider: Provider, announce: Callable[[str, AnnouncedEvent], None],
                tools: Callable[[str], ToolsFactory],
-               mcp_servers: tuple[McpServerConfig, ...] = ()) -> Session:
+               mcp_servers: tuple[McpServerConfig, ...] = (),
+               system_prompt: str | None = None) -> Session:
         if not os.path.isabs(workspace):
             raise RpcError(ErrorCode.INVALID_PARAMS, "workspace must be an absolute path",
                            {"workspace": workspace})
@@ -110,7 +112,8 @@ class SessionStore:
         try:
             meta = journal.append(lambda seq: SessionMeta(
                 seq, "", session_id, real, mode, time.time(),
-                msgspec.to_builtins(provider_config) if provider_config else {}, mcp_servers))
+                msgspec.to_builtins(provider_config) if provider_config else {}, mcp_servers,
+                system_prompt))
         except OSError as exc:  # a full or failing disk: no session, and no empty log left
             slog.close()
             with contextlib.suppress(OSError):
@@ -122,7 +125,10 @@ class SessionStore:
 
     def _add(self, meta: SessionMeta, journal: Journal, provider: Provider,
              tools: Callable[[str], ToolsFactory]) -> Session:
-        agent = Agent(meta.session_id, journal, provider, tools(meta.session_id), self._config)
+        config = dataclasses.replace(
+            self._config, workspace=meta.workspace,
+            system_prompt=meta.system_prompt or self._config.system_prompt)
+        agent = Agent(meta.session_id, journal, provider, tools(meta.session_id), config)
         session = Session(meta.session_id, meta.workspace, meta.permission_mode,  # type: ignore[arg-type]
                           meta.created_at, agent, meta.mcp_servers)
         self._sessions[session.session_id] = session

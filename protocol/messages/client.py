@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -20,13 +20,48 @@ class ScriptedProviderConfig(Struct, frozen=True, tag_field="kind", tag="scripte
     path: str | None = None
 
 
+Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
+MaxTokens = Annotated[int, msgspec.Meta(ge=1)]
+ReasoningEffort = Literal["minimal", "low", "medium", "high"]
+
+
 class OpenAIProviderConfig(Struct, frozen=True, tag_field="kind", tag="openai"):
+    """An OpenAI-compatible Chat Completions server (docs/providers.md). ``baseUrl``
+    and ``model`` left out come from ``OPENAI_BASE_URL`` and ``OPENAI_MODEL`` (the
+    session records the model it was opened with); the key is read from the
+    variable ``apiKeyEnv`` names (default ``OPENAI_API_KEY``), never written here.
+    The model settings are sent only when set: ``maxTokens`` as ``max_tokens``,
+    ``maxCompletionTokens`` as ``max_completion_tokens`` (what OpenAI's reasoning
+    models require), ``reasoningEffort`` as ``reasoning_effort``."""
+
     base_url: str | None = None
     model: str | None = None
     api_key_env: str | None = None
+    temperature: Temperature | None = None
+    max_tokens: MaxTokens | None = None
+    max_completion_tokens: MaxTokens | None = None
+    reasoning_effort: ReasoningEffort | None = None
 
 
-ProviderConfig = ScriptedProviderConfig | OpenAIProviderConfig
+class AnthropicProviderConfig(Struct, frozen=True, tag_field="kind", tag="anthropic"):
+    """Anthropic's Messages API (docs/providers.md). ``baseUrl`` and ``model`` left
+    out come from ``ANTHROPIC_BASE_URL`` (default ``https://api.anthropic.com``) and
+    ``ANTHROPIC_MODEL``; the key from the variable ``apiKeyEnv`` names (default
+    ``ANTHROPIC_API_KEY``). ``maxTokens`` (the API requires one) defaults to 8192,
+    or to ``thinkingBudget`` + 8192 when thinking is on; ``thinkingBudget`` (at
+    least 1024 tokens) turns extended thinking on. ``promptCaching`` marks cache
+    breakpoints (tools, system prompt, newest message) so each step reuses the last."""
+
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    temperature: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+    max_tokens: MaxTokens | None = None
+    thinking_budget: Annotated[int, msgspec.Meta(ge=1024)] | None = None
+    prompt_caching: bool = True
+
+
+ProviderConfig = ScriptedProviderConfig | OpenAIProviderConfig | AnthropicProviderConfig
 
 
 class SessionNewParams(Struct, frozen=True):
@@ -34,6 +69,9 @@ class SessionNewParams(Struct, frozen=True):
     permission_mode: PermissionMode = "ask"
     provider: ProviderConfig | None = None
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    system_prompt: str | None = None
+    """Replaces the daemon's system prompt for this session (docs/configuration.md);
+    the workspace's ``AGENTS.md`` is still added after it."""
 
 
 class SessionNewResult(Struct, frozen=True):

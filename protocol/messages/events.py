@@ -39,6 +39,8 @@ class SessionMeta(_Event, frozen=True, tag="session/meta"):
     provider: dict[str, Any] = msgspec.field(default_factory=dict)
     mcp_servers: tuple[McpServerConfig, ...] = ()
     """The session's own plugin servers (``session.new``), for every re-open."""
+    system_prompt: str | None = None
+    """The session's own system prompt (``session.new``), for every re-open."""
 
 
 class TurnStart(_Event, frozen=True, tag="turn/start"):
@@ -49,9 +51,15 @@ class UserMessageEvent(_Event, frozen=True, tag="user/message"):
     text: str
 
 
-class Block(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class Block(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
+    """One block of an assistant message. A reasoning block the vendor sealed (Anthropic's
+    thinking) keeps its ``signature``, or, when its reasoning is encrypted, ``redacted``
+    (the opaque data; ``text`` is empty): the next request sends it back unchanged."""
+
     type: Literal["text", "reasoning"]
     text: str
+    signature: str | None = None
+    redacted: str | None = None
 
 
 class AssistantMessageEvent(_Event, frozen=True, tag="assistant/message"):

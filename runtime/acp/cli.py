@@ -52,7 +52,8 @@ def parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--provider", type=_provider_option,
                    default=os.environ.get("QUIESCE_PROVIDER") or None,
-                   help="model provider: scripted:FILE or openai (env QUIESCE_PROVIDER)")
+                   help="model provider: scripted:FILE, openai or anthropic "
+                        "(env QUIESCE_PROVIDER)")
     p.add_argument("--data-dir", help="where session logs live (env QUIESCE_DATA_DIR; "
                    "default $XDG_DATA_HOME/quiesce)")
     p.add_argument("--permission-mode", choices=get_args(PermissionMode), default="ask",

@@ -18,6 +18,7 @@ from protocol.tools import TextContent
 from runtime.providers.base import (
     AssistantMessage,
     ModelMessage,
+    SealedReasoning,
     ToolCallChunk,
     ToolMessage,
     UserMessage,
@@ -30,15 +31,17 @@ def model_messages(events: list[DurableEvent]) -> list[ModelMessage]:
     text = reasoning = ""
     calls: list[ToolCallChunk] = []
     results: list[ToolMessage] = []
+    sealed: list[SealedReasoning] = []
 
     def flush() -> None:
         nonlocal step, text, reasoning
-        if step is not None and (text or reasoning or calls):
-            messages.append(AssistantMessage(text, reasoning, tuple(calls)))
+        if step is not None and (text or reasoning or calls or sealed):
+            messages.append(AssistantMessage(text, reasoning, tuple(calls), tuple(sealed)))
         messages.extend(results)
         step, text, reasoning = None, "", ""
         calls.clear()
         results.clear()
+        sealed.clear()
 
     for event in events:
         if isinstance(event, UserMessageEvent):
@@ -54,6 +57,8 @@ def model_messages(events: list[DurableEvent]) -> list[ModelMessage]:
         if isinstance(event, AssistantMessageEvent):
             text += "".join(b.text for b in event.blocks if b.type == "text")
             reasoning += "".join(b.text for b in event.blocks if b.type == "reasoning")
+            sealed.extend(SealedReasoning(b.text, b.signature or "", b.redacted or "")
+                          for b in event.blocks if b.signature or b.redacted)
         elif isinstance(event, ToolCallEvent):
             calls.append(ToolCallChunk(event.call_id, event.tool, dict(event.args)))
         else:

@@ -50,6 +50,7 @@ from protocol.messages.host import (
 )
 from protocol.toolclass import TOOL_CLASSES, ToolClass
 from protocol.tools import TOOL_ARGS, ToolResult, aborted_result, error_result
+from protocol.toolspecs import TOOL_SPECS
 from runtime.registry import (
     AbortSignal,
     Cause,
@@ -160,7 +161,8 @@ class HostTools:
         builtin: list[ToolDefinition[Any]] = [
             define_tool(name, args=args_type, tool_class=TOOL_CLASSES[name], body=self._body,
                         stop=self._stop_handler,
-                        description=f"{name} ({TOOL_CLASSES[name].value}), run by the host")
+                        description=TOOL_SPECS[name].description,
+                        input_schema=TOOL_SPECS[name].input_schema())
             for name, args_type in TOOL_ARGS.items()
         ]
         plugins: list[ToolDefinition[Any]] = [

@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgspec
 import trio
 
 from protocol.errors import ErrorCode
 from protocol.messages.events import TurnEnd
 from protocol.toolclass import ToolClass
-from protocol.tools import ToolResult, aborted_result, error_result, ok_result
+from protocol.tools import TaskArgs, ToolResult, aborted_result, error_result, ok_result
+from protocol.toolspecs import TOOL_SPECS
 from runtime.registry import (
     AbortController,
     ParentCause,
@@ -30,11 +30,6 @@ from runtime.registry import (
 
 CHILD_SEPARATOR = "~"
 HOST_CRASHED_ERROR = "the host crashed under"  # how a turn's turn/end names a host crash
-
-
-class TaskArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    prompt: str
-    description: str = ""
 
 
 # Runs one child turn under the given controller; returns its durable turn/end and text.
@@ -51,7 +46,8 @@ class TaskTool:
         return define_tool(
             "Task", args=TaskArgs, tool_class=ToolClass.LOCAL, body=self._body,
             stop=self._stop,
-            description="Run a subagent on a self-contained task; returns its final answer.")
+            description=TOOL_SPECS["Task"].description,
+            input_schema=TOOL_SPECS["Task"].input_schema())
 
     async def _stop(self, execution: ToolExecution) -> None:
         child = self._children.get(execution.call_id)

@@ -14,8 +14,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import msgspec
-
 from protocol.errors import ErrorCode
 from protocol.messages.events import (
     AssistantDeltaEvent,
@@ -30,9 +28,11 @@ from protocol.messages.events import (
     UserMessageEvent,
 )
 from protocol.tools import ToolResult
+from protocol.toolspecs import input_schema
 from runtime.agent.assembler import Assembler
 from runtime.agent.history import ModelHistory
 from runtime.agent.hosttools import lost_host
+from runtime.agent.instructions import DEFAULT_SYSTEM_PROMPT, system_message
 from runtime.agent.journal import Journal
 from runtime.agent.task import HOST_CRASHED_ERROR
 from runtime.providers.base import (
@@ -56,11 +56,7 @@ from runtime.registry import Cause as RegistryCause
 
 log = logging.getLogger(__name__)
 
-SYSTEM_PROMPT = ("You are a coding agent. Tools run in the user's workspace through the quiesce "
-                 "host; a stopped tool call says so in its result.")
-
-
-DEFAULT_MAX_STEPS = 16
+DEFAULT_MAX_STEPS = 100
 
 
 StepListener = Callable[[str, Sequence[tuple[str, str, str]]], None]
@@ -72,6 +68,10 @@ class TurnConfig:
     max_steps: int = DEFAULT_MAX_STEPS
     """Model steps a turn may take; past them it ends ``max_steps``."""
     max_parallel: int = 4
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    """The daemon's or the session's (see :mod:`runtime.agent.instructions`)."""
+    workspace: str | None = None
+    """The session's workspace (a real path), whose ``AGENTS.md`` each turn reads."""
 
     def __post_init__(self) -> None:
         if self.max_steps < 1 or self.max_parallel < 1:
@@ -94,23 +94,9 @@ def wire_cause(cause: RegistryCause | None) -> Cause | None:
     return Cause(kind, getattr(cause, "reason", None))
 
 
-_schemas: dict[type[Any], dict[str, Any]] = {}
-
-
-def _schema(args_type: type[Any]) -> dict[str, Any]:
-    """The JSON schema of a tool's arguments, computed once per type."""
-    cached = _schemas.get(args_type)
-    if cached is None:
-        schema: dict[str, Any] = msgspec.json.schema(args_type)
-        defs = schema.pop("$defs", {})
-        ref = schema.get("$ref", "")
-        cached = _schemas[args_type] = dict(defs.get(ref.rsplit("/", 1)[-1], schema))
-    return cached
-
-
 def tool_schemas(definitions: list[ToolDefinition[Any]]) -> tuple[ToolSchema, ...]:
     return tuple(ToolSchema(d.name, d.description, d.input_schema if d.input_schema is not None
-                            else _schema(d.args_type)) for d in definitions)
+                            else input_schema(d.args_type)) for d in definitions)
 
 
 class _StepRecorder:
@@ -157,9 +143,13 @@ class Turn:
         self._journal.append(lambda seq: TurnStart(seq, turn_id))
         self._journal.append(lambda seq: UserMessageEvent(seq, turn_id, self._prompt))
         try:
+            system = self._config.system_prompt
+            with cancel_on_abort(signal):  # a stop abandons the read; the loop then stops
+                system = await system_message(self._config.system_prompt,
+                                              self._config.workspace)
             for step in range(self._config.max_steps):
                 signal.raise_if_aborted()  # step boundary
-                request = ModelRequest(SYSTEM_PROMPT, tuple(self._history.for_turn(turn_id)),
+                request = ModelRequest(system, tuple(self._history.for_turn(turn_id)),
                                        self._schemas)
                 signal.raise_if_aborted()  # after prompt assembly
                 assembler = await self._stream(request, step, signal)
@@ -229,7 +219,8 @@ class Turn:
             seq, self.turn_id, step, kind, chunk.text))
 
     def _record_message(self, assembler: Assembler, step: int, *, interrupted: bool) -> None:
-        blocks = tuple(Block(kind, text) for kind, text in assembler.visible_blocks())
+        blocks = tuple(Block(b.type, b.text, b.signature or None, b.redacted or None)
+                       for b in assembler.kept_blocks(interrupted=interrupted))
         if not blocks:  # no visible content: absence itself says the stream showed nothing
             return
         self._journal.append(lambda seq: AssistantMessageEvent(

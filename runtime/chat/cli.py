@@ -55,7 +55,7 @@ def parse_args(argv: list[str]) -> ChatOptions:
     parser.add_argument("--workspace", default=os.getcwd(),
                         help="the directory the agent works in (default: the current one)")
     parser.add_argument("--provider", type=_provider, default=None,
-                        help="scripted:FILE or openai (default: the daemon's, from "
+                        help="scripted:FILE, openai or anthropic (default: the daemon's, from "
                              "QUIESCE_PROVIDER)")
     parser.add_argument("--permission-mode", choices=("ask", "accept-edits", "auto"),
                         default="ask", help="which calls ask first (default: ask)")

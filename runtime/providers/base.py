@@ -25,13 +25,25 @@ class ReasoningDelta:
 
 
 @dataclass(frozen=True)
+class ReasoningSeal:
+    """A reasoning block ended whole, sealed by the vendor (Anthropic's thinking
+    blocks): ``signature`` seals the reasoning streamed since the last seal, or
+    ``redacted`` carries a block whose reasoning is encrypted. The next request
+    must send sealed blocks back unchanged; unsealed reasoning (cut by a stop, or
+    from a vendor without seals) is never sent back to a vendor that checks."""
+
+    signature: str = ""
+    redacted: str = ""
+
+
+@dataclass(frozen=True)
 class ToolCallChunk:
     call_id: str
     name: str
     args: dict[str, Any]
 
 
-StreamChunk = TextDelta | ReasoningDelta | ToolCallChunk
+StreamChunk = TextDelta | ReasoningDelta | ReasoningSeal | ToolCallChunk
 
 
 @dataclass(frozen=True)
@@ -40,10 +52,21 @@ class UserMessage:
 
 
 @dataclass(frozen=True)
+class SealedReasoning:
+    """A reasoning block as its vendor sealed it (see :class:`ReasoningSeal`)."""
+
+    text: str
+    signature: str = ""
+    redacted: str = ""
+
+
+@dataclass(frozen=True)
 class AssistantMessage:
     text: str = ""
     reasoning: str = ""
     tool_calls: tuple[ToolCallChunk, ...] = ()
+    sealed: tuple[SealedReasoning, ...] = ()
+    """The message's sealed reasoning blocks, in order (what Anthropic needs back)."""
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
-from protocol.messages.client import OpenAIProviderConfig, ProviderConfig, ScriptedProviderConfig
+from protocol.messages.client import (
+    AnthropicProviderConfig,
+    OpenAIProviderConfig,
+    ProviderConfig,
+    ScriptedProviderConfig,
+)
 from runtime.providers.base import (
     ModelRequest,
     Provider,
@@ -14,19 +19,23 @@ from runtime.providers.base import (
 )
 from runtime.providers.scripted import ScriptedProvider, load_script, parse_script
 
+OPTION_FORMS = "scripted:FILE, openai or anthropic"
+
 
 class ProviderConfigError(ValueError):
     pass
 
 
 def parse_provider_option(option: str) -> ProviderConfig:
-    """``scripted:FILE`` or ``openai`` (the ``--provider`` option of ``quiesce serve``)."""
+    """``scripted:FILE``, ``openai`` or ``anthropic`` (``quiesce serve --provider``)."""
     kind, _, rest = option.partition(":")
     if kind == "scripted" and rest:
         return ScriptedProviderConfig(path=rest)
     if kind == "openai" and not rest:
         return OpenAIProviderConfig()
-    raise ProviderConfigError(f"--provider must be scripted:FILE or openai, not {option!r}")
+    if kind == "anthropic" and not rest:
+        return AnthropicProviderConfig()
+    raise ProviderConfigError(f"--provider must be {OPTION_FORMS}, not {option!r}")
 
 
 class UnconfiguredProvider:
@@ -39,9 +48,13 @@ class UnconfiguredProvider:
         yield  # pragma: no cover
 
 
-def make_provider(config: ProviderConfig | None) -> Provider:
+def open_provider(config: ProviderConfig | None, environ: Mapping[str, str] | None = None
+                  ) -> tuple[ProviderConfig | None, Provider]:
+    """The provider a config names, and the config a session records for it: the
+    model and base URL it resolved to from the environment filled in, so that the
+    session reopens on the same model in a daemon started without that environment."""
     if config is None:
-        return UnconfiguredProvider()
+        return None, UnconfiguredProvider()
     if isinstance(config, ScriptedProviderConfig):
         if (config.script is None) == (config.path is None):
             raise ProviderConfigError("a scripted provider needs exactly one of script, path")
@@ -50,11 +63,19 @@ def make_provider(config: ProviderConfig | None) -> Provider:
                          else parse_script(config.script or []))
         except ValueError as exc:
             raise ProviderConfigError(str(exc)) from exc
-        return ScriptedProvider(responses)
-    from runtime.providers.openai import OpenAIProvider, provider_from_config
+        return config, ScriptedProvider(responses)
+    if isinstance(config, AnthropicProviderConfig):
+        from runtime.providers import anthropic
+
+        try:
+            claude = anthropic.provider_from_config(config, environ)
+        except ValueError as exc:
+            raise ProviderConfigError(str(exc)) from exc
+        return anthropic.recorded(config, claude.config), claude
+    from runtime.providers import openai, openai_config
 
     try:
-        provider: OpenAIProvider = provider_from_config(config)
+        compatible = openai.provider_from_config(config, environ)
     except ValueError as exc:
         raise ProviderConfigError(f"openai provider: {exc}") from exc
-    return provider
+    return openai_config.recorded(config, compatible.config), compatible

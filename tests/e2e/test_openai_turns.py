@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
 import trio
 
-from protocol.messages.client import OpenAIProviderConfig, SessionNewParams
+from protocol.messages.client import OpenAIProviderConfig, SessionLoadParams, SessionNewParams
 from protocol.messages.events import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
@@ -111,3 +112,30 @@ async def test_stop_mid_tool_call_drops_the_half_streamed_call(tmp_path: pathlib
             assert not any(isinstance(e, ToolCallEvent) for e in [*agent.log(), *agent.events])
             assert not (tmp_path / "half").exists()
         nursery.cancel_scope.cancel()
+
+
+async def test_a_model_from_the_environment_is_recorded_for_session_load(
+        tmp_path: pathlib.Path, marked: Marked, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_MODEL", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    server = FakeServer()
+    server.queue(Reply(body=(sse(event({"content": "one"}), event({}, "stop")),)),
+                 Reply(body=(sse(event({"content": "two"}), event({}, "stop")),)))
+    async with trio.open_nursery() as nursery:
+        await server.start(nursery)
+        env = {"OPENAI_MODEL": "env-model", "OPENAI_BASE_URL": server.base_url}
+        async with agent_daemon(marked, env_extra=env) as first:
+            result = await first.daemon.request("session.new", SessionNewParams(
+                str(tmp_path), "auto", OpenAIProviderConfig()))
+            session_id = result.session_id
+            first.session_id = session_id
+            with trio.fail_after(20):
+                assert (await first.prompt("hi")).stop_reason == "end_turn"
+        # A daemon started without that environment reopens the session on its model.
+        async with agent_daemon(marked) as second:
+            await second.daemon.request("session.load", SessionLoadParams(session_id))
+            second.session_id = session_id
+            with trio.fail_after(20):
+                assert (await second.prompt("again")).stop_reason == "end_turn"
+        nursery.cancel_scope.cancel()
+    assert [r.json()["model"] for r in server.requests] == ["env-model", "env-model"]

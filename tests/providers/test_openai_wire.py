@@ -194,3 +194,14 @@ def test_provider_from_protocol_config() -> None:
         "env-model", "http://127.0.0.1:8080/v1", "sk-local")
     with pytest.raises(ValueError, match="OPENAI_MODEL is unset"):
         provider_from_config(OpenAIProviderConfig(), {})
+
+
+def test_model_settings_are_sent_only_when_set() -> None:
+    plain = json.loads(encode_request(OpenAIConfig(model="m"), ModelRequest("", ())))
+    assert set(plain) == {"model", "messages", "stream"}
+    config = OpenAIConfig.resolve(OpenAIProviderConfig(
+        model="o4-mini", temperature=0.3, max_tokens=100, max_completion_tokens=2000,
+        reasoning_effort="high"), environ={})
+    body = json.loads(encode_request(config, ModelRequest("", ())))
+    assert (body["temperature"], body["max_tokens"], body["max_completion_tokens"],
+            body["reasoning_effort"]) == (0.3, 100, 2000, "high")

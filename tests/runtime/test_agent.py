@@ -30,7 +30,7 @@ from runtime.agent.journal import Journal
 from runtime.agent.phase import InvalidTransition, PhaseEvent, PhaseKind, PhaseMachine
 from runtime.agent.turn import TurnConfig
 from runtime.daemon import Daemon
-from runtime.providers.base import ReasoningDelta, TextDelta, ToolCallChunk
+from runtime.providers.base import ReasoningDelta, ReasoningSeal, TextDelta, ToolCallChunk
 from runtime.providers.scripted import ScriptedProvider, parse_script
 from runtime.registry import (
     AbortSignal,
@@ -293,3 +293,17 @@ async def test_a_stop_that_ends_in_a_host_crash_answers_with_the_stopped_calls(
     assert answer.cause is not None and answer.cause.kind == "user"
     assert answer.settled_ms > 0
     assert [(c.call_id, c.code) for c in answer.tool_calls] == [("c1", "HOST_CRASHED")]
+
+
+def test_assembler_keeps_sealed_reasoning_blocks_apart() -> None:
+    a = Assembler()
+    for chunk in (ReasoningDelta("one"), ReasoningSeal(signature="s1"), ReasoningDelta("two"),
+                  ReasoningSeal(signature="s2"), ReasoningSeal(redacted="R"), TextDelta("hi"),
+                  ReasoningDelta("cut")):
+        a.add(chunk)
+    whole = [(b.type, b.text, b.signature, b.redacted) for b in a.kept_blocks(interrupted=False)]
+    assert whole == [("reasoning", "one", "s1", ""), ("reasoning", "two", "s2", ""),
+                     ("reasoning", "", "", "R"), ("text", "hi", "", ""),
+                     ("reasoning", "cut", "", "")]
+    # An interrupted prefix keeps visible blocks only (the redacted one shows nothing).
+    assert [b.text for b in a.kept_blocks(interrupted=True)] == ["one", "two", "hi", "cut"]
