@@ -18,7 +18,7 @@ from prompt_toolkit.application import Application, in_terminal
 from prompt_toolkit.application.current import set_app
 from prompt_toolkit.buffer import Buffer
 from prompt_toolkit.filters import Condition
-from prompt_toolkit.formatted_text import ANSI
+from prompt_toolkit.formatted_text import ANSI, StyleAndTextTuples
 from prompt_toolkit.key_binding import (
     DynamicKeyBindings,
     KeyBindingsBase,
@@ -57,8 +57,10 @@ def to_ansi(lines: Sequence[Text], width: int, *, wrap: bool) -> str:
 
 
 class Terminal:
-    def __init__(self, live: Callable[[], list[Text]]) -> None:
+    def __init__(self, live: Callable[[], list[Text]],
+                 asking: Callable[[], bool] = lambda: False) -> None:
         self._live = live
+        self._asking = asking
         self._pending: list[Sequence[Text]] = []
         self._printing = False
         self.buffer = Buffer(multiline=False)
@@ -67,8 +69,10 @@ class Terminal:
             Window(FormattedTextControl(self._live_text), dont_extend_height=True,
                    wrap_lines=False),
             filter=Condition(lambda: bool(self._live())))
+        # The input line's marker says what Enter does: send a prompt, or (while a
+        # permission prompt shows) answer it with the one letter typed.
         input_window = Window(BufferControl(self.buffer, input_processors=[
-            BeforeInput("> ", style="bold ansicyan")]), height=1)
+            BeforeInput(self._marker)]), height=1)
         self.app: Application[None] = Application(
             layout=Layout(HSplit([live_window, input_window]), focused_element=input_window),
             key_bindings=merge_key_bindings([
@@ -77,6 +81,11 @@ class Terminal:
             # A flood of progress redraws the live part at most 20 times a second.
             min_redraw_interval=MIN_REDRAW_S)
         self.app.ttimeoutlen = ESC_TIMEOUT_S
+
+    def _marker(self) -> StyleAndTextTuples:
+        if self._asking():
+            return [("bold ansimagenta", "answer y/a/n/d> ")]
+        return [("bold ansicyan", "> ")]
 
     @property
     def width(self) -> int:

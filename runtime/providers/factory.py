@@ -56,5 +56,5 @@ def make_provider(config: ProviderConfig | None) -> Provider:
     try:
         provider: OpenAIProvider = provider_from_config(config)
     except ValueError as exc:
-        raise ProviderConfigError(f"openai provider: {exc}") from exc
+        raise ProviderConfigError(str(exc)) from exc  # it names the provider
     return provider

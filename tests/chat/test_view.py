@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.text import Text
+
 from protocol.messages.client import AbortedCall, AgentAbortResult, SessionInfo
 from protocol.messages.events import (
     AssistantDeltaEvent,
@@ -93,28 +95,70 @@ def test_a_stop_renders_its_timeline_from_the_abort_sent() -> None:
     view = ChatView()
     start(view)
     view.event(ToolCallEvent(2, "t1", 0, "bash-1", "Bash", "process", {"command": "x"}), 1.0)
-    sent = plain(view.stop_sent(10.0, keep_inbox=False, via="Esc", processes_before=5))
-    assert sent == ["■ Stop (Esc): stop timeline", "       +0.0 ms  agent.abort sent (cause user)"]
-    assert plain(view.live(10.05))[-1].endswith("stopping… 50 ms")
-    lines = view.event(ToolAbortEvent(2, "t1", "bash-1", "Bash", "running", True), 10.0021)
-    assert plain(lines) == [
-        "       +2.1 ms  tools.abort bash-1 (Bash): host found it running, body running"]
-    lines = view.event(ToolResultEvent(
+    assert view.stop_sent(10.0, keep_inbox=False, via="Esc", processes_before=5) == []
+    live = plain(view.live(10.05))
+    assert live[-3:] == ["■ Stop (Esc): stop timeline",
+                         "       +0.0 ms  agent.abort sent (cause user)",
+                         live[-1]] and live[-1].endswith("stopping… 50 ms")
+    # Every line is held while the stop settles; the live part shows the timeline so far.
+    assert view.event(ToolAbortEvent(2, "t1", "bash-1", "Bash", "running", True),
+                      10.0021) == []
+    assert ("       +2.1 ms  tools.abort bash-1 (Bash): host found it running, body running"
+            in plain(view.live(10.003)))
+    assert view.event(ToolResultEvent(
         3, "t1", 0, "bash-1", True, "ABORTED", (TextContent("Error: tool call aborted"),),
-        {"processesKilled": 5, "killMs": 12, "survivors": []}), 10.0153)
-    assert plain(lines) == ["      +15.3 ms  bash-1 (Bash): ABORTED, process tree terminated: "
-                            "5 processes killed in 12 ms"]
-    lines = view.event(TurnEnd(4, "t1", TurnOutcome("aborted", Cause("user")), "cancelled"),
-                       10.016)
-    assert plain(lines) == ["      +16.0 ms  turn/end aborted (user) on disk"]
+        {"processesKilled": 5, "killMs": 12, "survivors": []}), 10.0153) == []
+    assert view.event(TurnEnd(4, "t1", TurnOutcome("aborted", Cause("user")), "cancelled"),
+                      10.016) == []
     lines = view.stop_answered(AgentAbortResult(
         "aborted", "t1", Cause("user"), 14.2,
         (AbortedCall("bash-1", "Bash", "process", "ABORTED"),)), 10.0165, processes_alive=0)
     assert plain(lines) == [
+        "■ Stop (Esc): stop timeline",
+        "       +0.0 ms  agent.abort sent (cause user)",
+        "       +2.1 ms  tools.abort bash-1 (Bash): host found it running, body running",
+        "      +15.3 ms  bash-1 (Bash): ABORTED, process tree terminated: "
+        "5 processes killed in 12 ms",
+        "      +16.0 ms  turn/end aborted (user) on disk",
         "      +16.5 ms  turn settled in 14.2 ms (agent.abort answered: aborted)",
         "               bash-1     Bash     process   ABORTED",
         "  process tree: 5 tool processes before the stop, 0 alive after it settled"]
     assert view.stop is None
+
+
+def test_a_stop_block_keeps_the_stopped_turn_before_and_the_next_turn_after() -> None:
+    """/stop-keep: the interrupted message comes before the timeline, the next turn's
+    output after it, and the entries are in time order whatever order they arrived in."""
+    view = ChatView()
+    start(view)
+    view.event(ToolCallEvent(2, "t1", 0, "w", "Write", "mutating", {"path": "a"}), 1.0)
+    view.permission_asked("p1", "Write", "{}", "medium")
+    view.stop_sent(10.0, keep_inbox=True, via="/stop-keep", processes_before=0)
+    view.event(AssistantMessageEvent(3, "t1", 0, (Block("text", "Half a"),),
+                                     interrupted=True), 10.004)
+    view.event(ToolResultEvent(4, "t1", 0, "w", True, "ABORTED_BEFORE_DISPATCH", ()), 10.003)
+    assert view.permission_withdrawn("p1", 10.002) == []
+    view.event(TurnEnd(5, "t1", TurnOutcome("aborted", Cause("user")), "cancelled"), 10.005)
+    view.event(TurnStart(6, "t2"), 10.006)
+    view.event(UserMessageEvent(7, "t2", "next one"), 10.006)
+    view.event(AssistantMessageEvent(8, "t2", 0, (Block("text", "Next answer"),)), 10.007)
+    assert view.hold([Text("  (queued) later")]) == []
+    lines = plain(view.stop_answered(AgentAbortResult("aborted", "t1", Cause("user"), 5.0),
+                                     10.0055, processes_alive=0))
+    assert lines == [
+        "Half a [interrupted]",
+        "■ Stop (/stop-keep): stop timeline",
+        "       +0.0 ms  agent.abort sent (cause user, keeping queued prompts)",
+        "       +2.0 ms  permission prompt for Write withdrawn by the stop (the call never ran)",
+        "       +3.0 ms  w (Write): ABORTED_BEFORE_DISPATCH",
+        "       +5.0 ms  turn/end aborted (user) on disk",
+        "       +5.5 ms  turn settled in 5.0 ms (agent.abort answered: aborted)",
+        "> next one",
+        "Next answer",
+        "  (queued) later"]
+    # Once settled, lines print at once again.
+    assert plain(view.event(AssistantMessageEvent(9, "t2", 1, (Block("text", "More"),)),
+                            10.01)) == ["More"]
 
 
 def test_survivors_are_shouted_not_hidden() -> None:
@@ -132,10 +176,11 @@ def test_a_read_only_call_abandoned_at_once_says_so() -> None:
     view.event(ToolCallEvent(2, "t1", 0, "g", "Grep", "read-only", {"pattern": "x",
                                                                       "path": "logs"}), 0.0)
     view.stop_sent(1.0, keep_inbox=True, via="/stop-keep", processes_before=0)
-    lines = view.event(ToolResultEvent(3, "t1", 0, "g", True, "ABORTED", (),
-                                       {"abandoned": "stop"}), 1.001)
-    assert plain(lines) == ["       +1.0 ms  g (Grep): ABORTED, stopped waiting at once; the "
-                            "host drops its late result"]
+    view.event(ToolResultEvent(3, "t1", 0, "g", True, "ABORTED", (),
+                               {"abandoned": "stop"}), 1.001)
+    lines = view.stop_answered(AgentAbortResult("aborted", "t1"), 1.002, processes_alive=0)
+    assert ("       +1.0 ms  g (Grep): ABORTED, stopped waiting at once; the "
+            "host drops its late result") in plain(lines)
 
 
 def test_an_idle_stop_is_a_no_op() -> None:
@@ -159,16 +204,17 @@ def test_permission_prompt_shown_then_answered_or_withdrawn() -> None:
     view.permission_asked("p1", "Write", '{"path":"a"}', "medium")
     live = plain(view.live(0.0))
     assert '? Write wants to run: {"path":"a"}  (risk medium)' in live
-    assert ("  [y] allow once   [a] allow for session   [n] deny   [d] deny for session   "
-            "[Esc] stop the turn") in live
+    assert "    y  allow once          a  allow for the session" in live
+    assert all(len(line) < 60 for line in live[1:])
     assert plain(view.permission_answered("p1", "allow-once")) == [
         "  permission for Write: allow-once"]
     assert not any("wants to run" in line for line in plain(view.live(0.0)))
 
     view.permission_asked("p2", "Edit", "{}", "high")
     view.stop_sent(5.0, keep_inbox=False, via="Esc", processes_before=0)
-    assert plain(view.permission_withdrawn("p2", 5.003)) == [
-        "       +3.0 ms  permission prompt for Edit withdrawn by the stop (the call never ran)"]
+    assert view.permission_withdrawn("p2", 5.003) == []
+    assert ("       +3.0 ms  permission prompt for Edit withdrawn by the stop (the call never "
+            "ran)") in plain(view.live(5.004))
     assert not any("wants to run" in line for line in plain(view.live(5.0)))
     assert view.permission_withdrawn("p2", 5.004) == []  # once
 
@@ -195,5 +241,8 @@ def test_session_list_marks_the_current_one() -> None:
     sessions = (SessionInfo("s-1", "/w", "ask", 0.0),
                 SessionInfo("s-2", "/v", "auto", 0.0, loaded=False, interrupted=True))
     assert plain(session_lines(sessions, "s-1")) == [
-        "  s-1  /w  ask  (current)", "  s-2  /v  auto  (not loaded, interrupted)"]
-    assert plain(session_lines((), None)) == ["no sessions"]
+        "sessions:", "  s-1  /w  ask  (current)", "  s-2  /v  auto  (not loaded, interrupted)"]
+    assert plain(session_lines(sessions, "s-1", "/w")) == [
+        "sessions in /w:", "  s-1  /w  ask  (current)",
+        "  (1 in other workspaces: /sessions all lists them)"]
+    assert plain(session_lines((), None, "/w")) == ["sessions in /w:", "  none"]
