@@ -45,6 +45,7 @@ from protocol.messages.host import (
     ToolsForceParams,
     ToolsForceResult,
     ToolsOutputParams,
+    ToolsStartedParams,
 )
 from protocol.messages.ops import (
     OpsEventParams,
@@ -217,6 +218,11 @@ HOST_TO_RUNTIME = Direction("host → runtime", [
                "A pending permission request was withdrawn: its call was stopped, or the "
                "prompt timed out after the host's `permission_timeout` (120 s; the call is "
                "denied). A later answer is ignored."),
+    MethodSpec("tools.started", ToolsStartedParams, None,
+               "A call's body starts now (after its permission and its admission slot), "
+               "before any of its output; at most once per call, never for a call that "
+               "ends before its body (ABORTED_BEFORE_DISPATCH, TOOL_DENIED, ...). The "
+               "runtime announces it to clients as `tool/started`."),
     MethodSpec("tools.output", ToolsOutputParams, None,
                "Ordered, bounded progress output of a running call."),
 ])

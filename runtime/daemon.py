@@ -47,6 +47,7 @@ from protocol.messages.host import (
     SessionOpenParams,
     ToolsExecuteParams,
     ToolsOutputParams,
+    ToolsStartedParams,
 )
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.tools import ToolResult
@@ -111,7 +112,8 @@ class Daemon:
             command=host_command,
             handlers={"permission.request": self.permissions.request},
             notification_handlers={"permission.withdrawn": self.permissions.withdrawn,
-                                   "tools.output": self._on_tool_output},
+                                   "tools.output": self._on_tool_output,
+                                   "tools.started": self._on_tool_output},
             ping_interval=ping_interval, liveness_timeout=liveness_timeout,
             first_host=first_host,
         )
@@ -214,7 +216,7 @@ class Daemon:
         if self._client is not None:
             self._client.notify("session.event", SessionEventParams(session_id, event))
 
-    def _on_tool_output(self, params: ToolsOutputParams) -> None:
+    def _on_tool_output(self, params: ToolsOutputParams | ToolsStartedParams) -> None:
         self.tools.on_tool_output(params)  # (the host's handlers are made before the tools)
 
     def _provider(self, config: ProviderConfig | None

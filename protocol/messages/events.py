@@ -1,7 +1,8 @@
 """Session events: the durable log of a session, and what ``session.event`` carries.
 
 Every event has ``kind`` (the tag), ``seq`` (its position in the session's log)
-and ``turnId``. ``tool/progress`` is announced but never logged.
+and ``turnId``. ``tool/progress``, ``tool/started``, ``tool/abort`` and
+``assistant/delta`` are announced but never logged.
 """
 
 from __future__ import annotations
@@ -119,6 +120,15 @@ class ToolAbortEvent(_Event, frozen=True, tag="tool/abort"):
     body_invoked: bool
 
 
+class ToolStartedEvent(_Event, frozen=True, tag="tool/started"):
+    """A call's body started (announced, never logged): its permission was granted and
+    it was admitted, so the call is running, not waiting. Comes after its ``tool/call``
+    and before its first ``tool/progress``; a call stopped or refused before its body
+    never has one. The host's ``tools.started``, relayed."""
+
+    call_id: str
+
+
 class AssistantDeltaEvent(_Event, frozen=True, tag="assistant/delta"):
     """A piece of the model's response as it streams (announced, never logged).
 
@@ -130,4 +140,4 @@ class AssistantDeltaEvent(_Event, frozen=True, tag="assistant/delta"):
     text: str
 
 
-AnnouncedEvent = SessionEvent | ToolAbortEvent | AssistantDeltaEvent
+AnnouncedEvent = SessionEvent | ToolAbortEvent | AssistantDeltaEvent | ToolStartedEvent

@@ -293,7 +293,7 @@ class Controller:
         asked = _Asked(trio.Event())
         self._asked[params.request_id] = asked
         self.view.permission_asked(params.request_id, params.tool, params.args_preview,
-                                   params.risk)
+                                   params.risk, params.call_id)
         self._screen.refresh()
         try:
             await asked.answered.wait()

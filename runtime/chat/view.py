@@ -29,6 +29,7 @@ from protocol.messages.events import (
     ToolCallEvent,
     ToolProgressEvent,
     ToolResultEvent,
+    ToolStartedEvent,
     TurnEnd,
     TurnStart,
     UserMessageEvent,
@@ -63,10 +64,17 @@ class CallView:
     tool: str
     tool_class: str
     summary: str
-    started: float
+    started: float | None = None  # when its body started (tool/started), if it did
+    asking: bool = False  # a permission prompt for it is open
     tail: collections.deque[str] = field(
         default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
     chunks: int = 0
+
+    def elapsed(self, now: float) -> str:
+        """How long its body has run; not a timer while it waits to start."""
+        if self.started is not None:
+            return f"{now - self.started:.1f}s"
+        return "waiting for permission" if self.asking else "waiting to start"
 
 
 @dataclass
@@ -75,6 +83,7 @@ class PermissionView:
     tool: str
     preview: str
     risk: str
+    call_id: str | None = None
 
 
 def _result_note(event: ToolResultEvent) -> str:
@@ -89,6 +98,17 @@ def _result_note(event: ToolResultEvent) -> str:
         return note + (f", {len(survivors)} SURVIVED" if survivors else "")
     if details.get("forced"):
         return "forced by an operator"
+    return ""
+
+
+def _took(event: ToolResultEvent, call: CallView | None, now: float) -> str:
+    """How long the call's body ran: the host's measure when it gives one, else from its
+    tool/started (a replayed call has none: no made-up 0.0s), else nothing."""
+    duration = event.details.get("durationMs")
+    if isinstance(duration, int | float) and not isinstance(duration, bool):
+        return f"{duration / 1000:.1f}s"
+    if call is not None and call.started is not None:
+        return f"{now - call.started:.1f}s"
     return ""
 
 
@@ -149,6 +169,11 @@ class ChatView:
             return self._message(event)
         if isinstance(event, ToolCallEvent):
             return self._call(event, now)
+        if isinstance(event, ToolStartedEvent):
+            started = self.calls.get(event.call_id)
+            if started is not None:
+                started.started, started.asking = now, False
+            return []
         if isinstance(event, ToolProgressEvent):
             call = self.calls.get(event.call_id)
             if call is not None:
@@ -182,7 +207,7 @@ class ChatView:
     def _call(self, event: ToolCallEvent, now: float) -> Lines:
         summary = summarize_args(event.tool, event.args)
         self.calls[event.call_id] = CallView(event.call_id, event.tool, event.tool_class,
-                                             summary, now)
+                                             summary)
         return [Text.assemble(("● ", "cyan"), (event.tool, "bold"),
                               (f" ({event.tool_class}) ", "dim"), summary,
                               (f"  [{event.call_id}]", "dim"))]
@@ -197,7 +222,7 @@ class ChatView:
             stop.calls.add(event.call_id)
             stop.at(now, f"{event.call_id} ({tool}): {code}" + (f", {note}" if note else ""))
             return []
-        took = f" {now - call.started:.1f}s" if call is not None else ""
+        took = f" {_took(event, call, now)}" if _took(event, call, now) else ""
         mark, style = ("✓", "green") if not event.is_error else ("✗", "red")
         detail = note or ("" if not event.is_error else _first_line(event))
         line = Text.assemble((f"{mark} ", style), (tool, "bold"), f" {code}",
@@ -267,11 +292,17 @@ class ChatView:
 
     # -- permission prompts --------------------------------------------------------------
 
-    def permission_asked(self, request_id: str, tool: str, preview: str, risk: str) -> None:
-        self.permissions[request_id] = PermissionView(request_id, tool, preview, risk)
+    def permission_asked(self, request_id: str, tool: str, preview: str, risk: str,
+                         call_id: str | None = None) -> None:
+        self.permissions[request_id] = PermissionView(request_id, tool, preview, risk, call_id)
+        if call_id is not None and call_id in self.calls:
+            self.calls[call_id].asking = True
 
     def permission_answered(self, request_id: str, decision: str) -> Lines:
         asked = self.permissions.pop(request_id, None)
+        call = self.calls.get(asked.call_id or "") if asked is not None else None
+        if call is not None:
+            call.asking = False
         tool = asked.tool if asked is not None else "?"
         return [Text(f"  permission for {tool}: {decision}", style="cyan")]
 
@@ -279,6 +310,9 @@ class ChatView:
         asked = self.permissions.pop(request_id, None)
         if asked is None:
             return []
+        call = self.calls.get(asked.call_id or "")
+        if call is not None:
+            call.asking = False
         text = f"permission prompt for {asked.tool} withdrawn by the stop (the call never ran)"
         if self.stop is not None:
             self.stop.at(now, text)
@@ -299,7 +333,7 @@ class ChatView:
         for call in self.calls.values():
             lines.append(Text.assemble((f"{frame} ", "cyan"), (call.tool, "bold"),
                                        (f" ({call.tool_class}) ", "dim"), call.summary,
-                                       (f"  {now - call.started:.1f}s", "dim")))
+                                       (f"  {call.elapsed(now)}", "dim")))
             lines.extend(Text(f"    │ {line[:100]}", style="dim") for line in call.tail)
         if self.permissions:
             lines.extend(self._asking(next(iter(self.permissions.values()))))

@@ -151,6 +151,10 @@ def test_queued_prompts_are_dropped_by_a_stop_and_kept_by_stop_keep(
     screen = pane.wait_for(lambda s: "> second" in s and s.count("● Bash (process)") == 2)
     assert "■ Stop (/stop-keep): stop timeline" in screen
     assert "agent.abort sent (cause user, keeping queued prompts)" in screen
+    # The timeline is one block, printed when the stop settled; the next turn after it.
+    block = screen[screen.index("■ Stop (/stop-keep)"):screen.index("turn settled in")]
+    assert "> second" not in block and "Working" not in block
+    assert screen.index("turn settled in") < screen.index("> second")
 
     pane.type("third")
     pane.send("Enter")

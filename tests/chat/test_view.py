@@ -14,6 +14,7 @@ from protocol.messages.events import (
     ToolCallEvent,
     ToolProgressEvent,
     ToolResultEvent,
+    ToolStartedEvent,
     TurnEnd,
     TurnOutcome,
     TurnStart,
@@ -43,6 +44,7 @@ def test_a_turn_with_a_tool_call_reads_as_a_transcript() -> None:
                                           {"path": "a.txt"}), 0.2)) == [
         "● Read (read-only) a.txt  [c1]"]
     assert "c1" in view.calls
+    assert view.event(ToolStartedEvent(5, "t1", "c1"), 0.2) == []
     lines = view.event(ToolResultEvent(5, "t1", 0, "c1", False, None,
                                        (TextContent("hello"),)), 1.4)
     assert plain(lines) == ["✓ Read ok 1.2s  [c1]"]
@@ -73,7 +75,7 @@ def test_a_failed_call_shows_its_code_and_first_line() -> None:
     lines = view.event(ToolResultEvent(
         3, "t1", 0, "c1", True, "PATH_OUTSIDE_WORKSPACE",
         (TextContent("\nError: ../x is outside the workspace\nmore"),)), 0.5)
-    assert plain(lines) == ["✗ Read PATH_OUTSIDE_WORKSPACE 0.5s  [c1]  "
+    assert plain(lines) == ["✗ Read PATH_OUTSIDE_WORKSPACE  [c1]  "
                             "Error: ../x is outside the workspace"]
 
 
@@ -82,6 +84,7 @@ def test_live_part_shows_a_spinner_and_the_output_tail() -> None:
     start(view)
     view.event(ToolCallEvent(2, "t1", 0, "b1", "Bash", "process",
                              {"command": "make\n  build"}), 0.0)
+    view.event(ToolStartedEvent(2, "t1", "b1"), 0.0)
     for i in range(5):
         view.event(ToolProgressEvent(2, "t1", "b1", "stdout", f"step {i}\n\n"), 0.1)
     live = plain(view.live(2.0))
@@ -246,3 +249,25 @@ def test_session_list_marks_the_current_one() -> None:
         "sessions in /w:", "  s-1  /w  ask  (current)",
         "  (1 in other workspaces: /sessions all lists them)"]
     assert plain(session_lines((), None, "/w")) == ["sessions in /w:", "  none"]
+
+
+def test_no_timer_runs_before_the_body_starts_and_replays_make_none_up() -> None:
+    view = ChatView()
+    start(view)
+    view.event(ToolCallEvent(2, "t1", 0, "w", "Write", "mutating", {"path": "a"}), 0.0)
+    view.permission_asked("p1", "Write", "{}", "medium", "w")
+    assert plain(view.live(30.0))[0].endswith("Write (mutating) a  waiting for permission")
+    view.permission_answered("p1", "allow-once")
+    assert plain(view.live(30.1))[0].endswith("a  waiting to start")
+    view.event(ToolStartedEvent(3, "t1", "w"), 30.2)
+    assert plain(view.live(31.7))[0].endswith("a  1.5s")
+    lines = view.event(ToolResultEvent(4, "t1", 0, "w", False, None, ()), 31.7)
+    assert plain(lines) == ["✓ Write ok 1.5s  [w]"]
+    # Replayed (no tool/started: it is never logged): the host's measure, else nothing.
+    view.event(ToolCallEvent(5, "t1", 1, "b", "Bash", "process", {"command": "sleep 3"}), 40)
+    lines = view.event(ToolResultEvent(6, "t1", 1, "b", False, None, (),
+                                       {"durationMs": 3012}), 40.0)
+    assert plain(lines) == ["✓ Bash ok 3.0s  [b]"]
+    view.event(ToolCallEvent(7, "t1", 2, "r", "Read", "read-only", {"path": "x"}), 40)
+    assert plain(view.event(ToolResultEvent(8, "t1", 2, "r", False, None, ()), 40.0)) == [
+        "✓ Read ok  [r]"]
