@@ -140,7 +140,10 @@ CLIENT_TO_RUNTIME = Direction("client → runtime", [
                "the session is released: its log closed (it stays loadable), its plugin "
                "servers stopped, its queued prompts answered `cancelled`. While it closes, "
                "prompts are refused (NOT_FOUND), agent.abort joins the stop, and operators "
-               "still see and may force its calls."),
+               "still see and may force its calls. A session whose session.new has not "
+               "answered yet (its id is in its `session/meta` event) is undone at once: its "
+               "starting plugin servers are killed and session.new answers REQUEST_CANCELLED "
+               "(-32800); this is how a client cancels a slow session.new."),
     MethodSpec("agent.prompt", AgentPromptParams, AgentPromptResult,
                "Queue a prompt; answers when its turn ends. A stopped turn answers "
                "`cancelled`, never an error."),
