@@ -66,6 +66,13 @@ class GenerateImagesArgs(_Args, frozen=True):
     size: Annotated[str, msgspec.Meta(pattern=r"^[1-9][0-9]{0,3}x[1-9][0-9]{0,3}$")] = "256x256"
 
 
+class TaskArgs(_Args, frozen=True):
+    """``Task``: a subagent turn with its own prompt, run by the runtime (never the host)."""
+
+    prompt: str
+    description: str = ""
+
+
 TOOL_ARGS: dict[str, type[_Args]] = {
     "Read": ReadArgs,
     "Glob": GlobArgs,

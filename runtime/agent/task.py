@@ -13,13 +13,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import msgspec
 import trio
 
 from protocol.errors import ErrorCode
 from protocol.messages.events import TurnEnd
 from protocol.toolclass import ToolClass
-from protocol.tools import ToolResult, aborted_result, error_result, ok_result
+from protocol.tools import TaskArgs, ToolResult, aborted_result, error_result, ok_result
 from runtime.registry import (
     AbortController,
     ParentCause,
@@ -31,11 +30,6 @@ from runtime.registry import (
 CHILD_SEPARATOR = "~"
 HOST_CRASHED_ERROR = "the host crashed under"  # how a turn's turn/end names a host crash
 HOST_RESTARTED_ERROR = "an operator restarted the host under"  # ... and an operator's restart
-
-
-class TaskArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    prompt: str
-    description: str = ""
 
 
 # Runs one child turn under the given controller; returns its durable turn/end and text.

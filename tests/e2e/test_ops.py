@@ -99,7 +99,7 @@ def find_key(data: object, key: str) -> object:
 
 async def test_a_slow_stop_is_flagged_stuck(tmp_path: pathlib.Path, marked: Marked) -> None:
     # A TERM-ignoring tree holds its stop for the host's 2 s kill grace.
-    script = [[call("b1", "Bash", command="echo hold; trap '' TERM; sleep 60")]]
+    script = [[call("b1", "Bash", command="trap '' TERM; echo hold; sleep 60")]]
     async with agent_daemon(marked, extra_args=("--stuck-after", "0.3")) as agent:
         session_id = await agent.new_session(tmp_path, script)
         async with trio.open_nursery() as nursery:
