@@ -306,3 +306,23 @@ def test_a_silent_call_is_in_progress_as_soon_as_its_body_starts(
                         if u["sessionUpdate"] in ("tool_call", "tool_call_update")]
             assert statuses == ["pending", "in_progress", "completed"]
     run(main())
+
+
+def test_config_file_and_max_steps_options_are_serves(marked: Marked,
+                                                      tmp_path: pathlib.Path) -> None:
+    """``quiesce acp --config FILE`` and ``--max-steps N`` work as for ``serve``: the file's
+    ``max_steps`` applies unless the option overrides it."""
+    ws = workspace(tmp_path)
+    (ws / "a.txt").write_text("alpha\n")
+    read = [{"toolCall": {"id": "c1", "name": "Read", "args": {"path": "a.txt"}}}]
+    script = [read, read, [{"text": "done"}]]
+    config = tmp_path / "config.toml"
+    config.write_text("max_steps = 1\n")
+
+    async def main(extra: tuple[str, ...], expected: str) -> None:
+        async with acp_agent(marked, script, tmp_path, extra=extra) as (conn, editor):
+            session = await new_session(conn, editor, ws)
+            assert await session.prompt("read it") == expected
+
+    run(main(("--config", str(config)), "max_turn_requests"))
+    run(main(("--config", str(config), "--max-steps", "5"), "end_turn"))
