@@ -201,7 +201,7 @@ def render(example: str = "") -> str:
         "objects (by-name), validated strictly: unknown fields are refused. Params that do not "
         "validate are answered -32602 with `data: {path, detail}`: the JSON path of the "
         "offending member (`$.params.workspace`; for a missing or unknown field, that field) "
-        "and a message for a person. A field with a default may be left out by a sender; "
+        "and the validator's message (an example under *Writing a client*). A field with a default may be left out by a sender; "
         "quiesce leaves it out when it holds its default, unless its table says `always "
         "sent`.",
         "",

@@ -25,7 +25,7 @@ from typing import Protocol, TypeVar
 import trio
 from rich.text import Text
 
-from protocol.errors import RemoteError
+from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.client import (
     AgentAbortParams,
     AgentAbortResult,
@@ -153,8 +153,14 @@ class Controller:
     async def _start(self, daemon: DaemonClient) -> None:
         info = await daemon.initialize()
         host = info.capabilities.get("host", {}) if isinstance(info.capabilities, dict) else {}
-        result: SessionNewResult = await daemon.request("session.new", SessionNewParams(
-            self.options.workspace, self.options.permission_mode, self.options.provider))
+        try:
+            result: SessionNewResult = await daemon.request("session.new", SessionNewParams(
+                self.options.workspace, self.options.permission_mode, self.options.provider))
+        except RemoteError as exc:  # said as the daemon words it, not as a wire code
+            hint = (" (docs/providers.md says how to choose a model)"
+                    if exc.code is ErrorCode.INVALID_PARAMS else "")
+            raise ChatError(f"cannot open a session in {self.options.workspace}: "
+                            f"{exc.message}{hint}") from exc
         self.session_id = result.session_id
         self._commit([Text.assemble(
             ("quiesce chat", "bold"),

@@ -280,3 +280,43 @@ def test_data_dir_config_hint_and_this_workspaces_sessions(
         assert second.exit_status() == 0
     finally:
         second.close()
+
+
+def test_at_60_columns_the_prompt_and_its_answers_fit(
+        tmp_path: pathlib.Path, marked: Marked, pane: Pane) -> None:
+    workspace = _workspace(tmp_path)
+    script = [[{"toolCall": {"id": "w1", "name": "Write",
+                             "args": {"path": "one.txt", "content": "one\n"}}}],
+              [{"text": "ok"}]]
+    pane.start(chat_command(workspace, script, "--permission-mode", "ask"), width=60)
+    pane.wait_for("Esc stops the turn")
+    pane.type("write")
+    pane.send("Enter")
+    pane.wait_for(lambda _: "d  deny for the session" in pane.visible())
+    visible = pane.visible().splitlines()
+    for whole in ("  answer: type one letter, then Enter · Esc stops the turn",
+                  "    y  allow once          a  allow for the session",
+                  "    n  deny                d  deny for the session"):
+        assert whole in visible, (whole, visible)  # each on its own line, not cut
+    assert "waiting for permission" in pane.visible()  # no timer runs meanwhile
+    pane.type("y")
+    pane.send("Enter")
+    pane.wait_for("✓ Write ok")
+    pane.type("/quit")
+    pane.send("Enter")
+    assert pane.exit_status() == 0
+
+
+def test_a_provider_that_cannot_start_is_said_plainly(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    p = Pane({k: v for k, v in marked.env().items() if k != "OPENAI_MODEL"})
+    try:
+        p.start([sys.executable, "-m", "runtime", "chat", "--workspace",
+                 str(_workspace(tmp_path)), "--provider", "openai"])
+        assert p.exit_status() == 1
+        screen = p.screen()
+        assert "cannot open a session in" in screen
+        assert "openai: no model in the provider config and OPENAI_MODEL is unset" in screen
+        assert "INVALID_PARAMS" not in screen and "openai provider: openai" not in screen
+    finally:
+        p.close()
