@@ -14,6 +14,7 @@ import pathlib
 import sys
 
 from protocol.messages.client import ProviderConfig, ScriptedProviderConfig
+from runtime.chat.commands import CHOOSE_MODEL
 from runtime.chat.controller import ChatError, ChatOptions
 from runtime.config import parse_serve_config
 from runtime.config_file import ConfigError, read_config_file
@@ -39,10 +40,7 @@ commands:
   /load ID    replay a session and continue it      /sessions all   every workspace's
   /quit       quit"""
 
-NO_PROVIDER = ("No model is configured, so prompts will fail. Choose one with "
-               "--provider openai (and OPENAI_MODEL, OPENAI_API_KEY), the QUIESCE_PROVIDER "
-               "variable, or `provider = \"openai\"` in the config file "
-               "(docs/providers.md); --provider scripted:FILE replays a script.")
+NO_PROVIDER = f"No model is configured, so prompts will fail. {CHOOSE_MODEL}"
 
 
 def _provider(value: str) -> ProviderConfig:

@@ -18,6 +18,10 @@ HELP = ("Type a prompt and press Enter (prompts typed while a turn runs are queu
         "/stop-keep: stop but keep queued prompts. /sessions (this workspace's; "
         "/sessions all: every one), /load ID, /quit, /help.")
 
+CHOOSE_MODEL = ("Choose one with --provider openai (and OPENAI_MODEL, OPENAI_API_KEY), the "
+                "QUIESCE_PROVIDER variable, or `provider = \"openai\"` in the config file "
+                "(docs/providers.md); --provider scripted:FILE replays a script.")
+
 ANSWERS: dict[str, Decision] = {"y": "allow-once", "a": "allow-session", "n": "deny",
                                 "d": "deny-session"}
 

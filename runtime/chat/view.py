@@ -34,7 +34,9 @@ from protocol.messages.events import (
     TurnStart,
     UserMessageEvent,
 )
+from runtime.chat.commands import CHOOSE_MODEL
 from runtime.chat.timeline import StopTimeline, ms
+from runtime.providers.factory import NO_PROVIDER_ERROR
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TAIL_LINES = 3
@@ -245,6 +247,8 @@ class ChatView:
                 return []
             return [Text(f"■ turn stopped ({cause})", style="yellow")]
         if end.kind == "error":
+            if (end.error or "").startswith(NO_PROVIDER_ERROR):  # said for a chat's user
+                return [Text("✗ no model is configured. " + CHOOSE_MODEL, style="bold red")]
             return [Text(f"✗ the turn ended with an error: {end.error}", style="bold red")]
         if end.kind == "interrupted":
             return [Text("■ this turn was interrupted (the runtime died during it)",

@@ -29,13 +29,16 @@ def parse_provider_option(option: str) -> ProviderConfig:
     raise ProviderConfigError(f"--provider must be scripted:FILE or openai, not {option!r}")
 
 
+NO_PROVIDER_ERROR = "no model provider is configured"  # how the turn's error begins
+
+
 class UnconfiguredProvider:
     """A session opened with no provider: every model call fails, saying how to fix it."""
 
     @asynccontextmanager
     async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[StreamChunk]]:
-        raise ProviderError("no model provider is configured: pass `provider` in session.new "
-                            "or start quiesce serve with --provider")
+        raise ProviderError(f"{NO_PROVIDER_ERROR}: pass `provider` in session.new or start "
+                            "quiesce serve with --provider")
         yield  # pragma: no cover
 
 

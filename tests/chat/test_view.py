@@ -271,3 +271,13 @@ def test_no_timer_runs_before_the_body_starts_and_replays_make_none_up() -> None
     view.event(ToolCallEvent(7, "t1", 2, "r", "Read", "read-only", {"path": "x"}), 40)
     assert plain(view.event(ToolResultEvent(8, "t1", 2, "r", False, None, ()), 40.0)) == [
         "✓ Read ok  [r]"]
+
+
+def test_a_turn_without_a_model_says_how_to_choose_one() -> None:
+    view = ChatView()
+    start(view)
+    lines = plain(view.event(TurnEnd(2, "t1", TurnOutcome(
+        "error", error="no model provider is configured: pass `provider` in session.new or "
+                       "start quiesce serve with --provider"), "error"), 0.0))
+    assert lines[0].startswith("✗ no model is configured. Choose one with --provider openai")
+    assert "session.new" not in lines[0]
