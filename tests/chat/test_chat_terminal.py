@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pathlib
 import sys
+import time
 from collections.abc import Iterator
 
 import psutil
@@ -320,3 +321,33 @@ def test_a_provider_that_cannot_start_is_said_plainly(
         assert "INVALID_PARAMS" not in screen and "openai provider: openai" not in screen
     finally:
         p.close()
+
+
+def test_a_resize_leaves_no_stale_live_lines(
+        tmp_path: pathlib.Path, marked: Marked, pane: Pane) -> None:
+    """Narrowed mid-call, the terminal re-wraps the old live part; the chat redraws the
+    screen, so one spinner line is left, and what was printed is there, wrapped anew."""
+    command = ("for i in $(seq 1 200); do echo step $i of a build whose output lines are "
+               "wide; sleep 0.1; done")
+    script = [[{"text": "Working on it."},
+               {"toolCall": {"id": "b", "name": "Bash", "args": {"command": command}}}]]
+    pane.start(chat_command(_workspace(tmp_path), script, "--permission-mode", "auto"))
+    pane.wait_for(READY)
+    pane.type("go")
+    pane.send("Enter")
+    pane.wait_for("step 5 of a build")
+    pane.tmux("resize-window", "-t", "chat", "-x", "60")
+
+    def spinners(_: str) -> bool:
+        lines = pane.visible().splitlines()
+        live = [line for line in lines if line and line[0] in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"]
+        return len(live) == 1 and "Working on it." in lines and "> go" in lines
+
+    pane.wait_for(spinners, timeout=10)
+    time.sleep(0.5)  # a few more redraws: still one
+    assert spinners("")
+    pane.send("Escape")
+    pane.wait_for("turn settled in")
+    pane.type("/quit")
+    pane.send("Enter")
+    assert pane.exit_status() == 0
