@@ -131,8 +131,8 @@ def _client_guide() -> list[str]:
         "- **Errors.** An error answer has the JSON-RPC `code`, a `message` and sometimes "
         "`data`; the catalogue at the end lists the codes. Params that do not validate "
         "are answered -32602 with `message` `\"Invalid params\"` and `data` "
-        "`{\"path\": \"$.params.workspace\", \"detail\": \"Expected `str`, got `int` - "
-        "at `$.params.workspace`\"}`: the JSON path of the offending member (for a "
+        "`` {\"path\": \"$.params.workspace\", \"detail\": \"Expected `str`, got `int` - "
+        "at `$.params.workspace`\"} ``: the JSON path of the offending member (for a "
         "missing or unknown field, that field) and the validator's message. A request "
         "that validates but is refused by its handler with -32602 (a workspace that is "
         "not a directory, a bad provider) has a `message` that says why, and `data` only "
@@ -201,8 +201,8 @@ def render(example: str = "") -> str:
         "objects (by-name), validated strictly: unknown fields are refused. Params that do not "
         "validate are answered -32602 with `data: {path, detail}`: the JSON path of the "
         "offending member (`$.params.workspace`; for a missing or unknown field, that field) "
-        "and the validator's message (an example under *Writing a client*). A field with a default may be left out by a sender; "
-        "quiesce leaves it out when it holds its default, unless its table says `always "
+        "and the validator's message (an example under *Writing a client*). A field with a "
+        "default may be left out by a sender; quiesce leaves it out when it holds its default, unless its table says `always "
         "sent`.",
         "",
     ]

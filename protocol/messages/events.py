@@ -43,10 +43,12 @@ class SessionMeta(_Event, frozen=True, tag="session/meta"):
 
 
 class TurnStart(_Event, frozen=True, tag="turn/start"):
-    pass
+    """A turn began (its prompt left the inbox); its events follow, then its ``turn/end``."""
 
 
 class UserMessageEvent(_Event, frozen=True, tag="user/message"):
+    """The turn's prompt, as ``agent.prompt`` sent it (a subagent's: its task's prompt)."""
+
     text: str
 
 
@@ -56,6 +58,10 @@ class Block(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 class AssistantMessageEvent(_Event, frozen=True, tag="assistant/message"):
+    """What the model said in one step, text and reasoning blocks in order (its tool calls
+    follow as ``tool/call``); ``interrupted`` when a stop cut the stream: the visible prefix
+    kept. The record of the step's ``assistant/delta`` pieces."""
+
     step: int
     blocks: tuple[Block, ...]
     interrupted: bool = False
@@ -75,6 +81,9 @@ class ToolCallEvent(_Event, frozen=True, tag="tool/call", omit_defaults=False):
 
 
 class ToolProgressEvent(_Event, frozen=True, tag="tool/progress"):
+    """Output of a running call as it comes (stdout, stderr, or a plugin's progress);
+    bounded, in order, never after the call's result (announced, never logged)."""
+
     call_id: str
     stream: str
     text: str
@@ -101,6 +110,9 @@ class TurnOutcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
 
 
 class TurnEnd(_Event, frozen=True, tag="turn/end"):
+    """The turn's last event: how it ended (``end``) and ``stopReason`` as ``agent.prompt``
+    answers it. Durable before ``agent.abort`` answers."""
+
     end: TurnOutcome
     stop_reason: StopReason
 
