@@ -202,8 +202,8 @@ def render(example: str = "") -> str:
         "validate are answered -32602 with `data: {path, detail}`: the JSON path of the "
         "offending member (`$.params.workspace`; for a missing or unknown field, that field) "
         "and the validator's message (an example under *Writing a client*). A field with a "
-        "default may be left out by a sender; quiesce leaves it out when it holds its default, unless its table says `always "
-        "sent`.",
+        "default may be left out by a sender; quiesce leaves it out when it holds its "
+        "default, unless its table says `always sent`.",
         "",
     ]
     out += _client_guide()
