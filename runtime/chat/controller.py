@@ -10,7 +10,8 @@ every line is held, and the stop's block is printed whole, in time order, when t
 answer comes (:mod:`runtime.chat.timeline`).
 
 Failures are mapped here, in :meth:`Controller._guarded`: a daemon's error answer is
-a red line and the chat goes on; a closed link ends the chat with :class:`ChatError`.
+a red line (its message, not its wire code) and the chat goes on; a closed link ends the
+chat with :class:`ChatError`, and so does a session that cannot open (in ``_start``).
 """
 
 from __future__ import annotations
