@@ -168,6 +168,8 @@ class Controller:
             (f"  serve pid {daemon.process.pid}, host pid {host.get('pid', '?')}; "
              f"session {result.session_id} in {self.options.workspace} "
              f"({self.options.permission_mode})", "dim")),
+            Text(f"sessions and the daemon's log in {self.options.log_path.parent}",
+                 style="dim"),
             Text("Esc stops the turn · Ctrl-C twice quits · /help", style="dim")])
         if self.options.provider_hint is not None:
             self._commit([Text(self.options.provider_hint, style="yellow")])

@@ -260,6 +260,7 @@ def test_data_dir_config_hint_and_this_workspaces_sessions(
                       "chat", "--workspace", str(workspace), "--data-dir", str(data),
                       "--config", str(config)])
         screen = second.wait_for(READY)
+        assert f"sessions and the daemon's log in {data}" in screen  # said, not silent
         second.wait_for("No model is configured")
         assert "--provider openai" in second.screen()
         assert (data / "chat-serve.log").stat().st_size > 0
