@@ -53,6 +53,7 @@ from protocol.messages.host import (
     ToolsAbortResult,
     ToolsExecuteParams,
     ToolsOutputParams,
+    ToolsStartedParams,
 )
 from protocol.toolclass import ToolClass
 from protocol.tools import (
@@ -69,6 +70,8 @@ class RuntimePort(PermissionPort, Protocol):
     """What the manager needs from the runtime link."""
 
     def tool_output(self, params: ToolsOutputParams) -> None: ...
+
+    def tool_started(self, params: ToolsStartedParams) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,7 @@ class CallManager:
                 return aborted_result(before_dispatch=True)
             call.state = "running"
             call.body_invoked = True  # immediately before the body
+            self._runtime.tool_started(ToolsStartedParams(call.session_id, call.call_id))
             result = await self._invoke(call, spec, session, args)
         return self._classify(call, result)
 

@@ -40,6 +40,7 @@ from protocol.messages.host import (
     ToolsForceParams,
     ToolsForceResult,
     ToolsOutputParams,
+    ToolsStartedParams,
 )
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
 from protocol.tools import Decision, ToolResult
@@ -75,6 +76,9 @@ class _EndpointPort:
 
     def tool_output(self, params: ToolsOutputParams) -> None:
         self._endpoint.notify("tools.output", params)
+
+    def tool_started(self, params: ToolsStartedParams) -> None:
+        self._endpoint.notify("tools.started", params)
 
 
 class HostServer:

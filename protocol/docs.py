@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import typing
 from typing import Any
 
 import msgspec
@@ -10,9 +11,11 @@ import msgspec.inspect as mi
 
 from protocol.errors import ERROR_MESSAGES, ErrorCode
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
+from protocol.messages.client import ProviderConfig
+from protocol.messages.events import AnnouncedEvent, Block, DurableEvent
 from protocol.methods import DIRECTIONS
 from protocol.tooldocs import tool_sections
-from protocol.tools import ToolResult
+from protocol.tools import Content, ToolResult
 from protocol.version import PROTOCOL_VERSION
 
 
@@ -53,6 +56,10 @@ def _struct_table(cls: type[Any]) -> list[str]:
     if not info.fields:
         return [*about, "*(no fields)*", ""]
     always_sent = not cls.__struct_config__.omit_defaults
+    config = cls.__struct_config__
+    if config.tag_field is not None:
+        about.append(f'Tagged: `"{config.tag_field}": "{config.tag}"`.')
+        about.append("")
     lines = ["| field | type | |", "|---|---|---|"]
     for f in info.fields:
         lines.append(f"| `{f.encode_name}` | {_type_name(f.type)} | "
@@ -85,7 +92,102 @@ def _nested_structs(cls: type[Any], seen: set[type[Any]]) -> list[type[Any]]:
     return found
 
 
-def render() -> str:
+def _tags(union: Any) -> str:
+    """The tag values of a union of tagged structs, as the doc quotes them."""
+    return ", ".join(f'`"{t.__struct_config__.tag}"`' for t in typing.get_args(union))
+
+
+def _client_guide() -> list[str]:
+    """What a client writer needs beyond the method tables."""
+    return [
+        "## Writing a client", "",
+        "- **Framing.** Write one JSON object per line; read lines, and dispatch each by "
+        "its shape: a `method` with an `id` is a request to you (answer it), a `method` "
+        "without one is a notification, an `id` without a `method` answers your request. "
+        "The runtime sends requests of its own (`permission.request`) while yours are "
+        "pending: never block reading on an answer.",
+        f"- **Handshake.** Send `initialize` first, with `protocolVersion` the string "
+        f'`"{PROTOCOL_VERSION}"` (not a number). Its answer names the version the runtime '
+        "speaks and its capabilities (the host's pid and tools with their classes, the "
+        "data directory, the ops socket).",
+        "- **Tagged unions.** Where a field holds one of several struct types, one field "
+        "of the object says which (its *tag*): an event's `kind` (every kind is in the "
+        f"table below), a content block's `type` ({_tags(Content)}), an assistant "
+        f"message block's `type` ({_block_types()}), a provider's `kind` "
+        f"({_tags(ProviderConfig)}). Each type's table below names its tag.",
+        "- **A turn.** `agent.prompt` answers when its turn ends (`stopReason`); meanwhile "
+        "the turn's events arrive as `session.event` notifications, in order. Answer "
+        "`permission.request` with a `decision`; a prompt withdrawn by a stop comes as "
+        "`permission.withdrawn` (a late answer is ignored). `agent.abort` answers only "
+        "once the stopped turn's `turn/end` is durable: when it answers, every "
+        "`tool/call` of the turn has its one `tool/result`.",
+        "- **`seq`.** A durable event's `seq` is its position in the session's log "
+        "(`session/meta` is 0; each later record adds 1). An announced-only event "
+        "(`assistant/delta`, `tool/started`, `tool/progress`, `tool/abort`) is not in the "
+        "log and carries the `seq` of the last record before it, so it can be placed; a "
+        "client that keeps a transcript keeps the durable events and replaces a step's "
+        "deltas by its `assistant/message`. `session.load` replays the durable events, in "
+        "`seq` order, before it answers.",
+        "- **Errors.** An error answer has the JSON-RPC `code`, a `message` and sometimes "
+        "`data`; the catalogue at the end lists the codes. Params that do not validate "
+        "are answered -32602 with `message` `\"Invalid params\"` and `data` "
+        "`` {\"path\": \"$.params.workspace\", \"detail\": \"Expected `str`, got `int` - "
+        "at `$.params.workspace`\"} ``: the JSON path of the offending member (for a "
+        "missing or unknown field, that field) and the validator's message. A request "
+        "that validates but is refused by its handler with -32602 (a workspace that is "
+        "not a directory, a bad provider) has a `message` that says why, and `data` only "
+        "where a table says so.",
+        "",
+    ]
+
+
+def _block_types() -> str:
+    info = mi.type_info(Block)
+    assert isinstance(info, mi.StructType)
+    kind = next(f.type for f in info.fields if f.name == "type")
+    assert isinstance(kind, mi.LiteralType)
+    return ", ".join(f'`"{v}"`' for v in kind.values)
+
+
+def _event_kinds() -> list[str]:
+    """Every event kind, its fields, and whether the session log records it."""
+    durable = set(typing.get_args(DurableEvent))
+    lines = ["## Event kinds", "",
+             "`session.event` carries one of these in `event`, tagged by `kind`. Every event "
+             "has `seq` and `turnId` (empty for `session/meta`). *Durable* events are the "
+             "session's log (`session.load` replays them); *announced* ones are sent once, "
+             "live, and never logged. Each kind's full table is under *Types used above*.",
+             "", "| kind | recorded | fields | |", "|---|---|---|---|"]
+    for cls in typing.get_args(AnnouncedEvent):
+        info = mi.type_info(cls)
+        assert isinstance(info, mi.StructType)
+        fields = ", ".join(f"`{f.encode_name}`" for f in info.fields
+                           if f.encode_name not in ("seq", "turnId"))
+        doc = inspect.cleandoc(cls.__dict__.get("__doc__") or "").split("\n\n")[0]
+        doc = " ".join(doc.replace("``", "`").split())
+        lines.append(f"| `{cls.__struct_config__.tag}` | "
+                     f"{'durable' if cls in durable else 'announced'} | {fields or '-'} | "
+                     f"{doc} |")
+    return [*lines, ""]
+
+
+def _example(example: str) -> list[str]:
+    """A real exchange (``docs/protocol-example.jsonl``), as the client saw it."""
+    if not example:
+        return []
+    return [
+        "## A complete exchange", "",
+        "Captured from a real `quiesce serve` by `scripts/capture_protocol_example.py` "
+        "(ids, paths, pids and timings replaced by fixed values; a test captures it again "
+        "and compares). `->` is the client's line, `<-` the runtime's. The client opens a "
+        "session with a scripted model, prompts; the turn's Bash call asks permission, the "
+        "client allows it once, the call starts (`tool/started`) and prints, and the "
+        "client stops the turn mid-command with `agent.abort`: the call's process tree is "
+        "killed, its result is `ABORTED` with the output it had, the turn ends `aborted`, "
+        "and both requests answer.", "", "```", *example.rstrip("\n").split("\n"), "```", ""]
+
+
+def render(example: str = "") -> str:
     out = [
         "# quiesce protocol reference",
         "",
@@ -99,11 +201,14 @@ def render() -> str:
         "objects (by-name), validated strictly: unknown fields are refused. Params that do not "
         "validate are answered -32602 with `data: {path, detail}`: the JSON path of the "
         "offending member (`$.params.workspace`; for a missing or unknown field, that field) "
-        "and a message for a person. A field with a default may be left out by a sender; "
-        "quiesce leaves it out when it holds its default, unless its table says `always "
-        "sent`.",
+        "and the validator's message (an example under *Writing a client*). A field with a "
+        "default may be left out by a sender; quiesce leaves it out when it holds its "
+        "default, unless its table says `always sent`.",
         "",
     ]
+    out += _client_guide()
+    out += _event_kinds()
+    out += _example(example)
     nested: list[type[Any]] = []
     seen: set[type[Any]] = set()
     for direction in DIRECTIONS:

@@ -45,6 +45,7 @@ from protocol.messages.host import (
     ToolsForceParams,
     ToolsForceResult,
     ToolsOutputParams,
+    ToolsStartedParams,
 )
 from protocol.messages.ops import (
     OpsEventParams,
@@ -142,7 +143,10 @@ CLIENT_TO_RUNTIME = Direction("client → runtime", [
                "the session is released: its log closed (it stays loadable), its plugin "
                "servers stopped, its queued prompts answered `cancelled`. While it closes, "
                "prompts are refused (NOT_FOUND), agent.abort joins the stop, and operators "
-               "still see and may force its calls."),
+               "still see and may force its calls. A session whose session.new has not "
+               "answered yet (its id is in its `session/meta` event) is undone at once: its "
+               "starting plugin servers are killed and session.new answers REQUEST_CANCELLED "
+               "(-32800); this is how a client cancels a slow session.new."),
     MethodSpec("agent.prompt", AgentPromptParams, AgentPromptResult,
                "Queue a prompt; answers when its turn ends. A stopped turn answers "
                "`cancelled`, never an error."),
@@ -220,6 +224,11 @@ HOST_TO_RUNTIME = Direction("host → runtime", [
                "A pending permission request was withdrawn: its call was stopped, or the "
                "prompt timed out after the host's `permission_timeout` (120 s; the call is "
                "denied). A later answer is ignored."),
+    MethodSpec("tools.started", ToolsStartedParams, None,
+               "A call's body starts now (after its permission and its admission slot), "
+               "before any of its output; at most once per call, never for a call that "
+               "ends before its body (ABORTED_BEFORE_DISPATCH, TOOL_DENIED, ...). The "
+               "runtime announces it to clients as `tool/started`."),
     MethodSpec("tools.output", ToolsOutputParams, None,
                "Ordered, bounded progress output of a running call."),
 ])

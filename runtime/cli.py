@@ -66,10 +66,11 @@ SERVE_DEFAULTS: dict[str, float | int | None] = {
 }
 
 
-def _apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
+def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
                        path: pathlib.Path | None, raw: dict[str, Any]) -> None:
     """Fill every option not given (on the command line or in its environment variable)
-    from the configuration file, then from the built-in default; check the host table."""
+    from the configuration file, then from the built-in default; check the host table.
+    ``serve``'s and ``acp``'s (``--provider`` still the option's string)."""
     from runtime.config import parse_serve_config, system_prompt
     from runtime.config_file import ConfigError
 
@@ -189,12 +190,23 @@ def main(argv: list[str] | None = None) -> int:
 
         return ops_main(rest)
     if args.command == "acp":
-        # As for serve: the host imports beside the ACP agent.
-        host = _spawn_host(host_command(None))
+        from runtime.config_file import ConfigError, host_config_json, read_config_file
+
+        # As for serve: the configuration file is read for the host's command, and the host
+        # imports beside the ACP agent.
+        early = argparse.ArgumentParser(add_help=False)
+        early.add_argument("--config")
+        try:
+            config = read_config_file(early.parse_known_args(rest)[0].config)
+            acp_host = host_command(host_config_json(config[1]))
+        except ConfigError as exc:
+            print(f"quiesce acp: error: {exc}", file=sys.stderr)
+            return 2
+        host = _spawn_host(acp_host)
         try:
             from runtime.acp.cli import main as acp_main
 
-            return acp_main(rest, early_host=host)
+            return acp_main(rest, early_host=host, config=config, host_command=acp_host)
         finally:
             _reap(host)
     if args.command == "chat":
@@ -214,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if rest:
                 parser.error(f"unrecognized arguments: {' '.join(rest)}")
-            _apply_config_file(serve, args, config_path, config_raw)
+            apply_config_file(serve, args, config_path, config_raw)
             return _run_serve(args, host)
         finally:
             _reap(host)

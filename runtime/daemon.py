@@ -47,6 +47,7 @@ from protocol.messages.host import (
     SessionOpenParams,
     ToolsExecuteParams,
     ToolsOutputParams,
+    ToolsStartedParams,
 )
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.tools import ToolResult
@@ -82,6 +83,14 @@ CLOSE_TIMEOUT = 10.0  # for the host to stop a closed session's plugin servers
 _provider_decoder = msgspec.json.Decoder(ProviderConfig)
 
 
+@dataclasses.dataclass
+class _Opening:
+    """A ``session.new`` in progress: ``session.close`` of its session cancels it."""
+
+    scope: trio.CancelScope = dataclasses.field(default_factory=trio.CancelScope)
+    done: trio.Event = dataclasses.field(default_factory=trio.Event)
+
+
 class Daemon:
     def __init__(self, *, host_command: Sequence[str] | None = None,
                  max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
@@ -114,7 +123,8 @@ class Daemon:
             command=host_command,
             handlers={"permission.request": self.permissions.request},
             notification_handlers={"permission.withdrawn": self.permissions.withdrawn,
-                                   "tools.output": self._on_tool_output},
+                                   "tools.output": self._on_tool_output,
+                                   "tools.started": self._on_tool_output},
             ping_interval=ping_interval, liveness_timeout=liveness_timeout,
             first_host=first_host,
         )
@@ -127,6 +137,7 @@ class Daemon:
         self._debug_ids = itertools.count(1)
         self._nursery: trio.Nursery | None = None
         self._running: set[str] = set()  # sessions whose agent task runs
+        self._opening: dict[str, _Opening] = {}  # session.new not answered yet
         self._agent_scopes: dict[str, trio.CancelScope] = {}  # cancelled by session.close
 
     @property
@@ -219,7 +230,7 @@ class Daemon:
         if self._client is not None:
             self._client.notify("session.event", SessionEventParams(session_id, event))
 
-    def _on_tool_output(self, params: ToolsOutputParams) -> None:
+    def _on_tool_output(self, params: ToolsOutputParams | ToolsStartedParams) -> None:
         self.tools.on_tool_output(params)  # (the host's handlers are made before the tools)
 
     def _provider(self, config: ProviderConfig | None
@@ -276,20 +287,30 @@ class Daemon:
         session = self.sessions.create(params.workspace, params.permission_mode, config,
                                        provider, self._announce, self.tools.factory,
                                        params.mcp_servers, params.system_prompt)
+        # Until it answers, session.close of it undoes the open (its servers killed).
+        opening = self._opening[session.session_id] = _Opening()
         try:
-            try:
-                await self.host.open_session(self._open_params(session))
-                listed = await self._list_plugins(session)
-            except ConnectionClosed as exc:  # no host could take it (not a bug of ours)
-                raise RpcError(ErrorCode.HOST_CRASHED, f"no host for the session: {exc}"
-                               ) from exc
-        except BaseException:
-            # Never leave a session that can accept a prompt nobody would run, nor plugin
-            # servers the host started for it.
-            self.sessions.discard(session.session_id, forget=True)
-            self.host.forget_session(session.session_id)
-            await self._close_in_host(session.session_id)
-            raise
+            with opening.scope:
+                try:
+                    try:
+                        await self.host.open_session(self._open_params(session))
+                        listed = await self._list_plugins(session)
+                    except ConnectionClosed as exc:  # no host could take it (not our bug)
+                        raise RpcError(ErrorCode.HOST_CRASHED,
+                                       f"no host for the session: {exc}") from exc
+                except BaseException:
+                    # Never leave a session that can accept a prompt nobody would run, nor
+                    # plugin servers the host started for it.
+                    self.sessions.discard(session.session_id, forget=True)
+                    self.host.forget_session(session.session_id)
+                    await self._close_in_host(session.session_id)
+                    raise
+        finally:
+            del self._opening[session.session_id]
+            opening.done.set()
+        if opening.scope.cancelled_caught:
+            raise RpcError(ErrorCode.REQUEST_CANCELLED,
+                           "session.close came while the session opened: it was undone")
         self._start_agent(session)
         log.info("session %s opened on %s", session.session_id, session.workspace)
         return SessionNewResult(session.session_id, listed.servers)
@@ -345,6 +366,11 @@ class Daemon:
 
     async def session_close(self, params: SessionCloseParams) -> Empty:
         self._require_initialized()
+        opening = self._opening.get(params.session_id)
+        if opening is not None:  # still opening: undone, its starting servers killed
+            opening.scope.cancel()
+            await opening.done.wait()
+            return Empty()
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
         async with self.sessions.lock(params.session_id):
             session = self.sessions.get(params.session_id)

@@ -42,6 +42,7 @@ from protocol.messages.ops import (
     OpsUnreadableLog,
 )
 from runtime.agent.hosttools import HostTools
+from runtime.agent.phase import PhaseKind
 from runtime.agent.task import CHILD_SEPARATOR
 from runtime.percentiles import percentile
 from runtime.registry import OperatorCause
@@ -235,4 +236,6 @@ class DaemonOps:
             round(percentile(latencies, 90), 3) if latencies else None,
             round(max(latencies), 3) if latencies else None,
             host.pid, host.restarts, host.crashes,
-            stats.tombstones if stats else 0, stats.calls_in_flight if stats else 0)
+            stats.tombstones if stats else 0, stats.calls_in_flight if stats else 0,
+            turns_running=sum(1 for s in self._daemon.sessions.all()
+                              if s.agent.machine.phase.kind is PhaseKind.RUNNING))

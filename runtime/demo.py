@@ -167,34 +167,38 @@ async def _abort(daemon: DaemonClient, watched: Watched) -> None:
 
 
 def _timeline(watched: Watched) -> None:
+    """The stop's timeline, sorted by time (events may arrive after the answer: a
+    read-only call's host answer to its abort comes once the runtime stopped waiting)."""
     answer = watched.answer
     assert answer is not None
 
     def at(t: float) -> str:
         return f"{(t - watched.abort_sent) * 1000:+8.1f} ms"
 
-    _say(f"[{watched.name}] stop timeline")
-    _say(f"  {at(watched.abort_sent)}  agent.abort sent (cause user)")
+    entries: list[tuple[float, str]] = [(watched.abort_sent, "agent.abort sent (cause user)")]
     for t, event in watched.events:
         if t < watched.abort_sent:
             continue
         if isinstance(event, ToolAbortEvent):
             state = event.host_state + (", body running" if event.body_invoked else "")
-            _say(f"  {at(t)}  tools.abort {event.call_id} ({event.tool}): host found it "
-                 f"{state}")
+            entries.append((t, f"tools.abort {event.call_id} ({event.tool}): host found it "
+                               f"{state}"))
         elif isinstance(event, ToolResultEvent):
             note = ""
             if "exitStatus" in event.details or "signal" in event.details:
                 note = " (process tree terminated)"
             if event.details.get("abandoned"):
                 note = " (stopped waiting at once; the host drops its late result)"
-            _say(f"  {at(t)}  {event.call_id}: {event.code or 'ok'}{note}")
+            entries.append((t, f"{event.call_id}: {event.code or 'ok'}{note}"))
         elif isinstance(event, TurnEnd):
-            _say(f"  {at(t)}  turn/end {event.end.kind} on disk (fsynced)")
-    _say(f"  {at(watched.answered)}  agent.abort answered: {answer.outcome}, settled in "
-         f"{answer.settled_ms:.1f} ms")
+            entries.append((t, f"turn/end {event.end.kind} on disk (fsynced)"))
+    entries.append((watched.answered, f"agent.abort answered: {answer.outcome}, settled in "
+                                      f"{answer.settled_ms:.1f} ms"))
+    _say(f"[{watched.name}] stop timeline")
+    for t, text in sorted(entries, key=lambda entry: entry[0]):
+        _say(f"  {at(t)}  {text}")
     for c in answer.tool_calls:
-        _say(f"             {c.call_id:8} {c.tool:6} {c.tool_class:9} {c.code}")
+        _say(f"             {c.call_id:8} {c.tool:6} {c.tool_class:9} {c.code or 'ok'}")
     _say()
 
 

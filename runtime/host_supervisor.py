@@ -86,6 +86,8 @@ class HostGeneration:
     link: HostLink
     gone: trio.Event = field(default_factory=trio.Event)
     """Set once the host is dead and reaped and the tool processes it left are killed."""
+    restarted: bool = False
+    """Killed by an operator's restart (``quiesce ops restart-host``), not crashed."""
 
     @property
     def usable(self) -> bool:
@@ -312,6 +314,7 @@ class HostSupervisor:
         old_pid = old.link.pid if old is not None else None
         if old is not None and old.usable:
             self._restarting = True
+            old.restarted = True
             old.link.kill()
             with trio.move_on_after(GONE_TIMEOUT):
                 await old.gone.wait()
@@ -373,6 +376,10 @@ class HostLease:
 
     async def ready(self) -> None:
         await self._held()
+
+    @property
+    def restarted(self) -> bool:
+        return self._host is not None and self._host.restarted
 
     async def request(self, method: str, params: msgspec.Struct) -> Any:
         host = await self._held()

@@ -10,6 +10,7 @@ import time
 import msgspec
 
 _encoder = msgspec.json.Encoder()
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class JsonLineFormatter(logging.Formatter):
@@ -37,5 +38,10 @@ def setup_logging(process_name: str) -> None:
     handler.setFormatter(JsonLineFormatter(process_name))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
     logging.Formatter.converter = time.gmtime
+    if level not in LEVELS:
+        root.setLevel(logging.INFO)
+        logging.getLogger(__name__).warning(
+            "QUIESCE_LOG_LEVEL=%s is not one of %s: logging at INFO", level, ", ".join(LEVELS))
+        return
+    root.setLevel(level)

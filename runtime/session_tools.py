@@ -1,5 +1,5 @@
 """Each session's host tools, made per turn: the registry a turn runs its calls through,
-their progress and abort events in the session's journal, the turn's hold on a host, and
+their start, progress and abort events in the session's journal, the turn's hold on a host, and
 the host's tool output routed back to the agent listening for it."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from protocol.errors import RpcError
-from protocol.messages.events import ToolAbortEvent, ToolProgressEvent
-from protocol.messages.host import ToolsAbortResult, ToolsOutputParams
-from runtime.agent.agent import ToolsFactory
+from protocol.messages.events import ToolAbortEvent, ToolProgressEvent, ToolStartedEvent
+from protocol.messages.host import ToolsAbortResult, ToolsOutputParams, ToolsStartedParams
+from runtime.agent.agent import CallNotice, ToolsFactory
 from runtime.agent.hosttools import HostTools
 from runtime.agent.task import CHILD_SEPARATOR
 from runtime.host_supervisor import HostLease, HostSupervisor
@@ -41,7 +41,7 @@ class SessionTools:
 
     def factory(self, session_id: str) -> ToolsFactory:
         def make(turn_id: str) -> tuple[ToolRegistry, list[Any],
-                                        Callable[[ToolsOutputParams], bool]]:
+                                        Callable[[CallNotice], bool]]:
             session = self._sessions.get(session_id)
             journal = session.agent.journal
 
@@ -49,12 +49,15 @@ class SessionTools:
                 journal.announce(lambda seq: ToolProgressEvent(seq, turn_id, call_id, stream,
                                                                text))
 
+            def on_started(call_id: str) -> None:
+                journal.announce(lambda seq: ToolStartedEvent(seq, turn_id, call_id))
+
             def on_abort(call_id: str, tool: str, answer: ToolsAbortResult) -> None:
                 journal.announce(lambda seq: ToolAbortEvent(seq, turn_id, call_id, tool,
                                                             answer.state, answer.body_invoked))
 
             tools = HostTools(self._lease(session_id, turn_id), session_id, turn_id,
-                              on_progress=on_progress,
+                              on_progress=on_progress, on_started=on_started,
                               on_abort=on_abort, process_grace=self.process_grace,
                               background=self.background,
                               plugin_tools=session.plugin_tools)
@@ -65,8 +68,9 @@ class SessionTools:
 
         return make
 
-    def on_tool_output(self, params: ToolsOutputParams) -> None:
-        """The host's ``tools.output``: to the agent whose call it is, if it still listens."""
+    def on_tool_output(self, params: ToolsOutputParams | ToolsStartedParams) -> None:
+        """The host's ``tools.output`` or ``tools.started``: to the agent whose call it is,
+        if it still listens (announced as ``tool/progress`` / ``tool/started``)."""
         try:
             session = self._sessions.get(params.session_id)
         except RpcError:

@@ -10,13 +10,14 @@ import sys
 from protocol.docs import render
 
 TARGET = pathlib.Path(__file__).resolve().parent.parent / "docs" / "protocol.md"
+EXAMPLE = TARGET.with_name("protocol-example.jsonl")  # scripts/capture_protocol_example.py
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    text = render()
+    text = render(EXAMPLE.read_text())
     if args.check:
         if not TARGET.exists() or TARGET.read_text() != text:
             print(f"{TARGET} is stale: run scripts/gen_protocol_docs.py", file=sys.stderr)

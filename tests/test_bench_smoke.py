@@ -83,7 +83,7 @@ def test_quick_bench_reports_every_row(tmp_path: pathlib.Path, marked: Marked) -
     assert tomb["samplesMs"][-1] < 1.5 * at_capacity
 
     # The report says which goals are met, the plot is a PNG, the load block is kept.
-    assert "## Goals (issue 8): met or not" in report
+    assert "## Goals: met or not" in report
     for goal in ("1. tool call round trip", "2. throughput, 64 in flight", "3. start-up",
                  "4. stop: read-only", "4. stop: tree-term", "4. stop: tree-ignoring",
                  "4. stop: undispatched", "5. growth"):

@@ -98,7 +98,8 @@ class SessionListResult(Struct, frozen=True):
 
 
 class DebugRunToolParams(Struct, frozen=True):
-    """Run one host tool outside any turn (a debugging aid until agent turns land)."""
+    """Run one host tool outside any turn, as a turn would (for debugging a tool or a
+    host setting; nothing is logged)."""
 
     session_id: str
     tool: str

@@ -1,7 +1,8 @@
 """Session events: the durable log of a session, and what ``session.event`` carries.
 
 Every event has ``kind`` (the tag), ``seq`` (its position in the session's log)
-and ``turnId``. ``tool/progress`` is announced but never logged.
+and ``turnId``. ``tool/progress``, ``tool/started``, ``tool/abort`` and
+``assistant/delta`` are announced but never logged.
 """
 
 from __future__ import annotations
@@ -44,10 +45,12 @@ class SessionMeta(_Event, frozen=True, tag="session/meta"):
 
 
 class TurnStart(_Event, frozen=True, tag="turn/start"):
-    pass
+    """A turn began (its prompt left the inbox); its events follow, then its ``turn/end``."""
 
 
 class UserMessageEvent(_Event, frozen=True, tag="user/message"):
+    """The turn's prompt, as ``agent.prompt`` sent it (a subagent's: its task's prompt)."""
+
     text: str
 
 
@@ -63,6 +66,10 @@ class Block(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaul
 
 
 class AssistantMessageEvent(_Event, frozen=True, tag="assistant/message"):
+    """What the model said in one step, text and reasoning blocks in order (its tool calls
+    follow as ``tool/call``); ``interrupted`` when a stop cut the stream: the visible prefix
+    kept. The record of the step's ``assistant/delta`` pieces."""
+
     step: int
     blocks: tuple[Block, ...]
     interrupted: bool = False
@@ -82,6 +89,9 @@ class ToolCallEvent(_Event, frozen=True, tag="tool/call", omit_defaults=False):
 
 
 class ToolProgressEvent(_Event, frozen=True, tag="tool/progress"):
+    """Output of a running call as it comes (stdout, stderr, or a plugin's progress);
+    bounded, in order, never after the call's result (announced, never logged)."""
+
     call_id: str
     stream: str
     text: str
@@ -108,6 +118,9 @@ class TurnOutcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
 
 
 class TurnEnd(_Event, frozen=True, tag="turn/end"):
+    """The turn's last event: how it ended (``end``) and ``stopReason`` as ``agent.prompt``
+    answers it. Durable before ``agent.abort`` answers."""
+
     end: TurnOutcome
     stop_reason: StopReason
 
@@ -127,6 +140,15 @@ class ToolAbortEvent(_Event, frozen=True, tag="tool/abort"):
     body_invoked: bool
 
 
+class ToolStartedEvent(_Event, frozen=True, tag="tool/started"):
+    """A call's body started (announced, never logged): its permission was granted and
+    it was admitted, so the call is running, not waiting. Comes after its ``tool/call``
+    and before its first ``tool/progress``; a call stopped or refused before its body
+    never has one. The host's ``tools.started``, relayed."""
+
+    call_id: str
+
+
 class AssistantDeltaEvent(_Event, frozen=True, tag="assistant/delta"):
     """A piece of the model's response as it streams (announced, never logged).
 
@@ -138,4 +160,4 @@ class AssistantDeltaEvent(_Event, frozen=True, tag="assistant/delta"):
     text: str
 
 
-AnnouncedEvent = SessionEvent | ToolAbortEvent | AssistantDeltaEvent
+AnnouncedEvent = SessionEvent | ToolAbortEvent | AssistantDeltaEvent | ToolStartedEvent

@@ -56,6 +56,16 @@ class ToolsAbortResult(Struct, frozen=True):
     body_invoked: bool = False
 
 
+class ToolsStartedParams(Struct, frozen=True):
+    """A call's body is about to run: its permission was granted (or not needed) and
+    it holds an admission slot. Sent at most once per call, immediately before the
+    body is invoked (where the host records ``bodyInvoked``), before any of the call's
+    ``tools.output``. ``callId`` is the host call id of ``tools.execute``."""
+
+    session_id: str
+    call_id: str
+
+
 class ToolsOutputParams(Struct, frozen=True):
     session_id: str
     call_id: str

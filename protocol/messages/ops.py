@@ -81,6 +81,8 @@ class OpsStatsResult(Struct, frozen=True):
     host_crashes: int = 0
     tombstones: int = 0
     calls_in_flight: int = 0
+    turns_running: int = 0
+    """Turns running now; ``turns`` counts only finished ones."""
 
 
 class OpsEventParams(Struct, frozen=True):

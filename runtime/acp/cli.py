@@ -17,12 +17,12 @@ import os
 import pathlib
 import socket
 import subprocess
-from typing import get_args
+from typing import Any, get_args
 
 import trio
 
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
-from protocol.messages.client import PermissionMode, ProviderConfig
+from protocol.messages.client import PermissionMode
 from protocol.messages.common import InitializeParams, PeerInfo
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.version import PROTOCOL_VERSION
@@ -32,7 +32,6 @@ from runtime.acp.taps import ReceiveTap
 from runtime.config_file import positive_float, positive_int
 from runtime.logs import setup_logging
 from runtime.popen_process import PopenProcess, adopt_or_kill
-from runtime.providers.factory import ProviderConfigError, parse_provider_option
 from runtime.rpc import Endpoint
 
 log = logging.getLogger(__name__)
@@ -40,37 +39,36 @@ log = logging.getLogger(__name__)
 DISPOSE_GRACE = 15.0  # as the daemon's: a turn stuck in a mutating call must not hold us
 
 
-def _provider_option(value: str) -> ProviderConfig:
-    try:
-        return parse_provider_option(value)
-    except ProviderConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="quiesce acp", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--provider", type=_provider_option,
-                   default=os.environ.get("QUIESCE_PROVIDER") or None,
+    p.add_argument("--provider", default=os.environ.get("QUIESCE_PROVIDER") or None,
                    help="model provider: scripted:FILE, openai or anthropic "
                         "(env QUIESCE_PROVIDER)")
-    p.add_argument("--data-dir", help="where session logs live (env QUIESCE_DATA_DIR; "
+    p.add_argument("--config", help="configuration file, as serve's (TOML; env "
+                   "QUIESCE_CONFIG; default $XDG_CONFIG_HOME/quiesce/config.toml if it "
+                   "exists): docs/configuration.md")
+    p.add_argument("--data-dir", default=os.environ.get("QUIESCE_DATA_DIR") or None,
+                   help="where session logs live (env QUIESCE_DATA_DIR; "
                    "default $XDG_DATA_HOME/quiesce)")
     p.add_argument("--permission-mode", choices=get_args(PermissionMode), default="ask",
                    help="of new sessions: ask (the editor is asked before writes and "
                         "commands; default), accept-edits, auto")
     p.add_argument("--max-frame-size", type=positive_int,
-                   default=os.environ.get("QUIESCE_MAX_FRAME", str(DEFAULT_MAX_FRAME_SIZE)),
-                   help="largest accepted message in bytes (env QUIESCE_MAX_FRAME)")
-    p.add_argument("--process-grace", type=positive_float, default=10.0,
+                   default=os.environ.get("QUIESCE_MAX_FRAME") or None,
+                   help="largest accepted message in bytes (env QUIESCE_MAX_FRAME; default "
+                        f"{DEFAULT_MAX_FRAME_SIZE})")
+    p.add_argument("--process-grace", type=positive_float,
                    help="seconds a stopped Bash/GenerateImages call may take to return its "
                         "output (default 10)")
-    p.add_argument("--ping-interval", type=positive_float, default=2.0,
+    p.add_argument("--ping-interval", type=positive_float,
                    help="seconds between liveness pings of the host (default 2)")
-    p.add_argument("--liveness-timeout", type=positive_float, default=10.0,
+    p.add_argument("--liveness-timeout", type=positive_float,
                    help="a host silent this long is replaced (default 10)")
-    p.add_argument("--stuck-after", type=positive_float, default=30.0,
+    p.add_argument("--stuck-after", type=positive_float,
                    help="a stop unsettled this long is flagged stuck in ops (default 30)")
+    p.add_argument("--max-steps", type=positive_int,
+                   help="model steps a turn may take before it ends max_turn_requests")
     return p
 
 
@@ -80,6 +78,7 @@ async def run(args: argparse.Namespace, first_host: PopenProcess | None = None) 
     from runtime.stdio import take_stdio
 
     daemon = Daemon(
+        host_command=args.host_command, max_steps=args.max_steps,
         max_frame_size=args.max_frame_size,
         data_dir=pathlib.Path(args.data_dir) if args.data_dir else None,
         default_provider=args.provider, process_grace=args.process_grace,
@@ -139,10 +138,21 @@ async def _stop_reading_when_closed(native: Endpoint, acp: Endpoint) -> None:
     acp.stop_reading()
 
 
-def main(argv: list[str], early_host: subprocess.Popen[bytes] | None = None) -> int:
-    """``early_host``: the host ``quiesce`` spawned before importing this module, adopted
-    by the daemon (the caller kills and reaps it if it was not)."""
-    args = parser().parse_args(argv)
+def main(argv: list[str], early_host: subprocess.Popen[bytes] | None = None, *,
+         config: tuple[pathlib.Path | None, dict[str, Any]] = (None, {}),
+         host_command: list[str] | None = None) -> int:
+    """``early_host``: the host ``quiesce`` spawned before importing this module (with
+    ``host_command``, which names the configuration file's ``[host]`` table), adopted by
+    the daemon (the caller kills and reaps it if it was not). ``config``: the
+    configuration file, read (its path and raw table) for that spawn."""
+    from runtime.cli import apply_config_file
+
+    p = parser()
+    args = p.parse_args(argv)
+    apply_config_file(p, args, *config)  # as serve: option, environment, file, default
+    if args.max_frame_size is None:
+        args.max_frame_size = DEFAULT_MAX_FRAME_SIZE
+    args.host_command = host_command
     setup_logging("runtime")
     trio.run(run, args, adopt_or_kill(early_host) if early_host is not None else None)
     return 0

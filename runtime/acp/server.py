@@ -32,13 +32,11 @@ from protocol.messages.client import (
     AgentPromptParams,
     AgentPromptResult,
     PermissionMode,
-    SessionCloseParams,
     SessionEventParams,
     SessionLoadParams,
     SessionNewParams,
-    SessionNewResult,
 )
-from protocol.messages.events import Cause, CauseKind, TurnEnd
+from protocol.messages.events import Cause, CauseKind, SessionMeta, TurnEnd
 from protocol.methods import RequestId
 from runtime.acp.convert import mcp_servers, prompt_text
 from runtime.acp.messages import (
@@ -60,6 +58,7 @@ from runtime.acp.messages import (
     StopReason,
     ToolCallUpdate,
 )
+from runtime.acp.opening import Openings
 from runtime.acp.permissions import PermissionBridge
 from runtime.acp.translate import Translator
 from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler
@@ -88,16 +87,6 @@ class _Prompt:
 
 
 @dataclass
-class _NewSession:
-    """A ``session/new`` seen on the wire, until it answers; ``$/cancel_request`` marks it."""
-
-    request_id: RequestId | None
-    params: NewSessionRequest
-    cancelled: trio.Event = field(default_factory=trio.Event)
-    claimed: bool = False  # its handler runs (equal requests are told apart by order)
-
-
-@dataclass
 class _Session:
     session_id: str
     translator: Translator = field(default_factory=Translator)
@@ -116,7 +105,7 @@ class AcpServer:
         self._initialized = False
         self._by_id: dict[RequestId, _Prompt] = {}
         self._unstarted: dict[str, list[_Prompt]] = {}  # session id -> seen, not started
-        self._new_sessions: list[_NewSession] = []  # session/new seen, not answered
+        self.openings = Openings()  # session/new seen, not answered
 
     def attach(self, acp: Endpoint, native: Endpoint) -> None:
         self.permissions.acp = acp
@@ -152,14 +141,7 @@ class AcpServer:
             self._by_id[request.id] = prompt
             self._unstarted.setdefault(prompt.session_id, []).append(prompt)
         elif request.method == "session/new":
-            self._new_sessions.append(_NewSession(request.id, request.params))
-
-    def _claim_new(self, params: NewSessionRequest) -> _NewSession:
-        for new in self._new_sessions:
-            if new.params == params and not new.claimed:
-                new.claimed = True
-                return new
-        return _NewSession(None, params)
+            self.openings.seen(request.id, request.params)
 
     def _claim(self, params: PromptRequest) -> _Prompt:
         """The prompt seen for these params: the first unstarted one equal to them (two
@@ -198,25 +180,20 @@ class AcpServer:
         return session
 
     async def session_new(self, params: NewSessionRequest) -> NewSessionResponse:
-        new = self._claim_new(params)
+        new = self.openings.claim(params)
         try:
             self._require_initialized()
             if not os.path.isabs(params.cwd):
                 raise RpcError(ErrorCode.INVALID_PARAMS, "cwd must be an absolute path")
-            if new.cancelled.is_set():
-                raise RpcError(ErrorCode.REQUEST_CANCELLED)
-            created: SessionNewResult = await self._native("session.new", SessionNewParams(
-                params.cwd, self.permission_mode, None, mcp_servers(params.mcp_servers)))
-            if new.cancelled.is_set():
-                # Cancelled while the session opened (its plugin servers starting): undo
-                # it whole, servers included, and answer as ``$/cancel_request`` says.
-                await self._native("session.close", SessionCloseParams(created.session_id))
-                raise RpcError(ErrorCode.REQUEST_CANCELLED)
+            # Cancelled while the session opens (its plugin servers starting), it is undone
+            # at once, servers killed, and answers -32800 (runtime.acp.opening).
+            created = await self.openings.open(new, SessionNewParams(
+                params.cwd, self.permission_mode, None, mcp_servers(params.mcp_servers)),
+                self._native)
             self._sessions[created.session_id] = _Session(created.session_id)
             return NewSessionResponse(created.session_id)
         finally:
-            if new in self._new_sessions:
-                self._new_sessions.remove(new)
+            self.openings.forget(new)
 
     async def session_load(self, params: LoadSessionRequest) -> LoadSessionResponse:
         self._require_initialized()
@@ -312,10 +289,8 @@ class AcpServer:
         """``$/cancel_request``: a prompt is cancelled as by ``session/cancel`` and answers
         ``cancelled`` (a valid response, as the spec allows). Other requests are short and
         answer normally (cancelling them is optional in ACP v1)."""
-        for new in self._new_sessions:
-            if new.request_id is not None and new.request_id == params.request_id:
-                new.cancelled.set()
-                return
+        if params.request_id is not None and self.openings.cancel(params.request_id):
+            return
         prompt = self._by_id.get(params.request_id) if params.request_id is not None else None
         if prompt is None:
             log.debug("$/cancel_request for %r: not a running prompt", params.request_id)
@@ -358,8 +333,10 @@ class AcpServer:
 
     def on_session_event(self, params: SessionEventParams) -> None:
         session = self._sessions.get(params.session_id)
-        if session is None:
-            return  # not opened through ACP (yet): session/meta of a new session
+        if session is None:  # not opened through ACP (yet): session/meta of a new session
+            if isinstance(params.event, SessionMeta):
+                self.openings.on_meta(params.session_id, params.event)
+            return
         event = params.event
         if isinstance(event, TurnEnd) and event.end.error:
             session.errors[event.turn_id] = event.end.error

@@ -11,6 +11,7 @@ update carries the whole, bounded, text so far).
 | ``assistant/delta`` text / reasoning (live) | ``agent_message_chunk`` / ``agent_thought_chunk`` |
 | ``assistant/message`` blocks | the same chunks, unless the step streamed them |
 | ``tool/call`` | ``tool_call`` (``pending``, kind, title, rawInput) |
+| ``tool/started`` (its body started) | ``tool_call_update`` (``in_progress``) |
 | ``tool/progress`` | ``tool_call_update`` (``in_progress``, output so far) |
 | ``tool/result`` | ``tool_call_update`` (``completed`` / ``failed``, content, rawOutput) |
 | ``turn/end``, or the prompt's answer | ``failed`` for any call of the turn left open |
@@ -31,6 +32,7 @@ from protocol.messages.events import (
     ToolCallEvent,
     ToolProgressEvent,
     ToolResultEvent,
+    ToolStartedEvent,
     TurnEnd,
     UserMessageEvent,
 )
@@ -137,6 +139,11 @@ class Translator:
             return updates
         if isinstance(event, ToolCallEvent):
             return [self._start(event)]
+        if isinstance(event, ToolStartedEvent):
+            started = self._open.get(tool_call_id(event.turn_id, event.call_id))
+            if started is None:
+                return []
+            return [ToolCallProgress(started.start.tool_call_id, status="in_progress")]
         if isinstance(event, ToolProgressEvent):
             call = self._open.get(tool_call_id(event.turn_id, event.call_id))
             if call is None:

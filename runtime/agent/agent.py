@@ -36,7 +36,7 @@ from protocol.messages.events import (
     TurnEnd,
     TurnOutcome,
 )
-from protocol.messages.host import ToolsOutputParams
+from protocol.messages.host import ToolsOutputParams, ToolsStartedParams
 from protocol.tools import error_result
 from runtime.agent.history import ModelHistory
 from runtime.agent.journal import Journal
@@ -56,8 +56,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STUCK_AFTER = 30.0
 
+CallNotice = ToolsOutputParams | ToolsStartedParams  # the host's word on a running call
 ToolsFactory = Callable[[str], tuple[ToolRegistry, list[ToolDefinition[Any]],
-                                     Callable[[ToolsOutputParams], bool]]]
+                                     Callable[[CallNotice], bool]]]
 
 
 @dataclass
@@ -94,7 +95,7 @@ class Agent:
         self._current: _TurnSlot | None = None
         self._wake = trio.Event()
         self._turn_ids = itertools.count(_turn_count(journal) + 1)
-        self._routes: list[Callable[[ToolsOutputParams], bool]] = []
+        self._routes: list[Callable[[CallNotice], bool]] = []
         self._history = ModelHistory(journal.by_turn, journal.turn_order, CHILD_SEPARATOR)
         self.stuck_after = DEFAULT_STUCK_AFTER
         self.on_step: StepListener | None = None  # told each step's calls (the ops view)
@@ -264,7 +265,7 @@ class Agent:
         text = "".join(b.text for b in texts[-1].blocks if b.type == "text") if texts else ""
         return end, text
 
-    def on_output(self, params: ToolsOutputParams) -> bool:
+    def on_output(self, params: CallNotice) -> bool:
         return any(route(params) for route in self._routes)
 
     # -- stops ------------------------------------------------------------------------

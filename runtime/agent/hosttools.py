@@ -47,6 +47,7 @@ from protocol.messages.host import (
     ToolsAbortResult,
     ToolsExecuteParams,
     ToolsOutputParams,
+    ToolsStartedParams,
 )
 from protocol.toolclass import TOOL_CLASSES, ToolClass
 from protocol.tools import TOOL_ARGS, ToolResult, aborted_result, error_result
@@ -69,6 +70,7 @@ DEFAULT_PROCESS_GRACE = 10.0
 LATE_RESULT_WAIT = 30.0
 BEFORE_BODY_STATES = frozenset({"tombstoned", "admission", "permission-pending"})
 HOST_UNAVAILABLE = "hostUnavailable"  # details key of a result whose request was never sent
+HOST_RESTARTED = "hostRestarted"  # details key of a call an operator's restart-host ended
 
 
 class HostPort(Protocol):
@@ -87,6 +89,11 @@ class HostPort(Protocol):
         (bounded); whether they were."""
         ...
 
+    @property
+    def restarted(self) -> bool:
+        """Whether the held host was killed by an operator's restart, not a crash."""
+        ...
+
 
 def lost_host(result: ToolResult) -> bool:
     """Whether a call's result says the turn's host is gone: it died under the call, or
@@ -97,6 +104,7 @@ def lost_host(result: ToolResult) -> bool:
 
 
 ProgressSink = Callable[[str, str, str], None]  # (call id, stream, text)
+StartedSink = Callable[[str], None]  # (call id): the host started the call's body
 AbortSink = Callable[[str, str, ToolsAbortResult], None]  # (call id, tool, host answer)
 
 
@@ -145,8 +153,10 @@ class HostTools:
                  on_progress: ProgressSink, on_abort: AbortSink,
                  process_grace: float = DEFAULT_PROCESS_GRACE,
                  background: trio.Nursery | None = None,
-                 plugin_tools: tuple[PluginTool, ...] = ()) -> None:
+                 plugin_tools: tuple[PluginTool, ...] = (),
+                 on_started: StartedSink | None = None) -> None:
         self._host = host
+        self._on_started = on_started
         self._session_id = session_id
         self._turn_id = turn_id
         self._on_progress = on_progress
@@ -189,11 +199,16 @@ class HostTools:
         # Unique per turn, so a late abort or tombstone can never meet a later turn's call.
         return f"{self._turn_id}.{call_id}"
 
-    def on_output(self, params: ToolsOutputParams) -> bool:
-        """Route a ``tools.output`` notification; False if the call is not (or no longer) ours."""
+    def on_output(self, params: ToolsOutputParams | ToolsStartedParams) -> bool:
+        """Route a ``tools.output`` or ``tools.started`` notification; False if the call is
+        not (or no longer) ours."""
         call = self._calls.get(params.call_id)
         if call is None or call.abandoned:
             return False
+        if isinstance(params, ToolsStartedParams):
+            if self._on_started is not None:
+                self._on_started(call.call_id)
+            return True
         call.progress.append(params.text)
         self._on_progress(call.call_id, params.stream, params.text)
         return True
@@ -319,6 +334,10 @@ class HostTools:
         except ConnectionClosed:
             # Not before the dead host's processes are gone: a settled call has none left.
             await self._host.wait_host_gone()
+            if self._host.restarted:  # the same code: the body may have run, the host is gone
+                return error_result(ErrorCode.HOST_CRASHED,
+                                    "an operator restarted the host during the call",
+                                    body_invoked=True, details={HOST_RESTARTED: "operator"})
             return error_result(ErrorCode.HOST_CRASHED, "the host exited during the call",
                                 body_invoked=True)
         except RemoteError as exc:

@@ -30,6 +30,7 @@ from runtime.registry import (
 
 CHILD_SEPARATOR = "~"
 HOST_CRASHED_ERROR = "the host crashed under"  # how a turn's turn/end names a host crash
+HOST_RESTARTED_ERROR = "an operator restarted the host under"  # ... and an operator's restart
 
 
 # Runs one child turn under the given controller; returns its durable turn/end and text.
@@ -77,7 +78,8 @@ class TaskTool:
         if end.end.kind == "error":
             # A host crash under the child is one under the parent too: its turn ends error.
             code = (ErrorCode.HOST_CRASHED
-                    if (end.end.error or "").startswith(HOST_CRASHED_ERROR)
+                    if (end.end.error or "").startswith((HOST_CRASHED_ERROR,
+                                                         HOST_RESTARTED_ERROR))
                     else ErrorCode.TOOL_FAILED)
             return error_result(code, f"subagent failed: {end.end.error}",
                                 body_invoked=True, details=details)

@@ -31,10 +31,10 @@ from protocol.tools import ToolResult
 from protocol.toolspecs import input_schema
 from runtime.agent.assembler import Assembler
 from runtime.agent.history import ModelHistory
-from runtime.agent.hosttools import lost_host
+from runtime.agent.hosttools import HOST_RESTARTED, lost_host
 from runtime.agent.instructions import DEFAULT_SYSTEM_PROMPT, system_message
 from runtime.agent.journal import Journal
-from runtime.agent.task import HOST_CRASHED_ERROR
+from runtime.agent.task import HOST_CRASHED_ERROR, HOST_RESTARTED_ERROR
 from runtime.providers.base import (
     ModelRequest,
     Provider,
@@ -181,7 +181,9 @@ class Turn:
                    if r.code == ErrorCode.HOST_CRASHED.name]
         unsent = [c.call_id for c, r in zip(calls, results, strict=True)
                   if lost_host(r) and r.code != ErrorCode.HOST_CRASHED.name]
-        error = f"{HOST_CRASHED_ERROR} {', '.join(crashed) or 'this turn'}"
+        restarted = any(HOST_RESTARTED in r.details for r in results)
+        error = (f"{HOST_RESTARTED_ERROR if restarted else HOST_CRASHED_ERROR} "
+                 f"{', '.join(crashed) or 'this turn'}")
         if unsent:
             error += f"; never sent: {', '.join(unsent)}"
         return TurnEnding(TurnOutcome("error", error=error), "error")

@@ -66,7 +66,8 @@ async def run_chat(options: ChatOptions) -> None:
     """Run the chat until the user quits; raise what ended the trio side (ChatError)."""
     loop = asyncio.get_running_loop()
     controller: Controller
-    terminal = Terminal(lambda: controller.view.live(time.monotonic()))
+    terminal = Terminal(lambda: controller.view.live(time.monotonic()),
+                        asking=lambda: bool(controller.view.permissions))
     controller = Controller(options, terminal)
     bridge = _Bridge(controller)
     done: asyncio.Future[outcome.Outcome[None]] = loop.create_future()

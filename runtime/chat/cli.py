@@ -14,25 +14,33 @@ import pathlib
 import sys
 
 from protocol.messages.client import ProviderConfig, ScriptedProviderConfig
+from runtime.chat.commands import CHOOSE_MODEL
 from runtime.chat.controller import ChatError, ChatOptions
+from runtime.config import parse_serve_config
+from runtime.config_file import ConfigError, read_config_file
 from runtime.providers.factory import ProviderConfigError, parse_provider_option
 from runtime.sessionlog import default_data_dir
 
 LOG_NAME = "chat-serve.log"
 DESCRIPTION = """\
 Talk to the agent in this terminal. Starts `quiesce serve` as a subprocess (as an
-editor would) and is its client; the daemon's log goes to <data dir>/chat-serve.log."""
+editor would) and is its client, with the same --data-dir and --config; the daemon's
+log goes to <data dir>/chat-serve.log."""
 EPILOG = """\
 keys:
   Enter       send the line (prompts typed while a turn runs are queued)
   Esc         stop the turn, and show what stopping did
   Ctrl-C      stop the turn; twice within a second: quit (after the stop settles)
   Ctrl-D      quit (on an empty line)
-  y a n d     answer a permission prompt: allow once, allow for the session,
-              deny, deny for the session
+permission prompts: typing never answers one; a line of one letter and Enter does:
+  y allow once, a allow for the session, n deny, d deny for the session
+  (any other line is refused and kept in the input line; Esc stops the turn)
 commands:
-  /stop-keep  stop, but keep the queued prompts     /sessions   list sessions
-  /load ID    replay a session and continue it      /quit       quit"""
+  /stop-keep  stop, but keep the queued prompts     /sessions   this workspace's sessions
+  /load ID    replay a session and continue it      /sessions all   every workspace's
+  /quit       quit"""
+
+NO_PROVIDER = f"No model is configured, so prompts will fail. {CHOOSE_MODEL}"
 
 
 def _provider(value: str) -> ProviderConfig:
@@ -59,12 +67,33 @@ def parse_args(argv: list[str]) -> ChatOptions:
                              "QUIESCE_PROVIDER)")
     parser.add_argument("--permission-mode", choices=("ask", "accept-edits", "auto"),
                         default="ask", help="which calls ask first (default: ask)")
+    parser.add_argument("--config", help="configuration file, as serve's (TOML; env "
+                        "QUIESCE_CONFIG; default $XDG_CONFIG_HOME/quiesce/config.toml if it "
+                        "exists): docs/configuration.md")
+    parser.add_argument("--data-dir", default=os.environ.get("QUIESCE_DATA_DIR") or None,
+                        help="where session logs and chat-serve.log live, as serve's (env "
+                        "QUIESCE_DATA_DIR; default the config file's, else "
+                        "$XDG_DATA_HOME/quiesce)")
     args = parser.parse_args(argv)
     workspace = pathlib.Path(args.workspace).expanduser().resolve()
     if not workspace.is_dir():
         parser.error(f"--workspace: no directory at {workspace}")
+    try:
+        config_path, raw = read_config_file(args.config)
+        config = parse_serve_config(config_path, raw)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    data_dir = pathlib.Path(args.data_dir or config.data_dir or default_data_dir())
+    data_dir = data_dir.expanduser().resolve()
+    serve_args = ["--data-dir", str(data_dir)]
+    if config_path is not None:
+        serve_args += ["--config", str(config_path.resolve())]
+    has_provider = (args.provider is not None or bool(os.environ.get("QUIESCE_PROVIDER"))
+                    or config.provider is not None)
     return ChatOptions(workspace=str(workspace), permission_mode=args.permission_mode,
-                       provider=args.provider, log_path=default_data_dir() / LOG_NAME)
+                       provider=args.provider, log_path=data_dir / LOG_NAME,
+                       serve_args=tuple(serve_args), provider_hint=None if has_provider
+                       else NO_PROVIDER)
 
 
 def main(rest: list[str]) -> int:

@@ -13,7 +13,17 @@ Decision = Literal["allow-once", "allow-session", "deny", "deny-session"]
 
 HELP = ("Type a prompt and press Enter (prompts typed while a turn runs are queued). "
         "Esc or Ctrl-C: stop the turn; Ctrl-C twice within a second: quit. "
-        "/stop-keep: stop but keep queued prompts. /sessions, /load ID, /quit, /help.")
+        "A permission prompt is answered by a line of one letter and Enter: "
+        "y allow once, a allow for the session, n deny, d deny for the session. "
+        "/stop-keep: stop but keep queued prompts. /sessions (this workspace's; "
+        "/sessions all: every one), /load ID, /quit, /help.")
+
+CHOOSE_MODEL = ("Choose one with --provider openai (and OPENAI_MODEL, OPENAI_API_KEY), the "
+                "QUIESCE_PROVIDER variable, or `provider = \"openai\"` in the config file "
+                "(docs/providers.md); --provider scripted:FILE replays a script.")
+
+ANSWERS: dict[str, Decision] = {"y": "allow-once", "a": "allow-session", "n": "deny",
+                                "d": "deny-session"}
 
 
 @dataclass(frozen=True)
@@ -35,7 +45,7 @@ class Answer:
 
 @dataclass(frozen=True)
 class ListSessions:
-    pass
+    every_workspace: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,22 @@ class Unknown:
     text: str
 
 
-Command = Prompt | Stop | Answer | ListSessions | Load | Quit | Help | Unknown
+@dataclass(frozen=True)
+class Usage:
+    """A known command used wrongly: what it needs."""
+
+    text: str
+
+
+Command = Prompt | Stop | Answer | ListSessions | Load | Quit | Help | Unknown | Usage
+
+
+def parse_answer(line: str) -> Decision | None:
+    """A submitted line as a permission answer: exactly one answer letter, or nothing.
+
+    Only a whole line decides (typed, then Enter): a sentence typed while a prompt
+    shows ("wait, do not do that") is never an answer, whatever letters it holds."""
+    return ANSWERS.get(line.strip().lower())
 
 
 def parse_line(line: str) -> Command | None:
@@ -76,10 +101,12 @@ def parse_line(line: str) -> Command | None:
         return Stop(via="/stop")
     if name == "/stop-keep" and not rest:
         return Stop(keep_inbox=True, via="/stop-keep")
-    if name == "/sessions" and not rest:
-        return ListSessions()
-    if name == "/load" and rest and " " not in rest:
-        return Load(rest)
+    if name == "/sessions" and rest in ("", "all"):
+        return ListSessions(every_workspace=rest == "all")
+    if name == "/load":
+        if rest and " " not in rest:
+            return Load(rest)
+        return Usage("/load needs one session id: /load ID (/sessions lists them)")
     if name == "/help":
         return Help()
     return Unknown(text)

@@ -5,10 +5,13 @@ arrive from the terminal through :meth:`Controller.post` (synchronous, called on
 trio's thread via ``TrioToken.run_sync_soon``); what to show goes out through the
 :class:`Screen` port (committed lines above the input, and "redraw the live part").
 A stop is sent as ``agent.abort`` and its timeline drawn from the events that
-arrive until the answer, which comes only once the turn is settled.
+arrive until the answer, which comes only once the turn is settled; until then
+every line is held, and the stop's block is printed whole, in time order, when the
+answer comes (:mod:`runtime.chat.timeline`).
 
 Failures are mapped here, in :meth:`Controller._guarded`: a daemon's error answer is
-a red line and the chat goes on; a closed link ends the chat with :class:`ChatError`.
+a red line (its message, not its wire code) and the chat goes on; a closed link ends the
+chat with :class:`ChatError`, and so does a session that cannot open (in ``_start``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from typing import Protocol, TypeVar
 import trio
 from rich.text import Text
 
-from protocol.errors import RemoteError
+from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.client import (
     AgentAbortParams,
     AgentAbortResult,
@@ -53,6 +56,7 @@ from runtime.chat.commands import (
     Quit,
     Stop,
     Unknown,
+    Usage,
 )
 from runtime.chat.link import open_daemon, still_alive, tool_processes
 from runtime.chat.view import ChatView, session_lines
@@ -83,6 +87,8 @@ class ChatOptions:
     provider: ProviderConfig | None
     log_path: pathlib.Path
     env: dict[str, str] | None = None
+    serve_args: tuple[str, ...] = ()  # --data-dir and --config, as the chat was given them
+    provider_hint: str | None = None  # said at start-up: no model is configured
 
 
 @dataclass
@@ -127,7 +133,7 @@ class Controller:
         with options.log_path.open("ab") as log_file:
             try:
                 async with open_daemon(
-                        log_file=log_file, env=options.env,
+                        log_file=log_file, env=options.env, serve_args=options.serve_args,
                         handlers={"permission.request": self._on_permission},
                         notification_handlers={"session.event": self._on_event,
                                                "permission.withdrawn": self._on_withdrawn},
@@ -148,15 +154,25 @@ class Controller:
     async def _start(self, daemon: DaemonClient) -> None:
         info = await daemon.initialize()
         host = info.capabilities.get("host", {}) if isinstance(info.capabilities, dict) else {}
-        result: SessionNewResult = await daemon.request("session.new", SessionNewParams(
-            self.options.workspace, self.options.permission_mode, self.options.provider))
+        try:
+            result: SessionNewResult = await daemon.request("session.new", SessionNewParams(
+                self.options.workspace, self.options.permission_mode, self.options.provider))
+        except RemoteError as exc:  # said as the daemon words it, not as a wire code
+            hint = (" (docs/providers.md says how to choose a model)"
+                    if exc.code is ErrorCode.INVALID_PARAMS else "")
+            raise ChatError(f"cannot open a session in {self.options.workspace}: "
+                            f"{exc.message}{hint}") from exc
         self.session_id = result.session_id
         self._commit([Text.assemble(
             ("quiesce chat", "bold"),
             (f"  serve pid {daemon.process.pid}, host pid {host.get('pid', '?')}; "
              f"session {result.session_id} in {self.options.workspace} "
              f"({self.options.permission_mode})", "dim")),
+            Text(f"sessions and the daemon's log in {self.options.log_path.parent}",
+                 style="dim"),
             Text("Esc stops the turn · Ctrl-C twice quits · /help", style="dim")])
+        if self.options.provider_hint is not None:
+            self._commit([Text(self.options.provider_hint, style="yellow")])
 
     async def _watch_link(self, daemon: DaemonClient) -> None:
         await daemon.endpoint.closed.wait()
@@ -182,6 +198,8 @@ class Controller:
                 nursery.start_soon(self._guarded, self._load, command)
             elif isinstance(command, Help):
                 self._commit([Text(HELP, style="dim")])
+            elif isinstance(command, Usage):
+                self._commit([Text(command.text, style="red")])
             elif isinstance(command, Unknown):
                 self._commit([Text(f"unknown command {command.text!r}; /help lists them",
                                    style="red")])
@@ -195,7 +213,7 @@ class Controller:
         try:
             await run(command)
         except RemoteError as exc:
-            self._commit([Text(f"✗ {exc}", style="red")])
+            self._commit([Text(f"✗ {exc.message}", style="red")])
         except ConnectionClosed as exc:
             raise ChatError(f"quiesce serve closed the link: {exc} "
                             f"(its log: {self.options.log_path})") from exc
@@ -239,15 +257,15 @@ class Controller:
             self._commit(self.view.stop_answered(result, self._clock(),
                                                  processes_alive=still_alive(before)))
         finally:
-            self.view.stop = None
+            self._commit(self.view.stop_failed())  # nothing, unless the answer never came
             self._stopping.set()
             self._stopping = None
 
     async def _list(self, command: ListSessions) -> None:
         assert self._daemon is not None
         result: SessionListResult = await self._daemon.request("session.list", Empty())
-        self._commit([Text("sessions:", style="bold"),
-                      *session_lines(result.sessions, self.session_id)])
+        self._commit(session_lines(result.sessions, self.session_id,
+                                   None if command.every_workspace else self.options.workspace))
 
     async def _load(self, command: Load) -> None:
         assert self._daemon is not None
@@ -259,9 +277,11 @@ class Controller:
         try:  # its replayed events arrive before the answer, and are shown
             result: SessionLoadResult = await self._daemon.request(
                 "session.load", SessionLoadParams(command.session_id))
-        except RemoteError:
+        except RemoteError as exc:
             self.session_id = previous
-            raise
+            self._commit([Text(f"✗ cannot load {command.session_id}: {exc.message} "
+                               "(/sessions lists them)", style="red")])
+            return
         note = ", its interrupted turn closed" if result.recovered else ""
         self._commit([Text(f"loaded session {result.session_id} ({result.events} events"
                            f"{note})", style="dim")])
@@ -282,7 +302,7 @@ class Controller:
         asked = _Asked(trio.Event())
         self._asked[params.request_id] = asked
         self.view.permission_asked(params.request_id, params.tool, params.args_preview,
-                                   params.risk)
+                                   params.risk, params.call_id)
         self._screen.refresh()
         try:
             await asked.answered.wait()
@@ -307,7 +327,10 @@ class Controller:
     # -- screen ----------------------------------------------------------------------------
 
     def _commit(self, lines: Sequence[Text]) -> None:
-        self._screen.commit(lines)
+        """Print lines, or (while a stop settles) hold them for the stop's block."""
+        held = self.view.hold(list(lines))
+        if held:
+            self._screen.commit(held)
 
     def _wake(self) -> None:
         self._animate.set()

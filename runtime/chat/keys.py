@@ -1,9 +1,15 @@
 """The chat's keys, as prompt_toolkit key bindings (no signals while the UI runs).
 
 Esc and a first Ctrl-C stop the turn; a second Ctrl-C within a second quits
-(after the stop settles); Enter submits the line; Ctrl-D on an empty line quits;
-while a permission prompt is shown, y / a / n / d answer it. The bindings only build
-commands: the controller acts on them.
+(after the stop settles); Enter submits the line; Ctrl-D on an empty line quits.
+
+Permission prompts are never answered by typing alone: while one is shown, every key
+types into the input line as usual, and only Enter on a line that is exactly one
+answer letter (y / a / n / d) decides. Any other line is refused with a notice and
+stays in the input line (slash commands still work), so a sentence typed at a prompt
+("wait, do not do that") neither answers it nor is lost. The input line's marker
+says which of the two Enter does. The bindings only build commands: the controller
+acts on them.
 """
 
 from __future__ import annotations
@@ -12,16 +18,15 @@ import time
 from collections.abc import Callable
 
 from prompt_toolkit.buffer import Buffer
-from prompt_toolkit.filters import Condition
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.keys import Keys
 
-from runtime.chat.commands import Answer, Command, Decision, Quit, Stop, parse_line
+from runtime.chat.commands import Answer, Command, Quit, Stop, parse_answer, parse_line
 
 DOUBLE_PRESS_S = 1.0
-
-ANSWER_KEYS: dict[str, Decision] = {"y": "allow-once", "a": "allow-session", "n": "deny",
-                                    "d": "deny-session"}
+REFUSED = ("a permission prompt is open: answer it with a line of one letter and Enter "
+           "(y allow once, a allow for the session, n deny, d deny for the session) or "
+           "press Esc to stop the turn; your text stays in the input line")
 
 
 class ChatKeys:
@@ -50,7 +55,6 @@ class ChatKeys:
 
     def _build(self) -> KeyBindings:
         kb = KeyBindings()
-        asking = Condition(lambda: self._shown_permission() is not None)
 
         # eager: fire at once, not after waiting to see if Esc starts a longer sequence.
         @kb.add("escape", eager=True)
@@ -69,19 +73,23 @@ class ChatKeys:
 
         @kb.add("enter")
         def _submit(event: KeyPressEvent) -> None:
-            command = parse_line(self._buffer.text)
-            self._buffer.reset(append_to_history=True)
-            if command is not None:
-                self._post(command)
+            self.submit()
 
-        for key, decision in ANSWER_KEYS.items():
-            self._add_answer(kb, asking, key, decision)
         return kb
 
-    def _add_answer(self, kb: KeyBindings, asking: Condition, key: str,
-                    decision: Decision) -> None:
-        @kb.add(key, filter=asking)
-        def _answer(event: KeyPressEvent) -> None:
-            request_id = self._shown_permission()
-            if request_id is not None:
-                self._post(Answer(request_id, decision))
+    def submit(self) -> None:
+        """Enter: the line as a command, or as the answer to the prompt shown."""
+        text = self._buffer.text
+        request_id = self._shown_permission()
+        if request_id is not None and not text.lstrip().startswith("/"):
+            decision = parse_answer(text)
+            if decision is None:
+                self._notice(REFUSED)  # the line stays where it is
+                return
+            self._buffer.reset()
+            self._post(Answer(request_id, decision))
+            return
+        command = parse_line(text)
+        self._buffer.reset(append_to_history=True)
+        if command is not None:
+            self._post(command)

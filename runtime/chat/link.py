@@ -10,14 +10,14 @@ wait, kill past a deadline.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import IO
 
 import psutil
 
 from host.proctree import ENV_MARKER  # in the environment of every tool process
-from runtime.client import DaemonClient, spawn_daemon
+from runtime.client import DaemonClient, serve_command, spawn_daemon
 from runtime.rpc import Handler, NotificationHandler
 
 
@@ -28,9 +28,11 @@ async def open_daemon(
     handlers: Mapping[str, Handler],
     notification_handlers: Mapping[str, NotificationHandler],
     env: Mapping[str, str] | None = None,
+    serve_args: Sequence[str] = (),
 ) -> AsyncIterator[DaemonClient]:
-    async with spawn_daemon(handlers=handlers, notification_handlers=notification_handlers,
-                            env=env, stderr=log_file, start_new_session=True) as daemon:
+    async with spawn_daemon(serve_command(*serve_args), handlers=handlers,
+                            notification_handlers=notification_handlers, env=env,
+                            stderr=log_file, start_new_session=True) as daemon:
         yield daemon
 
 

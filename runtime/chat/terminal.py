@@ -10,6 +10,7 @@ while the application runs.
 
 from __future__ import annotations
 
+import collections
 import io
 import sys
 from collections.abc import Callable, Sequence
@@ -18,7 +19,7 @@ from prompt_toolkit.application import Application, in_terminal
 from prompt_toolkit.application.current import set_app
 from prompt_toolkit.buffer import Buffer
 from prompt_toolkit.filters import Condition
-from prompt_toolkit.formatted_text import ANSI
+from prompt_toolkit.formatted_text import ANSI, StyleAndTextTuples
 from prompt_toolkit.key_binding import (
     DynamicKeyBindings,
     KeyBindingsBase,
@@ -41,6 +42,7 @@ from rich.text import Text
 # sequence: short, so Esc stops at once (arrow keys arrive in one read anyway).
 ESC_TIMEOUT_S = 0.05
 MIN_REDRAW_S = 0.05
+RECENT_LINES = 200  # committed lines kept to print again after a resize
 
 
 def to_ansi(lines: Sequence[Text], width: int, *, wrap: bool) -> str:
@@ -56,20 +58,47 @@ def to_ansi(lines: Sequence[Text], width: int, *, wrap: bool) -> str:
     return out.getvalue()
 
 
+class _ChatApplication(Application[None]):
+    """The application, redrawn whole on a resize.
+
+    prompt_toolkit erases its previous drawing on a resize by moving the cursor up as many
+    rows as it drew; a terminal that re-wraps its lines to the new width (tmux, VTE, most
+    today) has moved them, so rows of the old live part (a spinner, an output tail) stay
+    on screen. Instead, the visible screen is cleared and the end of what was committed is
+    printed again at the new width (the rows above it are in the terminal's scrollback,
+    as they were), then the live part is drawn below it.
+    """
+
+    reprint: Callable[[], None] = staticmethod(lambda: None)
+
+    def _on_resize(self) -> None:
+        self.output.write_raw("\x1b[2J\x1b[H")  # clear the visible screen, cursor home
+        self.reprint()
+        self.renderer.reset(leave_alternate_screen=False)  # the old drawing is gone
+        self._request_absolute_cursor_position()
+        self._redraw()
+
+
 class Terminal:
-    def __init__(self, live: Callable[[], list[Text]]) -> None:
+    def __init__(self, live: Callable[[], list[Text]],
+                 asking: Callable[[], bool] = lambda: False) -> None:
         self._live = live
+        self._asking = asking
         self._pending: list[Sequence[Text]] = []
         self._printing = False
+        # What was printed last, to print again after a resize (a screenful at most).
+        self._recent: collections.deque[Text] = collections.deque(maxlen=RECENT_LINES)
         self.buffer = Buffer(multiline=False)
         self.key_bindings: KeyBindingsBase | None = None  # the chat's keys, set by the caller
         live_window = ConditionalContainer(
             Window(FormattedTextControl(self._live_text), dont_extend_height=True,
                    wrap_lines=False),
             filter=Condition(lambda: bool(self._live())))
+        # The input line's marker says what Enter does: send a prompt, or (while a
+        # permission prompt shows) answer it with the one letter typed.
         input_window = Window(BufferControl(self.buffer, input_processors=[
-            BeforeInput("> ", style="bold ansicyan")]), height=1)
-        self.app: Application[None] = Application(
+            BeforeInput(self._marker)]), height=1)
+        self.app: _ChatApplication = _ChatApplication(
             layout=Layout(HSplit([live_window, input_window]), focused_element=input_window),
             key_bindings=merge_key_bindings([
                 load_key_bindings(), DynamicKeyBindings(lambda: self.key_bindings)]),
@@ -77,6 +106,12 @@ class Terminal:
             # A flood of progress redraws the live part at most 20 times a second.
             min_redraw_interval=MIN_REDRAW_S)
         self.app.ttimeoutlen = ESC_TIMEOUT_S
+        self.app.reprint = self._reprint
+
+    def _marker(self) -> StyleAndTextTuples:
+        if self._asking():
+            return [("bold ansimagenta", "answer y/a/n/d> ")]
+        return [("bold ansicyan", "> ")]
 
     @property
     def width(self) -> int:
@@ -107,11 +142,22 @@ class Terminal:
             while self._pending:
                 async with in_terminal():
                     batch, self._pending = self._pending, []
+                    for lines in batch:
+                        self._recent.extend(lines)
                     text = "".join(to_ansi(lines, self.width, wrap=True) for lines in batch)
                     self.app.output.write_raw(text.replace("\n", "\r\n"))
                     self.app.output.flush()
         finally:
             self._printing = False
+
+    def _reprint(self) -> None:
+        """After the screen was cleared by a resize: the last committed lines that fit
+        above the live part, wrapped at the new width."""
+        size = self.app.output.get_size()
+        room = max(0, size.rows - len(self._live()) - 2)
+        rows = to_ansi(list(self._recent), max(20, size.columns), wrap=True).splitlines()
+        if room and rows:
+            self.app.output.write_raw("\r\n".join(rows[-room:]) + "\r\n")
 
     def print_leftovers(self) -> None:
         """After the application ended: what it had no time to print."""

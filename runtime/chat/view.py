@@ -29,10 +29,14 @@ from protocol.messages.events import (
     ToolCallEvent,
     ToolProgressEvent,
     ToolResultEvent,
+    ToolStartedEvent,
     TurnEnd,
     TurnStart,
     UserMessageEvent,
 )
+from runtime.chat.commands import CHOOSE_MODEL
+from runtime.chat.timeline import StopTimeline, ms
+from runtime.providers.factory import NO_PROVIDER_ERROR
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TAIL_LINES = 3
@@ -56,20 +60,23 @@ def summarize_args(tool: str, args: Mapping[str, Any], width: int = SUMMARY_WIDT
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:+9.1f} ms"
-
-
 @dataclass
 class CallView:
     call_id: str
     tool: str
     tool_class: str
     summary: str
-    started: float
+    started: float | None = None  # when its body started (tool/started), if it did
+    asking: bool = False  # a permission prompt for it is open
     tail: collections.deque[str] = field(
         default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
     chunks: int = 0
+
+    def elapsed(self, now: float) -> str:
+        """How long its body has run; not a timer while it waits to start."""
+        if self.started is not None:
+            return f"{now - self.started:.1f}s"
+        return "waiting for permission" if self.asking else "waiting to start"
 
 
 @dataclass
@@ -78,16 +85,7 @@ class PermissionView:
     tool: str
     preview: str
     risk: str
-
-
-@dataclass
-class StopView:
-    """A stop the user asked for: the timeline's origin and what it has seen."""
-
-    sent: float
-    keep_inbox: bool
-    processes_before: int
-    calls: set[str] = field(default_factory=set)
+    call_id: str | None = None
 
 
 def _result_note(event: ToolResultEvent) -> str:
@@ -105,6 +103,17 @@ def _result_note(event: ToolResultEvent) -> str:
     return ""
 
 
+def _took(event: ToolResultEvent, call: CallView | None, now: float) -> str:
+    """How long the call's body ran: the host's measure when it gives one, else from its
+    tool/started (a replayed call has none: no made-up 0.0s), else nothing."""
+    duration = event.details.get("durationMs")
+    if isinstance(duration, int | float) and not isinstance(duration, bool):
+        return f"{duration / 1000:.1f}s"
+    if call is not None and call.started is not None:
+        return f"{now - call.started:.1f}s"
+    return ""
+
+
 def _first_line(event: ToolResultEvent, width: int = 70) -> str:
     for item in event.content:
         for line in getattr(item, "text", "").splitlines():
@@ -119,7 +128,7 @@ class ChatView:
         self.calls: dict[str, CallView] = {}
         self.permissions: collections.OrderedDict[str, PermissionView] = (
             collections.OrderedDict())
-        self.stop: StopView | None = None
+        self.stop: StopTimeline | None = None
         self.turn_id: str | None = None
         self.queued = 0  # prompts sent and not yet begun (the daemon's inbox)
         self.streaming: list[tuple[str, str]] = []  # (type, text) of the step streaming in
@@ -127,6 +136,21 @@ class ChatView:
     # -- the agent's events -------------------------------------------------------------
 
     def event(self, event: AnnouncedEvent, now: float) -> Lines:
+        """The lines to print for an event; while a stop settles, none: it holds them."""
+        lines = self._event(event, now)
+        if self.stop is None:
+            return lines
+        self.stop.hold(lines)
+        return []
+
+    def hold(self, lines: Lines) -> Lines:
+        """Lines to print, unless a stop is settling: then they wait for its block."""
+        if self.stop is None:
+            return lines
+        self.stop.hold(lines)
+        return []
+
+    def _event(self, event: AnnouncedEvent, now: float) -> Lines:
         stop = self.stop
         if isinstance(event, SessionMeta):
             return [Text(f"session {event.session_id} · {event.workspace} · "
@@ -147,6 +171,11 @@ class ChatView:
             return self._message(event)
         if isinstance(event, ToolCallEvent):
             return self._call(event, now)
+        if isinstance(event, ToolStartedEvent):
+            started = self.calls.get(event.call_id)
+            if started is not None:
+                started.started, started.asking = now, False
+            return []
         if isinstance(event, ToolProgressEvent):
             call = self.calls.get(event.call_id)
             if call is not None:
@@ -159,9 +188,9 @@ class ChatView:
                              f"{event.host_state}", style="yellow")]
             stop.calls.add(event.call_id)
             body = ", body running" if event.body_invoked else ", body never started"
-            return [Text(f"  {_ms(now - stop.sent)}  tools.abort {event.call_id} "
-                         f"({event.tool}): host found it {event.host_state}{body}",
-                         style="yellow")]
+            stop.at(now, f"tools.abort {event.call_id} ({event.tool}): host found it "
+                    f"{event.host_state}{body}")
+            return []
         if isinstance(event, ToolResultEvent):
             return self._result(event, now)
         return self._turn_end(event, now)
@@ -180,7 +209,7 @@ class ChatView:
     def _call(self, event: ToolCallEvent, now: float) -> Lines:
         summary = summarize_args(event.tool, event.args)
         self.calls[event.call_id] = CallView(event.call_id, event.tool, event.tool_class,
-                                             summary, now)
+                                             summary)
         return [Text.assemble(("● ", "cyan"), (event.tool, "bold"),
                               (f" ({event.tool_class}) ", "dim"), summary,
                               (f"  [{event.call_id}]", "dim"))]
@@ -193,9 +222,9 @@ class ChatView:
         stop = self.stop
         if stop is not None and (event.call_id in stop.calls or event.is_error):
             stop.calls.add(event.call_id)
-            return [Text(f"  {_ms(now - stop.sent)}  {event.call_id} ({tool}): {code}"
-                         + (f", {note}" if note else ""), style="yellow")]
-        took = f" {now - call.started:.1f}s" if call is not None else ""
+            stop.at(now, f"{event.call_id} ({tool}): {code}" + (f", {note}" if note else ""))
+            return []
+        took = f" {_took(event, call, now)}" if _took(event, call, now) else ""
         mark, style = ("✓", "green") if not event.is_error else ("✗", "red")
         detail = note or ("" if not event.is_error else _first_line(event))
         line = Text.assemble((f"{mark} ", style), (tool, "bold"), f" {code}",
@@ -212,11 +241,14 @@ class ChatView:
         stop = self.stop
         if end.kind == "aborted":
             cause = end.reason.kind if end.reason else "?"
-            if stop is not None:
-                return [Text(f"  {_ms(now - stop.sent)}  turn/end aborted ({cause}) on disk",
-                             style="yellow")]
+            if stop is not None and not stop.turn_ended:
+                stop.at(now, f"turn/end aborted ({cause}) on disk")
+                stop.turn_ended = True
+                return []
             return [Text(f"■ turn stopped ({cause})", style="yellow")]
         if end.kind == "error":
+            if (end.error or "").startswith(NO_PROVIDER_ERROR):  # said for a chat's user
+                return [Text("✗ no model is configured. " + CHOOSE_MODEL, style="bold red")]
             return [Text(f"✗ the turn ended with an error: {end.error}", style="bold red")]
         if end.kind == "interrupted":
             return [Text("■ this turn was interrupted (the runtime died during it)",
@@ -229,37 +261,52 @@ class ChatView:
 
     def stop_sent(self, now: float, *, keep_inbox: bool, via: str,
                   processes_before: int) -> Lines:
-        self.stop = StopView(now, keep_inbox, processes_before)
-        keep = ", keeping queued prompts" if keep_inbox else ""
-        return [Text(f"■ Stop ({via}): stop timeline", style="bold yellow"),
-                Text(f"  {_ms(0.0)}  agent.abort sent (cause user{keep})", style="yellow")]
+        """A stop sent: its timeline begins (printed once it settles, live till then)."""
+        self.stop = StopTimeline(now, keep_inbox, via, processes_before)
+        return []
 
     def stop_answered(self, result: AgentAbortResult, now: float, *,
                       processes_alive: int) -> Lines:
+        """The stop settled: its whole block, in order (see :mod:`runtime.chat.timeline`)."""
         stop = self.stop
         self.stop = None
-        sent = stop.sent if stop is not None else now
+        if stop is None:
+            return []
         if result.outcome == "idle":
-            return [Text("  nothing was running: the stop was a no-op", style="yellow")]
-        lines = [Text(f"  {_ms(now - sent)}  turn settled in {result.settled_ms:.1f} ms "
-                      f"(agent.abort answered: {result.outcome})", style="bold yellow")]
+            return [*stop.before,
+                    Text("  nothing was running: the stop was a no-op", style="yellow"),
+                    *stop.after]
+        answer = [Text(f"  {ms(now - stop.sent)}  turn settled in {result.settled_ms:.1f} ms "
+                       f"(agent.abort answered: {result.outcome})", style="bold yellow")]
         for c in result.tool_calls:
-            lines.append(Text(f"               {c.call_id:10} {c.tool:8} {c.tool_class:9} "
-                              f"{c.code or 'ok'}", style="yellow"))
-        before = stop.processes_before if stop is not None else 0
+            answer.append(Text(f"               {c.call_id:10} {c.tool:8} {c.tool_class:9} "
+                               f"{c.code or 'ok'}", style="yellow"))
+        before = stop.processes_before
         if before or processes_alive:
             style = "bold red" if processes_alive else "yellow"
-            lines.append(Text(f"  process tree: {before} tool processes before the stop, "
-                              f"{processes_alive} alive after it settled", style=style))
-        return lines
+            answer.append(Text(f"  process tree: {before} tool processes before the stop, "
+                               f"{processes_alive} alive after it settled", style=style))
+        return stop.block(answer)
+
+    def stop_failed(self) -> Lines:
+        """The stop's answer never came (the link failed): what it held, unsorted loss-free."""
+        stop = self.stop
+        self.stop = None
+        return [] if stop is None else stop.block([])
 
     # -- permission prompts --------------------------------------------------------------
 
-    def permission_asked(self, request_id: str, tool: str, preview: str, risk: str) -> None:
-        self.permissions[request_id] = PermissionView(request_id, tool, preview, risk)
+    def permission_asked(self, request_id: str, tool: str, preview: str, risk: str,
+                         call_id: str | None = None) -> None:
+        self.permissions[request_id] = PermissionView(request_id, tool, preview, risk, call_id)
+        if call_id is not None and call_id in self.calls:
+            self.calls[call_id].asking = True
 
     def permission_answered(self, request_id: str, decision: str) -> Lines:
         asked = self.permissions.pop(request_id, None)
+        call = self.calls.get(asked.call_id or "") if asked is not None else None
+        if call is not None:
+            call.asking = False
         tool = asked.tool if asked is not None else "?"
         return [Text(f"  permission for {tool}: {decision}", style="cyan")]
 
@@ -267,9 +314,14 @@ class ChatView:
         asked = self.permissions.pop(request_id, None)
         if asked is None:
             return []
-        at = f"  {_ms(now - self.stop.sent)}" if self.stop is not None else ""
-        return [Text(f"{at}  permission prompt for {asked.tool} withdrawn by the stop "
-                     "(the call never ran)", style="yellow")]
+        call = self.calls.get(asked.call_id or "")
+        if call is not None:
+            call.asking = False
+        text = f"permission prompt for {asked.tool} withdrawn by the stop (the call never ran)"
+        if self.stop is not None:
+            self.stop.at(now, text)
+            return []
+        return [Text(f"  {text}", style="yellow")]
 
     # -- the part that changes in place --------------------------------------------------
 
@@ -285,16 +337,12 @@ class ChatView:
         for call in self.calls.values():
             lines.append(Text.assemble((f"{frame} ", "cyan"), (call.tool, "bold"),
                                        (f" ({call.tool_class}) ", "dim"), call.summary,
-                                       (f"  {now - call.started:.1f}s", "dim")))
+                                       (f"  {call.elapsed(now)}", "dim")))
             lines.extend(Text(f"    │ {line[:100]}", style="dim") for line in call.tail)
         if self.permissions:
-            asked = next(iter(self.permissions.values()))
-            lines.append(Text.assemble(("? ", "bold magenta"), (asked.tool, "bold"),
-                                       f" wants to run: {asked.preview[:80]}",
-                                       (f"  (risk {asked.risk})", "dim")))
-            lines.append(Text("  [y] allow once   [a] allow for session   [n] deny   "
-                              "[d] deny for session   [Esc] stop the turn", style="magenta"))
+            lines.extend(self._asking(next(iter(self.permissions.values()))))
         if self.stop is not None:
+            lines.extend(self.stop.live())
             lines.append(Text(f"{frame} stopping… {(now - self.stop.sent) * 1000:.0f} ms",
                               style="yellow"))
         elif self.turn_id is not None and not self.calls and not self.permissions:
@@ -304,20 +352,41 @@ class ChatView:
                               "stop)", style="dim"))
         return lines
 
+    @staticmethod
+    def _asking(asked: PermissionView) -> Lines:
+        """The question and its answers, each line under 60 columns but the preview."""
+        return [Text.assemble(("? ", "bold magenta"), (asked.tool, "bold"),
+                              f" wants to run: {asked.preview[:80]}",
+                              (f"  (risk {asked.risk})", "dim")),
+                Text("  answer: type one letter, then Enter · Esc stops the turn",
+                     style="bold magenta"),
+                Text("    y  allow once          a  allow for the session", style="magenta"),
+                Text("    n  deny                d  deny for the session", style="magenta")]
+
     @property
     def animating(self) -> bool:
         return bool(self.calls or self.stop is not None or self.turn_id is not None)
 
 
-def session_lines(sessions: tuple[SessionInfo, ...], current: str | None) -> Lines:
-    if not sessions:
-        return [Text("no sessions", style="dim")]
-    lines = []
-    for s in sessions:
+def session_lines(sessions: tuple[SessionInfo, ...], current: str | None,
+                  workspace: str | None = None) -> Lines:
+    """``/sessions``: the sessions of ``workspace`` only (``None``: of every workspace),
+    saying how many others there are."""
+    shown = [s for s in sessions if workspace is None or s.workspace == workspace]
+    others = len(sessions) - len(shown)
+    title = ("sessions:" if workspace is None
+             else f"sessions in {workspace}:")
+    lines = [Text(title, style="bold")]
+    if not shown:
+        lines.append(Text("  none", style="dim"))
+    for s in shown:
         flags = [f for f, on in (("current", s.session_id == current),
                                  ("not loaded", not s.loaded),
                                  ("interrupted", s.interrupted)) if on]
         lines.append(Text.assemble((f"  {s.session_id}", "bold"),
                                    f"  {s.workspace}  {s.permission_mode}",
                                    (f"  ({', '.join(flags)})" if flags else "", "dim")))
+    if others:
+        lines.append(Text(f"  ({others} in other workspaces: /sessions all lists them)",
+                          style="dim"))
     return lines

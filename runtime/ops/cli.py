@@ -34,14 +34,14 @@ Command = Callable[[argparse.Namespace, Discovery], Coroutine[Any, Any, int]]
 
 def _emit(args: argparse.Namespace, human: str, data: Any) -> None:
     if args.json:
-        sys.stdout.write(msgspec.json.encode(data).decode() + "\n")
+        sys.stdout.write(msgspec.json.encode(render.complete(data)).decode() + "\n")
     else:
         sys.stdout.write(human + "\n")
     sys.stdout.flush()
 
 
 def _daemon_json(daemon: RunningDaemon) -> dict[str, Any]:
-    out: dict[str, Any] = msgspec.to_builtins(daemon.info)
+    out: dict[str, Any] = render.complete(daemon.info)
     return out
 
 
@@ -62,8 +62,8 @@ async def cmd_ls(args: argparse.Namespace, found: Discovery) -> int:
         else:
             listing.append((daemon.pid, result.sessions))
             broken.append((daemon.pid, result.unreadable_logs))
-            entry["sessions"] = msgspec.to_builtins(result.sessions)
-            entry["unreadableLogs"] = msgspec.to_builtins(result.unreadable_logs)
+            entry["sessions"] = render.complete(result.sessions)
+            entry["unreadableLogs"] = render.complete(result.unreadable_logs)
         data.append(entry)
     if not found.daemons:
         human = f"no quiesce daemon is running (looked in {found.directory})"
@@ -87,8 +87,8 @@ async def cmd_show(args: argparse.Namespace, found: Discovery) -> int:
         async with connect(daemon.socket) as client:
             result = await client.sessions()
     data = _daemon_json(daemon)
-    data["sessions"] = msgspec.to_builtins(result.sessions)
-    data["unreadableLogs"] = msgspec.to_builtins(result.unreadable_logs)
+    data["sessions"] = render.complete(result.sessions)
+    data["unreadableLogs"] = render.complete(result.unreadable_logs)
     _emit(args, render.daemon_detail(daemon, result.sessions, result.unreadable_logs), data)
     return EXIT_OK
 
@@ -144,7 +144,7 @@ async def cmd_tail(args: argparse.Namespace, found: Discovery) -> int:
         def on_event(params: OpsEventParams) -> None:
             nonlocal seen
             if args.json:
-                line = msgspec.json.encode({"pid": daemon.pid, **msgspec.to_builtins(params)})
+                line = msgspec.json.encode({"pid": daemon.pid, **render.complete(params)})
                 sys.stdout.write(line.decode() + "\n")
             else:
                 sys.stdout.write(render.event_line(daemon.pid, params, time.time()) + "\n")
@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add(name: str, func: Command, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, parents=[common], help=help, description=help)
-        p.set_defaults(func=func)
+        p.set_defaults(func=func, parser=p)  # a misuse is reported with its own usage
         return p
 
     add("ls", cmd_ls, "list running daemons of this user and their sessions")
@@ -252,8 +252,15 @@ async def _run(args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
+HINTS = {"ls": " (ls lists every daemon; `quiesce ops show PID` shows one)",
+         "abort": " (abort takes one SESSION)", "stats": " (stats takes at most one PID)"}
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args, extra = build_parser().parse_known_args(argv)
+    if extra:  # the subcommand's usage, not the top level's
+        args.parser.error(f"unrecognized arguments: {' '.join(extra)}"
+                          + HINTS.get(args.command, ""))
     try:
         return trio.run(_run, args)
     except KeyboardInterrupt:

@@ -1,12 +1,17 @@
 """Human-readable output of ``quiesce ops``: aligned plain-text tables and lines.
 
-``--json`` output does not come from here: it is the wire types, encoded as they are.
+``--json`` output is the wire types with every field, defaults included
+(:func:`complete`): a script reads ``stuck: false`` and ``hostRestarts: 0``
+rather than a missing key.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import Any
+
+import msgspec
 
 from protocol.messages.client import AgentAbortResult
 from protocol.messages.events import (
@@ -18,6 +23,7 @@ from protocol.messages.events import (
     ToolCallEvent,
     ToolProgressEvent,
     ToolResultEvent,
+    ToolStartedEvent,
     TurnEnd,
     TurnStart,
     UserMessageEvent,
@@ -33,6 +39,24 @@ from protocol.messages.ops import (
 from runtime.ops.client import RunningDaemon
 
 SNIPPET = 60
+
+
+def complete(value: Any) -> Any:
+    """``value`` as JSON-ready builtins with every field of every struct, defaults too
+    (the wire omits fields at their defaults; ``--json`` output never does)."""
+    if isinstance(value, msgspec.Struct):
+        config = value.__struct_config__
+        out: dict[str, Any] = {}
+        if config.tag_field is not None:
+            out[config.tag_field] = config.tag
+        for info in msgspec.structs.fields(value):
+            out[info.encode_name] = complete(getattr(value, info.name))
+        return out
+    if isinstance(value, dict):
+        return {key: complete(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [complete(item) for item in value]
+    return msgspec.to_builtins(value)
 
 
 def duration(seconds: float | None) -> str:
@@ -132,7 +156,8 @@ def stats_text(stats: OpsStatsResult) -> str:
 
     rows = [
         ("daemon", str(stats.pid)), ("uptime", duration(stats.uptime_s)),
-        ("sessions", str(stats.sessions)), ("turns", str(stats.turns)),
+        ("sessions", str(stats.sessions)),
+        ("turns", f"{stats.turns} finished, {stats.turns_running} running"),
         ("stops", str(stats.stops)),
         ("stop latency", f"median {ms(stats.stop_latency_ms_median)}, "
                          f"p90 {ms(stats.stop_latency_ms_p90)}, "
@@ -195,6 +220,8 @@ def event_summary(event: AnnouncedEvent) -> str:
         return f"step {event.step} {event.type} {_snippet(event.text)!r}"
     if isinstance(event, ToolCallEvent):
         return f"{event.call_id} {event.tool} ({event.tool_class})"
+    if isinstance(event, ToolStartedEvent):
+        return f"{event.call_id} body started"
     if isinstance(event, ToolProgressEvent):
         return f"{event.call_id} {event.stream}: {_snippet(event.text)!r}"
     if isinstance(event, ToolResultEvent):

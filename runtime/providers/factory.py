@@ -38,13 +38,16 @@ def parse_provider_option(option: str) -> ProviderConfig:
     raise ProviderConfigError(f"--provider must be {OPTION_FORMS}, not {option!r}")
 
 
+NO_PROVIDER_ERROR = "no model provider is configured"  # how the turn's error begins
+
+
 class UnconfiguredProvider:
     """A session opened with no provider: every model call fails, saying how to fix it."""
 
     @asynccontextmanager
     async def stream(self, request: ModelRequest) -> AsyncIterator[AsyncIterator[StreamChunk]]:
-        raise ProviderError("no model provider is configured: pass `provider` in session.new "
-                            "or start quiesce serve with --provider")
+        raise ProviderError(f"{NO_PROVIDER_ERROR}: pass `provider` in session.new or start "
+                            "quiesce serve with --provider")
         yield  # pragma: no cover
 
 
@@ -77,5 +80,5 @@ def open_provider(config: ProviderConfig | None, environ: Mapping[str, str] | No
     try:
         compatible = openai.provider_from_config(config, environ)
     except ValueError as exc:
-        raise ProviderConfigError(f"openai provider: {exc}") from exc
+        raise ProviderConfigError(str(exc)) from exc  # it names the provider
     return openai_config.recorded(config, compatible.config), compatible

@@ -33,7 +33,7 @@ from protocol.messages.client import AgentPromptResult
 FULL_LEVELS = (1, 10, 100, 1000)
 QUICK_LEVELS = (1, 10)
 GROWTH_FACTOR = 10.0
-"""Goal (issue 8): the stop latency with 1,000 calls in flight under 10x that with 1."""
+"""Goal: the stop latency with 1,000 calls in flight under 10x that with 1."""
 ALL_PREFIX = "growth-all-"
 TOMBSTONES_FULL = 1_000_000
 TOMBSTONES_QUICK = 50_000
@@ -127,7 +127,7 @@ async def growth(bench: Bench, repeat: int, warmup: int, quick: bool) -> list[Se
         prompts.cancel_scope.cancel()
     first, last = out[0], out[-1]
     last.goal = Goal(GROWTH_FACTOR * first.median,
-                     f"< {GROWTH_FACTOR:g}x the stop with 1 call in flight (issue 8)")
+                     f"< {GROWTH_FACTOR:g}x the stop with 1 call in flight")
     return [*out, memory]
 
 

@@ -206,7 +206,7 @@ async def quiesce_startup(p: LinkPlan, out: LinkResults, workdir: pathlib.Path,
                           env: dict[str, str]) -> None:
     series = out.add(Series("startup-quiesce", "quiesce: `quiesce serve` spawned until "
                             "`initialize` is answered, host ready",
-                            goal=Goal(300.0, "< 300 ms and < half the peer's (issue 8)")))
+                            goal=Goal(300.0, "< 300 ms and < half the peer's")))
     log = os.open(workdir / "startup.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         for i in range(p.startups):

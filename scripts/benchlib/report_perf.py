@@ -115,11 +115,10 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
                         f"{num(f.med('startup-python'))} ms), and it answers `initialize` "
                         "only once the host has answered its own: on 2 cores start-up is "
                         "bounded below by the slower of the two. Of each process's imports, "
-                        "jsonrpcserver, the dispatcher the project's owner chose, is "
+                        "jsonrpcserver, the JSON-RPC dispatcher, is "
                         f"{num(f.med('startup-import-jsonrpcserver'))} ms alone (it pulls in "
-                        "asyncio and jsonschema); dropping it for msgspec-only dispatch is "
-                        "the owner's call, not made here. The peer is one process "
-                        "(importing the SDK, pydantic included)"))
+                        "asyncio and jsonschema); dispatching with msgspec alone would remove "
+                        "it. The peer is one process (importing the SDK, pydantic included)"))
     half = f.ratio("startup-quiesce", "startup-mcp")
     rows.append(GoalRow("3. start-up", "< half the peer's",
                         f"{num(half)}x the MCP SDK's ({num(sm)} ms)",
@@ -159,7 +158,7 @@ def _met(met: bool | None) -> str:
 
 def goals_section(series: dict[str, Series]) -> list[str]:
     rows = goal_rows(series)
-    out = ["## Goals (issue 8): met or not", "",
+    out = ["## Goals: met or not", "",
            "| row | goal | measured (medians, same run) | met? |", "|---|---|---|---|"]
     out += [f"| {r.row} | {r.goal} | {r.measured} | {_met(r.met)} |" for r in rows]
     missed = [r for r in rows if r.met is False and r.why]

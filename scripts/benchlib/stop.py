@@ -58,9 +58,9 @@ IGNORING_SLEEPS = 4
 Scenario = Callable[[Bench, int, int], Awaitable[Series]]
 """A scenario: ``(bench, repetitions, warm-up repetitions) -> samples``."""
 
-READ_ONLY_GOAL = Goal(10.0, "median < 10 ms (issue 5)")
-HONOURING_GOAL = Goal(50.0, "< 50 ms incl. reaping every descendant (issue 5)")
-SIBLINGS_GOAL = Goal(5.0, "< 5 ms (issue 8)")
+READ_ONLY_GOAL = Goal(10.0, "median < 10 ms")
+HONOURING_GOAL = Goal(50.0, "< 50 ms incl. reaping every descendant")
+SIBLINGS_GOAL = Goal(5.0, "< 5 ms")
 
 
 def kill_grace() -> float:
@@ -386,7 +386,7 @@ async def stop_term_honouring(bench: Bench, n: int, warmup: int) -> Series:
 
 async def stop_term_ignoring(bench: Bench, n: int, warmup: int) -> Series:
     grace = kill_grace()
-    goal = Goal(grace * 1000 + 50.0, f"kill grace ({grace:g} s) + 50 ms (issue 5)")
+    goal = Goal(grace * 1000 + 50.0, f"kill grace ({grace:g} s) + 50 ms")
     series = Series("stop-tree-ignoring", "stop: process tree with a TERM-ignoring member "
                     "(`trap '' TERM`)", goal=goal)
     series.notes.append(f"kill grace: {grace:g} s (the host's default `HostToolConfig."

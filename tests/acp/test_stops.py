@@ -309,32 +309,40 @@ def test_editor_quitting_during_permission_prompt(marked: Marked, tmp_path: path
 
 def test_cancel_request_of_session_new_undoes_the_session(marked: Marked,
                                                           tmp_path: pathlib.Path) -> None:
-    """$/cancel_request naming a session/new whose plugin server is starting: the request
-    answers -32800 (Request cancelled) and the half-opened session is closed, its server
-    stopped (the fixture fails on any survivor)."""
+    """$/cancel_request naming a session/new whose plugin servers are starting (one would
+    take 8 s, one never answers its handshake): the request answers -32800 (Request
+    cancelled) at once, not when they are up or time out, and the half-opened session is
+    closed, both servers' trees killed (the fixture fails on any survivor)."""
     import sys
+    import time
 
     from acp.exceptions import RequestError
     from acp.schema import McpServerStdio
 
-    from tests.plugins.support import SERVER
     from tests.support import command_line, marked_processes
 
     ws = workspace(tmp_path)
+    slow = ("import sys, time; time.sleep(8); "
+            "exec(open(sys.argv[1]).read())")  # never reached: cancelled before
+    hung = "import time; time.sleep(300)"
 
     def servers() -> list[Any]:
-        return [p for p in marked_processes(marked.mark) if str(SERVER) in command_line(p)]
+        return [p for p in marked_processes(marked.mark) if "quiesce-test-server" in
+                command_line(p)]
 
     async def main() -> None:
         async with acp_agent(marked, [], tmp_path) as (conn, editor):
             new = asyncio.create_task(conn.new_session(cwd=str(ws), mcp_servers=[
-                McpServerStdio(name="tools", command=sys.executable, args=[str(SERVER)],
-                               env=[])]))
+                McpServerStdio(name="slow", command=sys.executable,
+                               args=["-c", slow, "quiesce-test-server"], env=[]),
+                McpServerStdio(name="hung", command=sys.executable,
+                               args=["-c", hung, "quiesce-test-server"], env=[])]))
             sent = await asyncio.wait_for(editor.wait_for(
                 lambda d, m: d == "out" and m.get("method") == "session/new"), TIMEOUT)
             async with asyncio.timeout(TIMEOUT):
-                while not servers():  # the session is opening: its server is starting
+                while len(servers()) < 2:  # the session is opening: its servers start
                     await asyncio.sleep(0.02)
+            cancelled_at = time.monotonic()
             await conn._conn.send_notification("$/cancel_request", {"requestId": sent["id"]})
             try:
                 await asyncio.wait_for(new, TIMEOUT)
@@ -342,5 +350,7 @@ def test_cancel_request_of_session_new_undoes_the_session(marked: Marked,
                 assert exc.code == -32800
             else:
                 raise AssertionError("a cancelled session/new answered a session")
-            assert servers() == []  # stopped before the answer
+            took = time.monotonic() - cancelled_at
+            assert took < 4.0, f"answered {took:.1f} s after the cancel"  # not 8 s, not 30 s
+            assert servers() == []  # killed before the answer
     run(main())

@@ -45,15 +45,17 @@ def test_prompt_streams_text_thought_and_tool_calls(marked: Marked, tmp_path: pa
             # the step's message is recorded).
             assert kinds(updates) == ["agent_thought_chunk", "agent_message_chunk",
                                       "agent_message_chunk", "tool_call", "tool_call_update",
-                                      "agent_message_chunk"]
+                                      "tool_call_update", "agent_message_chunk"]
             assert updates[0]["content"] == {"type": "text", "text": "Look first."}
             assert [u["content"]["text"] for u in updates[1:3]] == ["Reading ", "a.txt."]
-            call, done = updates[3], updates[4]
+            call, running, done = updates[3], updates[4], updates[5]
             assert call["kind"] == "read" and call["status"] == "pending"
             assert call["rawInput"] == {"path": "a.txt"}
+            assert running == {"sessionUpdate": "tool_call_update",
+                               "toolCallId": call["toolCallId"], "status": "in_progress"}
             assert done["toolCallId"] == call["toolCallId"] and done["status"] == "completed"
             assert "alpha" in done["content"][0]["content"]["text"]
-            assert updates[5]["content"]["text"] == "It says alpha."
+            assert updates[6]["content"]["text"] == "It says alpha."
             assert editor.permission_requests == []  # Read never asks
     run(main())
 
@@ -270,3 +272,57 @@ def test_the_agent_adopts_the_host_it_started_before_its_imports(
         assert any(line.get("msg") == f"host {host_pid} adopted (started before the "
                    "runtime's imports)" for line in lines)
     run(main())
+
+
+def test_a_silent_call_is_in_progress_as_soon_as_its_body_starts(
+        marked: Marked, tmp_path: pathlib.Path) -> None:
+    """``in_progress`` comes when the host starts the body (after the permission), not
+    with the first output: a silent ``sleep`` is in progress while it sleeps."""
+    ws = workspace(tmp_path)
+    script = [[{"toolCall": {"id": "b1", "name": "Bash", "args": {"command": "sleep 3"}}}],
+              [{"text": "slept"}]]
+
+    def status_of(status: str) -> Any:
+        def match(direction: str, message: dict[str, Any]) -> bool:
+            update = message.get("params", {}).get("update", {})
+            return (direction == "in" and update.get("sessionUpdate") == "tool_call_update"
+                    and update.get("status") == status)
+        return match
+
+    async def main() -> None:
+        editor = Editor(answer=select("allow-once"))
+        async with acp_agent(marked, script, tmp_path, editor=editor) as (conn, _):
+            session = await new_session(conn, editor, ws)
+            prompt = asyncio.ensure_future(session.prompt("sleep"))
+            started = await asyncio.wait_for(editor.wait_for(status_of("in_progress")), 10)
+            asked = len(editor.permission_requests)
+            assert asked == 1  # after the permission was granted
+            assert not prompt.done()
+            assert not [u for u in editor.updates() if u.get("status") == "completed"]
+            assert started["params"]["update"].get("content") is None  # no output yet
+            assert await prompt == "end_turn"
+            updates = assert_settled_before_answer(editor)
+            statuses = [u.get("status") for u in updates
+                        if u["sessionUpdate"] in ("tool_call", "tool_call_update")]
+            assert statuses == ["pending", "in_progress", "completed"]
+    run(main())
+
+
+def test_config_file_and_max_steps_options_are_serves(marked: Marked,
+                                                      tmp_path: pathlib.Path) -> None:
+    """``quiesce acp --config FILE`` and ``--max-steps N`` work as for ``serve``: the file's
+    ``max_steps`` applies unless the option overrides it."""
+    ws = workspace(tmp_path)
+    (ws / "a.txt").write_text("alpha\n")
+    read = [{"toolCall": {"id": "c1", "name": "Read", "args": {"path": "a.txt"}}}]
+    script = [read, read, [{"text": "done"}]]
+    config = tmp_path / "config.toml"
+    config.write_text("max_steps = 1\n")
+
+    async def main(extra: tuple[str, ...], expected: str) -> None:
+        async with acp_agent(marked, script, tmp_path, extra=extra) as (conn, editor):
+            session = await new_session(conn, editor, ws)
+            assert await session.prompt("read it") == expected
+
+    run(main(("--config", str(config)), "max_turn_requests"))
+    run(main(("--config", str(config), "--max-steps", "5"), "end_turn"))

@@ -45,14 +45,14 @@ class Pane:
                               timeout=COMMAND_TIMEOUT, check=True)
         return done.stdout
 
-    def start(self, command: Sequence[str]) -> None:
+    def start(self, command: Sequence[str], width: int = WIDTH) -> None:
         # The server inherits this environment (the test's process marker and data dir),
         # and so do the chat, its daemon and its host. A shell prints the chat's exit
         # status; it catches SIGINT (a Ctrl-C typed while prompt_toolkit briefly hands the
         # terminal back to cooked mode signals the whole foreground group; the chat takes
         # it as a key) and the chat gets the default disposition back at exec.
         line = f'trap : INT; {shlex.join(command)}; echo "[chat exited with status $?]"'
-        self.tmux("new-session", "-d", "-x", str(WIDTH), "-y", str(HEIGHT), "-s", "chat",
+        self.tmux("new-session", "-d", "-x", str(width), "-y", str(HEIGHT), "-s", "chat",
                   "-c", str(REPO), "sh", "-c", line)
 
     def send(self, *keys: str) -> None:

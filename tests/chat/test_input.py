@@ -14,6 +14,8 @@ from runtime.chat.commands import (
     Quit,
     Stop,
     Unknown,
+    Usage,
+    parse_answer,
     parse_line,
 )
 from runtime.chat.keys import ChatKeys
@@ -26,9 +28,10 @@ def test_lines_become_commands() -> None:
     assert parse_line("/stop-keep") == Stop(keep_inbox=True, via="/stop-keep")
     assert parse_line("/stop") == Stop(via="/stop")
     assert parse_line("/sessions") == ListSessions()
+    assert parse_line("/sessions all") == ListSessions(every_workspace=True)
     assert parse_line("/load s-123") == Load("s-123")
-    assert parse_line("/load") == Unknown("/load")
-    assert parse_line("/load a b") == Unknown("/load a b")
+    assert isinstance(parse_line("/load"), Usage)
+    assert isinstance(parse_line("/load a b"), Usage)
     assert parse_line("/help") == Help()
     assert parse_line("/nope") == Unknown("/nope")
 
@@ -68,20 +71,42 @@ def test_bindings_cover_the_keys_the_chat_promises() -> None:
     k = Keys()
     keys = {tuple(str(key) for key in b.keys) for b in k.keys.bindings.bindings}
     for wanted in [("Keys.Escape",), ("Keys.ControlC",), ("Keys.SIGINT",), ("Keys.ControlD",),
-                   ("Keys.ControlM",), ("y",), ("a",), ("n",), ("d",)]:
+                   ("Keys.ControlM",)]:
         assert wanted in keys, wanted
+    # No letter is bound: a letter typed at a prompt is only ever text.
+    assert not [b for b in k.keys.bindings.bindings if str(b.keys[0]).isalpha()
+                and len(str(b.keys[0])) == 1]
     escape = next(b for b in k.keys.bindings.bindings if str(b.keys[0]) == "Keys.Escape")
     assert escape.eager()  # Esc acts at once, not after an escape-sequence timeout
 
 
-def test_answer_keys_answer_only_the_prompt_on_screen() -> None:
+def test_only_a_line_of_one_answer_letter_answers() -> None:
+    assert parse_answer("y") == "allow-once" and parse_answer(" A ") == "allow-session"
+    assert parse_answer("n") == "deny" and parse_answer("d") == "deny-session"
+    for sentence in ("hang on", "wait, do not do that", "a b", "yes", "", "ya"):
+        assert parse_answer(sentence) is None, sentence
+
+
+def test_enter_at_a_prompt_answers_or_refuses_and_keeps_the_line() -> None:
     k = Keys()
-    answer = {str(b.keys[0]): b for b in k.keys.bindings.bindings if len(b.keys) == 1}
-    assert not answer["y"].filter()  # no prompt: y is just a letter
     k.shown = "p7"
-    assert answer["a"].filter()
-    answer["a"].handler(None)  # type: ignore[arg-type]
-    answer["n"].handler(None)  # type: ignore[arg-type]
-    answer["d"].handler(None)  # type: ignore[arg-type]
-    assert k.posted == [Answer("p7", "allow-session"), Answer("p7", "deny"),
-                        Answer("p7", "deny-session")]
+    k.buffer.text = "wait, do not do that"
+    k.keys.submit()
+    assert k.posted == [] and k.buffer.text == "wait, do not do that"
+    assert "a permission prompt is open" in k.notices[-1]
+    k.buffer.text = ""
+    k.keys.submit()  # an empty line is no answer either
+    assert k.posted == []
+    k.buffer.text = "a"
+    k.keys.submit()
+    assert k.posted == [Answer("p7", "allow-session")] and k.buffer.text == ""
+    k.buffer.text = "/stop"  # commands still work while a prompt shows
+    k.keys.submit()
+    assert k.posted[-1] == Stop(via="/stop")
+
+
+def test_without_a_prompt_an_answer_letter_is_a_prompt() -> None:
+    k = Keys()
+    k.buffer.text = "y"
+    k.keys.submit()
+    assert k.posted == [Prompt("y")]

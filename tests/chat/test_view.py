@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.text import Text
+
 from protocol.messages.client import AbortedCall, AgentAbortResult, SessionInfo
 from protocol.messages.events import (
     AssistantDeltaEvent,
@@ -12,6 +14,7 @@ from protocol.messages.events import (
     ToolCallEvent,
     ToolProgressEvent,
     ToolResultEvent,
+    ToolStartedEvent,
     TurnEnd,
     TurnOutcome,
     TurnStart,
@@ -41,6 +44,7 @@ def test_a_turn_with_a_tool_call_reads_as_a_transcript() -> None:
                                           {"path": "a.txt"}), 0.2)) == [
         "● Read (read-only) a.txt  [c1]"]
     assert "c1" in view.calls
+    assert view.event(ToolStartedEvent(5, "t1", "c1"), 0.2) == []
     lines = view.event(ToolResultEvent(5, "t1", 0, "c1", False, None,
                                        (TextContent("hello"),)), 1.4)
     assert plain(lines) == ["✓ Read ok 1.2s  [c1]"]
@@ -71,7 +75,7 @@ def test_a_failed_call_shows_its_code_and_first_line() -> None:
     lines = view.event(ToolResultEvent(
         3, "t1", 0, "c1", True, "PATH_OUTSIDE_WORKSPACE",
         (TextContent("\nError: ../x is outside the workspace\nmore"),)), 0.5)
-    assert plain(lines) == ["✗ Read PATH_OUTSIDE_WORKSPACE 0.5s  [c1]  "
+    assert plain(lines) == ["✗ Read PATH_OUTSIDE_WORKSPACE  [c1]  "
                             "Error: ../x is outside the workspace"]
 
 
@@ -80,6 +84,7 @@ def test_live_part_shows_a_spinner_and_the_output_tail() -> None:
     start(view)
     view.event(ToolCallEvent(2, "t1", 0, "b1", "Bash", "process",
                              {"command": "make\n  build"}), 0.0)
+    view.event(ToolStartedEvent(2, "t1", "b1"), 0.0)
     for i in range(5):
         view.event(ToolProgressEvent(2, "t1", "b1", "stdout", f"step {i}\n\n"), 0.1)
     live = plain(view.live(2.0))
@@ -93,28 +98,70 @@ def test_a_stop_renders_its_timeline_from_the_abort_sent() -> None:
     view = ChatView()
     start(view)
     view.event(ToolCallEvent(2, "t1", 0, "bash-1", "Bash", "process", {"command": "x"}), 1.0)
-    sent = plain(view.stop_sent(10.0, keep_inbox=False, via="Esc", processes_before=5))
-    assert sent == ["■ Stop (Esc): stop timeline", "       +0.0 ms  agent.abort sent (cause user)"]
-    assert plain(view.live(10.05))[-1].endswith("stopping… 50 ms")
-    lines = view.event(ToolAbortEvent(2, "t1", "bash-1", "Bash", "running", True), 10.0021)
-    assert plain(lines) == [
-        "       +2.1 ms  tools.abort bash-1 (Bash): host found it running, body running"]
-    lines = view.event(ToolResultEvent(
+    assert view.stop_sent(10.0, keep_inbox=False, via="Esc", processes_before=5) == []
+    live = plain(view.live(10.05))
+    assert live[-3:] == ["■ Stop (Esc): stop timeline",
+                         "       +0.0 ms  agent.abort sent (cause user)",
+                         live[-1]] and live[-1].endswith("stopping… 50 ms")
+    # Every line is held while the stop settles; the live part shows the timeline so far.
+    assert view.event(ToolAbortEvent(2, "t1", "bash-1", "Bash", "running", True),
+                      10.0021) == []
+    assert ("       +2.1 ms  tools.abort bash-1 (Bash): host found it running, body running"
+            in plain(view.live(10.003)))
+    assert view.event(ToolResultEvent(
         3, "t1", 0, "bash-1", True, "ABORTED", (TextContent("Error: tool call aborted"),),
-        {"processesKilled": 5, "killMs": 12, "survivors": []}), 10.0153)
-    assert plain(lines) == ["      +15.3 ms  bash-1 (Bash): ABORTED, process tree terminated: "
-                            "5 processes killed in 12 ms"]
-    lines = view.event(TurnEnd(4, "t1", TurnOutcome("aborted", Cause("user")), "cancelled"),
-                       10.016)
-    assert plain(lines) == ["      +16.0 ms  turn/end aborted (user) on disk"]
+        {"processesKilled": 5, "killMs": 12, "survivors": []}), 10.0153) == []
+    assert view.event(TurnEnd(4, "t1", TurnOutcome("aborted", Cause("user")), "cancelled"),
+                      10.016) == []
     lines = view.stop_answered(AgentAbortResult(
         "aborted", "t1", Cause("user"), 14.2,
         (AbortedCall("bash-1", "Bash", "process", "ABORTED"),)), 10.0165, processes_alive=0)
     assert plain(lines) == [
+        "■ Stop (Esc): stop timeline",
+        "       +0.0 ms  agent.abort sent (cause user)",
+        "       +2.1 ms  tools.abort bash-1 (Bash): host found it running, body running",
+        "      +15.3 ms  bash-1 (Bash): ABORTED, process tree terminated: "
+        "5 processes killed in 12 ms",
+        "      +16.0 ms  turn/end aborted (user) on disk",
         "      +16.5 ms  turn settled in 14.2 ms (agent.abort answered: aborted)",
         "               bash-1     Bash     process   ABORTED",
         "  process tree: 5 tool processes before the stop, 0 alive after it settled"]
     assert view.stop is None
+
+
+def test_a_stop_block_keeps_the_stopped_turn_before_and_the_next_turn_after() -> None:
+    """/stop-keep: the interrupted message comes before the timeline, the next turn's
+    output after it, and the entries are in time order whatever order they arrived in."""
+    view = ChatView()
+    start(view)
+    view.event(ToolCallEvent(2, "t1", 0, "w", "Write", "mutating", {"path": "a"}), 1.0)
+    view.permission_asked("p1", "Write", "{}", "medium")
+    view.stop_sent(10.0, keep_inbox=True, via="/stop-keep", processes_before=0)
+    view.event(AssistantMessageEvent(3, "t1", 0, (Block("text", "Half a"),),
+                                     interrupted=True), 10.004)
+    view.event(ToolResultEvent(4, "t1", 0, "w", True, "ABORTED_BEFORE_DISPATCH", ()), 10.003)
+    assert view.permission_withdrawn("p1", 10.002) == []
+    view.event(TurnEnd(5, "t1", TurnOutcome("aborted", Cause("user")), "cancelled"), 10.005)
+    view.event(TurnStart(6, "t2"), 10.006)
+    view.event(UserMessageEvent(7, "t2", "next one"), 10.006)
+    view.event(AssistantMessageEvent(8, "t2", 0, (Block("text", "Next answer"),)), 10.007)
+    assert view.hold([Text("  (queued) later")]) == []
+    lines = plain(view.stop_answered(AgentAbortResult("aborted", "t1", Cause("user"), 5.0),
+                                     10.0055, processes_alive=0))
+    assert lines == [
+        "Half a [interrupted]",
+        "■ Stop (/stop-keep): stop timeline",
+        "       +0.0 ms  agent.abort sent (cause user, keeping queued prompts)",
+        "       +2.0 ms  permission prompt for Write withdrawn by the stop (the call never ran)",
+        "       +3.0 ms  w (Write): ABORTED_BEFORE_DISPATCH",
+        "       +5.0 ms  turn/end aborted (user) on disk",
+        "       +5.5 ms  turn settled in 5.0 ms (agent.abort answered: aborted)",
+        "> next one",
+        "Next answer",
+        "  (queued) later"]
+    # Once settled, lines print at once again.
+    assert plain(view.event(AssistantMessageEvent(9, "t2", 1, (Block("text", "More"),)),
+                            10.01)) == ["More"]
 
 
 def test_survivors_are_shouted_not_hidden() -> None:
@@ -132,10 +179,11 @@ def test_a_read_only_call_abandoned_at_once_says_so() -> None:
     view.event(ToolCallEvent(2, "t1", 0, "g", "Grep", "read-only", {"pattern": "x",
                                                                       "path": "logs"}), 0.0)
     view.stop_sent(1.0, keep_inbox=True, via="/stop-keep", processes_before=0)
-    lines = view.event(ToolResultEvent(3, "t1", 0, "g", True, "ABORTED", (),
-                                       {"abandoned": "stop"}), 1.001)
-    assert plain(lines) == ["       +1.0 ms  g (Grep): ABORTED, stopped waiting at once; the "
-                            "host drops its late result"]
+    view.event(ToolResultEvent(3, "t1", 0, "g", True, "ABORTED", (),
+                               {"abandoned": "stop"}), 1.001)
+    lines = view.stop_answered(AgentAbortResult("aborted", "t1"), 1.002, processes_alive=0)
+    assert ("       +1.0 ms  g (Grep): ABORTED, stopped waiting at once; the "
+            "host drops its late result") in plain(lines)
 
 
 def test_an_idle_stop_is_a_no_op() -> None:
@@ -159,16 +207,17 @@ def test_permission_prompt_shown_then_answered_or_withdrawn() -> None:
     view.permission_asked("p1", "Write", '{"path":"a"}', "medium")
     live = plain(view.live(0.0))
     assert '? Write wants to run: {"path":"a"}  (risk medium)' in live
-    assert ("  [y] allow once   [a] allow for session   [n] deny   [d] deny for session   "
-            "[Esc] stop the turn") in live
+    assert "    y  allow once          a  allow for the session" in live
+    assert all(len(line) < 60 for line in live[1:])
     assert plain(view.permission_answered("p1", "allow-once")) == [
         "  permission for Write: allow-once"]
     assert not any("wants to run" in line for line in plain(view.live(0.0)))
 
     view.permission_asked("p2", "Edit", "{}", "high")
     view.stop_sent(5.0, keep_inbox=False, via="Esc", processes_before=0)
-    assert plain(view.permission_withdrawn("p2", 5.003)) == [
-        "       +3.0 ms  permission prompt for Edit withdrawn by the stop (the call never ran)"]
+    assert view.permission_withdrawn("p2", 5.003) == []
+    assert ("       +3.0 ms  permission prompt for Edit withdrawn by the stop (the call never "
+            "ran)") in plain(view.live(5.004))
     assert not any("wants to run" in line for line in plain(view.live(5.0)))
     assert view.permission_withdrawn("p2", 5.004) == []  # once
 
@@ -195,5 +244,40 @@ def test_session_list_marks_the_current_one() -> None:
     sessions = (SessionInfo("s-1", "/w", "ask", 0.0),
                 SessionInfo("s-2", "/v", "auto", 0.0, loaded=False, interrupted=True))
     assert plain(session_lines(sessions, "s-1")) == [
-        "  s-1  /w  ask  (current)", "  s-2  /v  auto  (not loaded, interrupted)"]
-    assert plain(session_lines((), None)) == ["no sessions"]
+        "sessions:", "  s-1  /w  ask  (current)", "  s-2  /v  auto  (not loaded, interrupted)"]
+    assert plain(session_lines(sessions, "s-1", "/w")) == [
+        "sessions in /w:", "  s-1  /w  ask  (current)",
+        "  (1 in other workspaces: /sessions all lists them)"]
+    assert plain(session_lines((), None, "/w")) == ["sessions in /w:", "  none"]
+
+
+def test_no_timer_runs_before_the_body_starts_and_replays_make_none_up() -> None:
+    view = ChatView()
+    start(view)
+    view.event(ToolCallEvent(2, "t1", 0, "w", "Write", "mutating", {"path": "a"}), 0.0)
+    view.permission_asked("p1", "Write", "{}", "medium", "w")
+    assert plain(view.live(30.0))[0].endswith("Write (mutating) a  waiting for permission")
+    view.permission_answered("p1", "allow-once")
+    assert plain(view.live(30.1))[0].endswith("a  waiting to start")
+    view.event(ToolStartedEvent(3, "t1", "w"), 30.2)
+    assert plain(view.live(31.7))[0].endswith("a  1.5s")
+    lines = view.event(ToolResultEvent(4, "t1", 0, "w", False, None, ()), 31.7)
+    assert plain(lines) == ["✓ Write ok 1.5s  [w]"]
+    # Replayed (no tool/started: it is never logged): the host's measure, else nothing.
+    view.event(ToolCallEvent(5, "t1", 1, "b", "Bash", "process", {"command": "sleep 3"}), 40)
+    lines = view.event(ToolResultEvent(6, "t1", 1, "b", False, None, (),
+                                       {"durationMs": 3012}), 40.0)
+    assert plain(lines) == ["✓ Bash ok 3.0s  [b]"]
+    view.event(ToolCallEvent(7, "t1", 2, "r", "Read", "read-only", {"path": "x"}), 40)
+    assert plain(view.event(ToolResultEvent(8, "t1", 2, "r", False, None, ()), 40.0)) == [
+        "✓ Read ok  [r]"]
+
+
+def test_a_turn_without_a_model_says_how_to_choose_one() -> None:
+    view = ChatView()
+    start(view)
+    lines = plain(view.event(TurnEnd(2, "t1", TurnOutcome(
+        "error", error="no model provider is configured: pass `provider` in session.new or "
+                       "start quiesce serve with --provider"), "error"), 0.0))
+    assert lines[0].startswith("✗ no model is configured. Choose one with --provider openai")
+    assert "session.new" not in lines[0]

@@ -16,6 +16,13 @@ from tests.conftest import Marked
 from tests.e2e.agent_harness import assert_balanced
 from tests.support import marked_processes
 
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _shape(line: str) -> str:
+    """A line with its figures masked (times and counts vary from run to run)."""
+    return re.sub(r"\d+(\.\d+)?", "N", line).strip()
+
 
 def _section(out: str, title: str) -> str:
     """The lines of ``out`` from ``title`` to the next blank line or ``[`` heading."""
@@ -51,6 +58,18 @@ async def test_the_demo_stops_both_turns_and_keeps_what_it_did(tmp_path: pathlib
             results = re.findall(r"tool/result (\S+):", transcript)
             assert calls and sorted(calls) == sorted(results), transcript
             assert "turn/end aborted (user), stopReason cancelled" in transcript
+        assert "None" not in out  # a success reads "ok"
+        for name in ("build", "search"):  # each timeline in time order
+            times = [float(t) for t in re.findall(r"^ +([+-][\d.]+) ms ",
+                                                  _section(out, f"[{name}] stop timeline"),
+                                                  re.MULTILINE)]
+            assert len(times) >= 4 and times == sorted(times), times
+        # The README's sample is this output, but for the figures.
+        readme = (REPO / "README.md").read_text()
+        sample = readme[readme.index("[build] stop timeline"):]
+        sample = sample[:sample.index("```")]
+        real = {_shape(line) for line in out.splitlines()}
+        assert [line for line in sample.splitlines() if _shape(line) not in real] == []
         assert "bash-1: ABORTED (process tree terminated)" in out
         assert "write-1: ABORTED_BEFORE_DISPATCH" in out
         assert "grep-1: ABORTED" in out

@@ -95,7 +95,11 @@ async def test_restart_host_ends_calls_host_crashed(tmp_path: pathlib.Path,
                                               capture_stderr=True, check=False)
             assert done.returncode == 0, done.stderr
         assert prompts[0].stop_reason == "error"
-        assert agent.results(prompts[0].turn_id or "")["b1"].code == "HOST_CRASHED"
+        result = agent.results(prompts[0].turn_id or "")["b1"]
+        assert result.code == "HOST_CRASHED" and result.details["hostRestarted"] == "operator"
+        end = agent.turn_end_on_disk(prompts[0].turn_id or "")
+        assert end is not None  # said as what it was, not as a crash
+        assert end.end.error == "an operator restarted the host under b1"
         agent.assert_balanced()
         stats_command = [sys.executable, "-m", "runtime", "ops", "stats", "--json"]
         with trio.fail_after(30):

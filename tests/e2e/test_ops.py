@@ -98,9 +98,13 @@ def find_key(data: object, key: str) -> object:
 
 
 async def test_a_slow_stop_is_flagged_stuck(tmp_path: pathlib.Path, marked: Marked) -> None:
-    # A TERM-ignoring tree holds its stop for the host's 2 s kill grace.
-    script = [[call("b1", "Bash", command="echo hold; trap '' TERM; sleep 60")]]
-    async with agent_daemon(marked, extra_args=("--stuck-after", "0.3")) as agent:
+    # A TERM-ignoring tree holds its stop for the host's kill grace: 8 s here, so the ops
+    # CLI (a Python start-up, slow on a loaded machine) sees the stop still waiting.
+    script = [[call("b1", "Bash", command="trap '' TERM; echo hold; sleep 60")]]
+    config = tmp_path / "config.toml"
+    config.write_text("[host.tools]\nkill_grace = 8\n")
+    async with agent_daemon(marked, extra_args=("--stuck-after", "0.3", "--config",
+                                                str(config))) as agent:
         session_id = await agent.new_session(tmp_path, script)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(agent.prompt, "go")

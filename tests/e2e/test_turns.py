@@ -24,6 +24,8 @@ from protocol.messages.events import (
     ToolAbortEvent,
     ToolCallEvent,
     ToolProgressEvent,
+    ToolResultEvent,
+    ToolStartedEvent,
     TurnEnd,
     TurnStart,
 )
@@ -68,8 +70,17 @@ async def test_a_completed_turn_with_tools(tmp_path: pathlib.Path, marked: Marke
         assert [(d.step, d.type, d.text) for d in deltas] == [(0, "text", "reading"),
                                                               (1, "text", "done")]
         durable = [e for e in agent.events
-                   if not isinstance(e, ToolProgressEvent | AssistantDeltaEvent)]
+                   if not isinstance(e, ToolProgressEvent | AssistantDeltaEvent
+                                     | ToolStartedEvent)]
         assert [e.seq for e in durable] == [e.seq for e in agent.log()]
+        # Each call's body start is announced after its tool/call, before its result.
+        started = [e.call_id for e in agent.events if isinstance(e, ToolStartedEvent)]
+        assert sorted(started) == ["c1", "c2"]
+        for call_id in started:
+            def at(kind: type, call_id: str = call_id) -> int:
+                return next(i for i, e in enumerate(agent.events)
+                            if isinstance(e, kind) and getattr(e, "call_id", "") == call_id)
+            assert at(ToolCallEvent) < at(ToolStartedEvent) < at(ToolResultEvent)
         order = [type(e).__name__ for e in agent.events]
         assert order.index("AssistantDeltaEvent") < order.index("AssistantMessageEvent")
 

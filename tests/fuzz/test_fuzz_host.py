@@ -112,7 +112,8 @@ async def test_fuzz_host(marked: Marked, tmp_path: pathlib.Path) -> None:
             require_clean(second, where)
             assert not host.undecodable, host.undecodable[:3]
             # It may report tool output; it must never ask (auto mode) or send anything else.
-            assert {m.get("method") for m in host.from_peer} <= {"tools.output"}, \
+            assert {m.get("method") for m in host.from_peer} <= {"tools.output",
+                                                                 "tools.started"}, \
                 host.from_peer[:3]
             assert first.sent + second.sent >= MIN_FRAMES, (len(pre), first.sent, second.sent)
             assert first.expected_answers + second.expected_answers > 15_000

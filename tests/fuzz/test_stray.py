@@ -99,7 +99,9 @@ async def test_host_ignores_answers_to_requests_it_never_sent(marked: Marked,
             after = await stats(host, "stats-2")
             assert after["callsInFlight"] == 0 and after["tombstones"] == 0, after
             only_answers(host, "init", "open", "stats-1", "w", "stats-2")
-            assert [m["method"] for m in host.from_peer] == ["permission.request"]
+            # The one prompt, then (after the real answer) the body's start.
+            assert [m["method"] for m in host.from_peer] == ["permission.request",
+                                                             "tools.started"]
 
 
 async def test_daemon_ignores_answers_to_requests_it_never_sent(

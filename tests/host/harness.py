@@ -22,6 +22,7 @@ from protocol.messages.host import (
     ToolsAbortResult,
     ToolsExecuteParams,
     ToolsOutputParams,
+    ToolsStartedParams,
 )
 from protocol.tools import Decision, ToolResult
 from runtime.host_link import HostLink
@@ -40,6 +41,9 @@ class NoRuntime:
     def tool_output(self, params: ToolsOutputParams) -> None:
         pass
 
+    def tool_started(self, params: ToolsStartedParams) -> None:
+        pass
+
 
 PermissionAnswer = Callable[[PermissionRequestParams], Awaitable[PermissionRequestResult]]
 
@@ -56,6 +60,8 @@ class Host:
     permission_requests: list[PermissionRequestParams] = field(default_factory=list)
     withdrawn: list[str] = field(default_factory=list)
     output: list[ToolsOutputParams] = field(default_factory=list)
+    notices: list[ToolsOutputParams | ToolsStartedParams] = field(default_factory=list)
+    """Every ``tools.started`` and ``tools.output``, in the order they came."""
     permission_asked: trio.Event = field(default_factory=trio.Event)
 
     async def execute(self, call_id: str, tool: str, args: dict[str, Any]) -> ToolResult:
@@ -98,10 +104,15 @@ async def running_host(workspace: str, env: dict[str, str], *, mode: str = "auto
 
     def on_output(params: ToolsOutputParams) -> None:
         holder[0].output.append(params)
+        holder[0].notices.append(params)
+
+    def on_started(params: ToolsStartedParams) -> None:
+        holder[0].notices.append(params)
 
     link = HostLink(command=command, env=env, handlers={"permission.request": on_permission},
                     notification_handlers={"permission.withdrawn": on_withdrawn,
-                                           "tools.output": on_output})
+                                           "tools.output": on_output,
+                                           "tools.started": on_started})
     async with trio.open_nursery() as nursery:
         await link.start(nursery)
         host = Host(link, "s-test")

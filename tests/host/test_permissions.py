@@ -22,6 +22,7 @@ from protocol.messages.host import (
     ToolsAbortParams,
     ToolsExecuteParams,
     ToolsOutputParams,
+    ToolsStartedParams,
 )
 from protocol.toolclass import ToolClass, tool_class
 from protocol.tools import Decision, ToolResult, ok_result
@@ -70,6 +71,7 @@ class Prompts:
     def __init__(self, decision: Decision) -> None:
         self.decision = decision
         self.asked: list[tuple[str, str]] = []  # (session, tool)
+        self.started: list[str] = []  # call ids of tools.started
 
     async def request_permission(self, params: PermissionRequestParams) -> Decision | None:
         self.asked.append((params.session_id, params.tool))
@@ -80,6 +82,9 @@ class Prompts:
 
     def tool_output(self, params: ToolsOutputParams) -> None:
         pass
+
+    def tool_started(self, params: ToolsStartedParams) -> None:
+        self.started.append(params.call_id)
 
 
 class NoArgs(msgspec.Struct, frozen=True):
@@ -131,6 +136,25 @@ async def test_generate_images_and_plugin_tools_ask_in_ask_mode(
     assert prompts.asked == [("s", "GenerateImages"), ("s", "mcp__notes__search")]
     assert [images.code, found.code] == ["TOOL_DENIED", "TOOL_DENIED"]
     assert ran == [] and list(tmp_path.iterdir()) == []
+    assert prompts.started == []  # a denied call's body never starts
+
+
+async def test_tools_started_comes_after_the_permission_and_before_the_body(
+        tmp_path: pathlib.Path) -> None:
+    seen: list[str] = []
+    prompts = Prompts("allow-once")
+
+    async def plugin_body(args: NoArgs, ctx: ToolContext) -> ToolResult:
+        seen.append(f"body, started: {prompts.started}")
+        return ok_result("found")
+
+    plugin = ToolSpec("mcp__notes__search", NoArgs, ToolClass.PLUGIN, plugin_body)
+    manager = CallManager(HostConfig(), prompts, tools={**TOOLS, "mcp__notes__search": plugin})
+    manager.open_session("s", str(tmp_path), "ask")
+    result = await execute(manager, "s", "p1", "mcp__notes__search", {})
+    assert not result.is_error and result.body_invoked
+    assert prompts.asked == [("s", "mcp__notes__search")]
+    assert seen == ["body, started: ['p1']"]  # once, before the body ran
 
 
 async def test_a_read_only_result_that_races_its_stop_is_dropped(

@@ -9,7 +9,12 @@ from collections.abc import Sequence
 import psutil
 import trio
 
-from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
+from protocol.messages.host import (
+    PermissionRequestParams,
+    PermissionRequestResult,
+    ToolsOutputParams,
+    ToolsStartedParams,
+)
 from tests.conftest import Marked
 from tests.host.harness import running_host
 from tests.support import command_line, marked_processes
@@ -203,3 +208,26 @@ async def test_host_exits_when_runtime_pipe_closes(tmp_path: pathlib.Path,
             nursery.cancel_scope.cancel()
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert marked_processes(marked.mark) == []
+
+
+async def test_tools_started_precedes_the_output_and_a_stopped_prompt_has_none(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    async with running_host(str(tmp_path), marked.env()) as host:
+        result = await host.execute("c1", "Bash", {"command": "echo one; echo two"})
+        assert not result.is_error
+        kinds = [type(n) for n in host.notices if n.call_id == "c1"]
+        assert kinds[0] is ToolsStartedParams and kinds.count(ToolsStartedParams) == 1
+        assert ToolsOutputParams in kinds
+    async with running_host(str(tmp_path), marked.env(), mode="ask") as host:
+        async with trio.open_nursery() as nursery:
+            results = []
+
+            async def run() -> None:
+                results.append(await host.execute("c2", "Bash", {"command": "echo no"}))
+
+            nursery.start_soon(run)
+            with trio.fail_after(10):
+                await host.permission_asked.wait()
+            await host.abort("c2", "Bash")
+        assert results[0].code == "ABORTED_BEFORE_DISPATCH"
+        assert [n for n in host.notices if n.call_id == "c2"] == []

@@ -58,7 +58,13 @@ async def test_ls_and_show(nursery: trio.Nursery, xdg: pathlib.Path) -> None:
         runs.start_soon(run, "show-session", "show", "s-stuck")
         runs.start_soon(run, "show-pid", "show", str(PID), "--json")
         runs.start_soon(run, "show-missing", "show", "s-nope")
+        runs.start_soon(run, "ls-pid", "ls", "20943")
 
+    # A misused subcommand gets its own usage, and a hint, not the top level's.
+    assert done["ls-pid"].returncode == 2
+    assert err(done["ls-pid"]).startswith("usage: quiesce ops ls")
+    assert "unrecognized arguments: 20943" in err(done["ls-pid"])
+    assert "quiesce ops show PID" in err(done["ls-pid"])
     lines = out(done["ls"]).splitlines()
     assert lines[0].split() == ["PID", "SESSION", "PHASE", "TURN", "AGE", "CALLS", "INBOX",
                                 "STOP", "WAIT"]
@@ -70,6 +76,11 @@ async def test_ls_and_show(nursery: trio.Nursery, xdg: pathlib.Path) -> None:
     assert daemon["pid"] == PID and daemon["socket"] == str(path)
     assert daemon["dataDir"] == "/data/q"
     assert [s["sessionId"] for s in daemon["sessions"]] == ["s-stuck", "s-idle"]
+    # Every field, defaults included: an idle session says so, it does not omit keys.
+    idle = daemon["sessions"][1]
+    assert idle == {"sessionId": "s-idle", "workspace": idle["workspace"], "phase": "idle",
+                    "turnId": None, "turnAgeS": None, "stopWaitingS": None, "stuck": False,
+                    "inbox": 0, "calls": []}
     assert daemon["sessions"][0]["calls"][0] == {
         "callId": "t-7.write-1", "tool": "Write", "class": "mutating", "state": "aborting",
         "ageS": 63.5}
@@ -101,9 +112,11 @@ async def test_abort_force_restart_and_stats(nursery: trio.Nursery, xdg: pathlib
         runs.start_soon(run, "not-forced", "force", "s-stuck", "t-7.grep-2", "--json")
         runs.start_soon(run, "restart", "restart-host")
         runs.start_soon(run, "stats", "stats", str(PID))
+        runs.start_soon(run, "stats-json", "stats", "--json")
 
     aborted = as_json(done["abort"])
-    assert aborted["outcome"] == "aborted" and aborted["cause"] == {"kind": "operator"}
+    assert aborted["outcome"] == "aborted"
+    assert aborted["cause"] == {"kind": "operator", "reason": None}  # every field
     assert backend.aborts == ["s-stuck"]
     assert done["force"].returncode == 0
     assert "t-7.write-1: forced" in out(done["force"])
@@ -116,6 +129,9 @@ async def test_abort_force_restart_and_stats(nursery: trio.Nursery, xdg: pathlib
     stats = out(done["stats"])
     assert "median 21.0 ms, p90 48.5 ms, max 64000.0 ms" in stats
     assert "pid 4200, 1 restart(s), 0 crash(es)" in stats
+    assert "finished, 0 running" in stats  # says what it counts
+    figures = as_json(done["stats-json"])
+    assert {"hostCrashes", "tombstones", "turnsRunning", "callsInFlight"} <= set(figures)
 
 
 async def test_abort_that_does_not_settle_in_time(nursery: trio.Nursery,

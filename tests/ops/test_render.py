@@ -14,6 +14,7 @@ from protocol.messages.events import (
     ToolAbortEvent,
     ToolProgressEvent,
     ToolResultEvent,
+    ToolStartedEvent,
     TurnEnd,
     TurnOutcome,
     UserMessageEvent,
@@ -46,6 +47,7 @@ def test_every_event_kind_has_a_summary() -> None:
     assert event_summary(ToolAbortEvent(6, "t-7", "c", "Bash", "running", True)) == (
         "c Bash: host running, body invoked")
     assert event_summary(AssistantDeltaEvent(7, "t-7", 2, "text", "Hel")) == "step 2 text 'Hel'"
+    assert event_summary(ToolStartedEvent(7, "t-7", "c")) == "c body started"
     assert event_summary(ToolResultEvent(8, "t-7", 1, "c", True, "ABORTED", (),
                                          {"forced": True})) == "c ABORTED forced"
     assert event_summary(TurnEnd(9, "t-7", TurnOutcome("aborted", Cause("user")),
@@ -57,7 +59,7 @@ def test_the_summary_test_covers_every_announced_kind() -> None:
     # an operator's tail.
     covered = {"SessionMeta", "TurnStart", "UserMessageEvent", "AssistantMessageEvent",
                "ToolCallEvent", "ToolProgressEvent", "ToolAbortEvent", "AssistantDeltaEvent",
-               "ToolResultEvent", "TurnEnd"}
+               "ToolResultEvent", "TurnEnd", "ToolStartedEvent"}
     assert {kind.__name__ for kind in typing.get_args(AnnouncedEvent)} == covered
 
 

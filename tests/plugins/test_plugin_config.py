@@ -88,6 +88,8 @@ class _NoHost:
     async def ready(self) -> None:
         raise AssertionError
 
+    restarted = False
+
     async def wait_host_gone(self) -> bool:
         raise AssertionError
 

@@ -9,16 +9,19 @@ import pathlib
 import signal
 import sys
 
+import psutil
 import pytest
 import trio
 
 from protocol.errors import ErrorCode, RemoteError
-from protocol.messages.client import SessionLoadParams
+from protocol.messages.client import SessionCloseParams, SessionLoadParams
 from protocol.messages.common import McpServerConfig
+from protocol.messages.events import SessionMeta
 from runtime.rpc import ConnectionClosed
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.plugins.support import QUIET, SERVER, alive, new_plugin_session, pid_in, wait_file
+from tests.support import command_line, marked_processes
 
 
 def write_workspace_file(workspace: pathlib.Path, servers: dict[str, object]) -> None:
@@ -86,6 +89,43 @@ async def test_bad_plugin_configuration_is_invalid_params_and_leaves_no_session(
             assert message in refused.value.message, refused.value.message
         sessions = marked.data_dir / "sessions"
         assert not sessions.exists() or list(sessions.iterdir()) == []
+
+
+def hung_servers(marked: Marked) -> list[psutil.Process]:
+    return [p for p in marked_processes(marked.mark) if "time.sleep(300)" in command_line(p)]
+
+
+async def test_session_close_of_a_session_still_opening_undoes_it_at_once(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """session.close naming a session whose session.new waits on a plugin server that
+    never answers its handshake: the open is undone at once (the server killed), and
+    session.new answers REQUEST_CANCELLED, not a session."""
+    hung = McpServerConfig("hung", sys.executable, ("-c", "import time; time.sleep(300)"))
+    async with agent_daemon(marked, env_extra=QUIET) as agent:
+        async with trio.open_nursery() as nursery:
+            outcome: list[BaseException] = []
+
+            async def open_it() -> None:
+                try:
+                    await new_plugin_session(agent, tmp_path, [], servers=(hung,))
+                except RemoteError as exc:
+                    outcome.append(exc)
+
+            nursery.start_soon(open_it)
+            meta = await agent.wait_for(lambda e: isinstance(e, SessionMeta))
+            assert isinstance(meta, SessionMeta)
+            with trio.fail_after(10):
+                while not hung_servers(marked):
+                    await trio.sleep(0.02)
+            started = trio.current_time()
+            with trio.fail_after(5):
+                await agent.daemon.request("session.close", SessionCloseParams(
+                    meta.session_id))
+        assert trio.current_time() - started < 5  # not the 30 s start timeout
+        [refused] = outcome
+        assert isinstance(refused, RemoteError)
+        assert refused.code == ErrorCode.REQUEST_CANCELLED
+        assert hung_servers(marked) == []
 
 
 async def test_session_servers_survive_a_load(tmp_path: pathlib.Path, marked: Marked) -> None:

@@ -84,6 +84,8 @@ class FakeHost:
             raise NotSent("no host yet")  # a stop never starts a host
         return await self.request(method, params)
 
+    restarted = False
+
     async def wait_host_gone(self) -> bool:
         self.gone_waited = True
         await self.gone.wait()
