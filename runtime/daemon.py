@@ -68,7 +68,7 @@ from runtime.popen_process import PopenProcess
 from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, make_provider
 from runtime.registry import DisposedCause
-from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent
+from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent, effect_status, effect_taken
 from runtime.session_tools import SessionTools
 from runtime.sessionlog import default_data_dir
 from runtime.sessions import Session, SessionStore
@@ -270,6 +270,7 @@ class Daemon:
         session = self.sessions.create(params.workspace, params.permission_mode, config,
                                        provider, self._announce, self.tools.factory,
                                        params.mcp_servers)
+        effect_taken()  # the session exists; waiting for the host and plugins follows
         try:
             try:
                 await self.host.open_session(self._open_params(session))
@@ -307,6 +308,7 @@ class Daemon:
     async def session_list(self, params: Empty) -> SessionListResult:
         self._require_initialized()
         loaded = [s.info() for s in self.sessions.all()]
+        effect_taken()  # the loaded sessions are listed as of now; the disk is read after
         # Reading logs from disk must not hold up the event loop (and so agent.abort).
         on_disk = await trio.to_thread.run_sync(self.sessions.on_disk)
         return SessionListResult(tuple(loaded + on_disk))
@@ -322,11 +324,15 @@ class Daemon:
             return self._provider(config)[1]
 
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        async with self.sessions.lock(params.session_id):
+        lock = self.sessions.lock(params.session_id)
+        if lock.locked():  # behind a load or close of this session: our place is our effect
+            effect_taken()
+        async with lock:
             loaded = await self.sessions.load(params.session_id, provider=provider,
                                               announce=self._announce,
                                               tools=self.tools.factory)
             session = loaded.session
+            effect_taken()  # loaded (the log read): prompts after this one reach it
             if session.session_id not in self._running:
                 # The agent runs before the host hears of the session: if the host refuses
                 # it (its workspace is gone), prompts still get answered (with that error).
@@ -340,7 +346,10 @@ class Daemon:
     async def session_close(self, params: SessionCloseParams) -> Empty:
         self._require_initialized()
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        async with self.sessions.lock(params.session_id):
+        lock = self.sessions.lock(params.session_id)
+        if lock.locked():  # behind a load or close of this session: our place is our effect
+            effect_taken()
+        async with lock:
             session = self.sessions.get(params.session_id)
             # Closing, it takes no prompt; aborts join this stop and operators still see
             # it (a stuck call may need their force before the close can answer).
@@ -348,7 +357,7 @@ class Daemon:
             try:
                 # Shielded: a close that began finishes its stop.
                 with trio.CancelScope(shield=True):
-                    await session.agent.cancel(DisposedCause())
+                    await session.agent.cancel(DisposedCause(), task_status=effect_status())
             finally:
                 scope = self._agent_scopes.pop(session.session_id, None)
                 if scope is not None:
@@ -378,20 +387,45 @@ class Daemon:
 
     async def agent_prompt(self, params: AgentPromptParams) -> AgentPromptResult:
         self._require_initialized()
+        await self._in_turn(params.session_id)
         session = self.sessions.get(params.session_id)
         if session.closing:
             raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")
         pending = session.agent.prompt(params.text)
+        effect_taken()  # accepted: waiting for the turn's end follows
         await pending.done.wait()
         assert pending.result is not None
         return pending.result
 
     async def agent_abort(self, params: AgentAbortParams) -> AgentAbortResult:
         self._require_initialized()
+        if not self._closing(params.session_id):  # an abort joins a close's stop at once
+            await self._in_turn(params.session_id)
         agent = self.sessions.get(params.session_id).agent
-        result = await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox)
+        result = await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox,
+                                    task_status=effect_status())
         self.ops.record_stop(result)
         return result
+
+    async def _in_turn(self, session_id: str) -> None:
+        """Wait for the loads and closes of the session read before this request (they
+        hold its lock, which is FIFO); the place in that queue is this request's effect
+        point, so the link reads on meanwhile. No wait (no checkpoint) when none is."""
+        try:
+            self.sessions.path_of(session_id)  # a malformed id makes no lock
+        except RpcError:
+            return  # (and names no session: the caller answers NOT_FOUND)
+        lock = self.sessions.lock(session_id)
+        if lock.locked():
+            effect_taken()
+            async with lock:
+                pass
+
+    def _closing(self, session_id: str) -> bool:
+        try:
+            return self.sessions.get(session_id).closing
+        except RpcError:
+            return False
 
     async def debug_run_tool(self, params: DebugRunToolParams) -> DebugRunToolResult:
         self._require_initialized()
@@ -402,6 +436,7 @@ class Daemon:
         return DebugRunToolResult(call_id, result)
 
     async def shutdown(self, params: Empty) -> Empty:
+        effect_taken()  # the shutdown has begun: settling the turns is waiting
         await self._quiesce()
         self._shutdown.set()
         return Empty()

@@ -44,7 +44,7 @@ from protocol.messages.ops import (
 from runtime.agent.hosttools import HostTools
 from runtime.agent.task import CHILD_SEPARATOR
 from runtime.registry import OperatorCause
-from runtime.rpc import ConnectionClosed
+from runtime.rpc import ConnectionClosed, effect_status
 
 if TYPE_CHECKING:
     from runtime.daemon import Daemon
@@ -195,7 +195,8 @@ class DaemonOps:
         return None
 
     async def ops_abort(self, session_id: str) -> AgentAbortResult:
-        result = await self._daemon.sessions.get(session_id).agent.cancel(OperatorCause())
+        result = await self._daemon.sessions.get(session_id).agent.cancel(
+            OperatorCause(), task_status=effect_status())
         self.record_stop(result)
         return result
 

@@ -231,8 +231,12 @@ class Agent:
             self._begin_queued()
         return True
 
-    async def cancel(self, cause: Cause, *, keep_inbox: bool = False) -> AgentAbortResult:
-        """Stop the current phase, whichever it is, and answer once it has settled."""
+    async def cancel(self, cause: Cause, *, keep_inbox: bool = False,
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                     ) -> AgentAbortResult:
+        """Stop the current phase, whichever it is, and answer once it has settled.
+        ``task_status`` is started once the stop is recorded and started (before any
+        wait): a link reads on from there."""
         started = time.perf_counter()
         if not keep_inbox:
             while self.inbox:
@@ -244,6 +248,7 @@ class Agent:
         phase.controller.abort(cause)
         if slot is not None and slot.stop_requested_at is None:
             slot.stop_requested_at = time.monotonic()
+        task_status.started()
         with trio.move_on_after(self.stuck_after):
             await phase.settled.wait()
         if not phase.settled.is_set():

@@ -25,6 +25,7 @@ from runtime.rpc import (
     Handler,
     NotificationHandler,
     OversizedMessage,
+    effect_taken,
 )
 
 
@@ -50,6 +51,7 @@ async def test_abort_is_read_while_every_handler_is_busy() -> None:
     release = trio.Event()
 
     async def slow_open(params: SessionOpenParams) -> Empty:
+        effect_taken()  # only waiting follows: the link reads on
         await release.wait()
         return Empty()
 
@@ -108,6 +110,7 @@ async def test_notifications_after_reading_stopped_still_go_out() -> None:
     holder: list[Endpoint] = []
 
     async def disposing(params: SessionOpenParams) -> Empty:
+        effect_taken()
         await release.wait()
         holder[0].notify("tools.output", ToolsOutputParams("s", "c", 1, "stdout", "late\n"))
         return Empty()
