@@ -5,7 +5,13 @@ its runtime link.
 """
 
 from runtime.rpc.dispatch import Handler, NotificationHandler, effect_status, effect_taken
-from runtime.rpc.endpoint import ConnectionClosed, Endpoint, NotSent, OversizedMessage
+from runtime.rpc.endpoint import (
+    ConnectionClosed,
+    Endpoint,
+    NotSent,
+    OversizedMessage,
+    SentRequest,
+)
 
 __all__ = ["ConnectionClosed", "Endpoint", "Handler", "NotSent", "NotificationHandler",
-           "OversizedMessage", "effect_status", "effect_taken"]
+           "OversizedMessage", "SentRequest", "effect_status", "effect_taken"]

@@ -89,6 +89,33 @@ class _Pending:
     error: RemoteError | ConnectionClosed | None = None
 
 
+class SentRequest:
+    """A request already queued on a link; :meth:`result` waits for its answer."""
+
+    def __init__(self, endpoint: Endpoint, request_id: RequestId, pending: _Pending,
+                 decoder: msgspec.json.Decoder[Any]) -> None:
+        self._endpoint = endpoint
+        self.request_id = request_id
+        self._pending = pending
+        self._decoder = decoder
+
+    async def result(self) -> Any:
+        """The typed result; raise RemoteError on an error. A cancelled caller forgets the
+        request (a late answer is dropped)."""
+        try:
+            await self._pending.done.wait()
+        finally:
+            self._endpoint._pending.pop(self.request_id, None)
+        if self._pending.error is not None:
+            raise self._pending.error
+        assert self._pending.result is not None
+        return self._decoder.decode(self._pending.result)
+
+    def forget(self) -> None:
+        """Nobody will wait for the answer: drop it when it comes."""
+        self._endpoint._pending.pop(self.request_id, None)
+
+
 class Endpoint:
     def __init__(
         self,
@@ -162,6 +189,13 @@ class Endpoint:
         ``request_id``: a caller-chosen id (a string: never one of the counter's), for a
         caller that must name the request later (MCP's ``notifications/cancelled``).
         """
+        return await self.send_request(method, params, request_id=request_id).result()
+
+    def send_request(self, method: str, params: msgspec.Struct, *,
+                     request_id: RequestId | None = None) -> SentRequest:
+        """Queue a request now (so it keeps its place among what this task sends next);
+        its answer is awaited with :meth:`SentRequest.result`. Raise ``NotSent`` if the
+        link is closed, :class:`OversizedMessage` if it would not fit a frame."""
         spec = self._outgoing.specs[method]
         assert not spec.is_notification, method
         if self.closed.is_set():
@@ -178,14 +212,10 @@ class Endpoint:
         self._pending[request_id] = pending
         try:
             self._enqueue(payload)
-            await pending.done.wait()
-        finally:
-            # A cancelled caller forgets the request; a late answer is dropped.
+        except NotSent:
             self._pending.pop(request_id, None)
-        if pending.error is not None:
-            raise pending.error
-        assert pending.result is not None
-        return spec.result_decoder.decode(pending.result)
+            raise
+        return SentRequest(self, request_id, pending, spec.result_decoder)
 
     def notify(self, method: str, params: msgspec.Struct) -> None:
         """Queue a notification; never blocks, so it keeps its order among others.
