@@ -231,6 +231,8 @@ class Daemon:
             return
         self._running.add(session.session_id)
         session.agent.stuck_after = self.stuck_after
+        if self._client is not None:
+            session.agent.before_turn = self._client.caught_up
         session.agent.on_step = functools.partial(self.ops.plan_step, session.session_id)
         self._nursery.start_soon(self._serve_agent, session)
 

@@ -95,6 +95,10 @@ class Agent:
         self._history = ModelHistory(journal.by_turn, journal.turn_order, CHILD_SEPARATOR)
         self.stuck_after = DEFAULT_STUCK_AFTER
         self.on_step: StepListener | None = None  # told each step's calls (the ops view)
+        self.before_turn: Callable[[], Awaitable[None]] | None = None
+        """Awaited before a turn's first step (its phase and controller already exist): the
+        daemon lets its client link take the effect of the frames it has already read, so
+        a stop written right behind the prompt stops the turn before it runs a tool."""
         self.turns = 0
 
     # -- prompts ----------------------------------------------------------------------
@@ -125,6 +129,8 @@ class Agent:
     async def _run_turn(self, slot: _TurnSlot) -> None:
         controller = self.machine.phase.controller
         assert controller is not None
+        if self.before_turn is not None:
+            await self.before_turn()
         registry, definitions, route = self._tools(slot.turn_id)
         task = TaskTool(slot.turn_id, self._run_child).definition()
         registry.register(task)

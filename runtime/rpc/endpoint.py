@@ -144,6 +144,7 @@ class Endpoint:
         self._nursery: trio.Nursery | None = None
         self._reading = True
         self._receive_scope: trio.CancelScope | None = None
+        self._idle = trio.Event()  # set while the reader waits for bytes (or has ended)
         self.closed = trio.Event()
         self.frames_in = 0
         self.frames_out = 0
@@ -175,7 +176,13 @@ class Endpoint:
         if self._receive_scope is not None:
             self._receive_scope.cancel()
 
+    async def caught_up(self) -> None:
+        """Return once every frame already read has been taken (its effect, for a request):
+        at once if the reader is waiting for bytes, else when it next does."""
+        await self._idle.wait()
+
     def _on_closed(self) -> None:
+        self._idle.set()
         self.closed.set()
         for pending in self._pending.values():
             pending.error = ConnectionClosed(f"{self.name}: link closed")
@@ -278,6 +285,7 @@ class Endpoint:
     async def _read_loop(self) -> None:
         decoder = FrameDecoder(self._max_frame_size)
         while self._reading:
+            self._idle.set()
             with trio.CancelScope() as self._receive_scope:
                 try:
                     data = await self._receive.receive_some(READ_CHUNK)
@@ -285,6 +293,7 @@ class Endpoint:
                     return
             if self._receive_scope.cancelled_caught or not data:
                 return
+            self._idle = trio.Event()
             for event in decoder.feed(data):
                 if not self._reading:
                     return
