@@ -327,6 +327,12 @@ class Daemon:
 
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
         lock = self.sessions.lock(params.session_id)
+        open_now = self._open(params.session_id)
+        if open_now is not None and not lock.locked():
+            # Loaded and running already: only its replay (no lock, so nothing queues).
+            open_now.agent.journal.replay()
+            return SessionLoadResult(open_now.session_id, open_now.workspace,
+                                     len(open_now.agent.journal.events), False)
         if lock.locked():  # behind a load or close of this session: our place is our effect
             effect_taken()
         async with lock:
@@ -401,8 +407,10 @@ class Daemon:
 
     async def agent_abort(self, params: AgentAbortParams) -> AgentAbortResult:
         self._require_initialized()
-        if not self._closing(params.session_id):  # an abort joins a close's stop at once
+        closing = self._open(params.session_id, closing=True)
+        if closing is None or self.sessions.lock(params.session_id).statistics().tasks_waiting:
             await self._in_turn(params.session_id)
+        # (else an abort joins the stop of the close in progress at once)
         agent = self.sessions.get(params.session_id).agent
         result = await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox,
                                     task_status=effect_status())
@@ -423,11 +431,13 @@ class Daemon:
             async with lock:
                 pass
 
-    def _closing(self, session_id: str) -> bool:
+    def _open(self, session_id: str, *, closing: bool = False) -> Session | None:
+        """The loaded session if it is closing (``closing``) or not closing, else None."""
         try:
-            return self.sessions.get(session_id).closing
+            session = self.sessions.get(session_id)
         except RpcError:
-            return False
+            return None
+        return session if session.closing == closing else None
 
     async def debug_run_tool(self, params: DebugRunToolParams) -> DebugRunToolResult:
         self._require_initialized()
