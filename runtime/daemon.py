@@ -125,6 +125,7 @@ class Daemon:
         self._nursery: trio.Nursery | None = None
         self._running: set[str] = set()  # sessions whose agent task runs
         self._agent_scopes: dict[str, trio.CancelScope] = {}  # cancelled by session.close
+        self._loads_queued: dict[str, int] = {}  # session.load waiting for the session's lock
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -335,7 +336,14 @@ class Daemon:
                                      len(open_now.agent.journal.events), False)
         if lock.locked():  # behind a load or close of this session: our place is our effect
             effect_taken()
-        async with lock:
+        self._loads_queued[params.session_id] = self._loads_queued.get(params.session_id, 0) + 1
+        try:
+            await lock.acquire()
+        finally:
+            self._loads_queued[params.session_id] -= 1
+            if not self._loads_queued[params.session_id]:
+                del self._loads_queued[params.session_id]
+        try:
             loaded = await self.sessions.load(params.session_id, provider=provider,
                                               announce=self._announce,
                                               tools=self.tools.factory)
@@ -347,6 +355,8 @@ class Daemon:
                 self._start_agent(session)
                 await self.host.open_session(self._open_params(session))
                 await self._list_plugins(session)
+        finally:
+            lock.release()
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered)
@@ -407,10 +417,7 @@ class Daemon:
 
     async def agent_abort(self, params: AgentAbortParams) -> AgentAbortResult:
         self._require_initialized()
-        closing = self._open(params.session_id, closing=True)
-        if closing is None or self.sessions.lock(params.session_id).statistics().tasks_waiting:
-            await self._in_turn(params.session_id)
-        # (else an abort joins the stop of the close in progress at once)
+        await self._in_turn(params.session_id)  # (joins a close in progress at once)
         agent = self.sessions.get(params.session_id).agent
         result = await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox,
                                     task_status=effect_status())
@@ -420,11 +427,16 @@ class Daemon:
     async def _in_turn(self, session_id: str) -> None:
         """Wait for the loads and closes of the session read before this request (they
         hold its lock, which is FIFO); the place in that queue is this request's effect
-        point, so the link reads on meanwhile. No wait (no checkpoint) when none is."""
+        point, so the link reads on meanwhile. No wait (no checkpoint) when none is, nor
+        behind a close with no load queued after it: the session is closing (a prompt is
+        refused, an abort joins the close's stop)."""
         try:
             self.sessions.path_of(session_id)  # a malformed id makes no lock
         except RpcError:
             return  # (and names no session: the caller answers NOT_FOUND)
+        if self._open(session_id, closing=True) is not None and \
+                not self._loads_queued.get(session_id):
+            return
         lock = self.sessions.lock(session_id)
         if lock.locked():
             effect_taken()
