@@ -8,6 +8,7 @@ import pathlib
 import time
 
 import msgspec
+import trio
 
 from protocol.bounds import MAX_BATCH_MEMBERS
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
@@ -138,3 +139,24 @@ async def test_a_lone_surrogate_keeps_the_request_id(marked: Marked,
     texts = [e.text for e in read_log(marked.data_dir / "sessions" / f"{sid}.jsonl").events
              if isinstance(e, UserMessageEvent)]
     assert texts == ["half \ufffd emoji"]
+
+
+async def test_a_huge_batch_on_the_ops_socket_stalls_nothing(marked: Marked) -> None:
+    async with raw_daemon(marked.env()) as raw:
+        pipe = Pipeline(raw)
+        init = await pipe.call("initialize", INIT)
+        socket = init["result"]["capabilities"]["ops"]["socket"]
+        async with await trio.open_unix_socket(socket) as ops:
+            started = time.monotonic()
+            await ops.send_all(b"[" + b",".join([b"1"] * 300_000) + b"]\n")
+            listed = await pipe.call("session.list", {})
+            elapsed = time.monotonic() - started
+            assert "result" in listed
+            assert elapsed < 1.0, elapsed  # today: 5 s
+            with trio.fail_after(10):
+                data = b""
+                while b"\n" not in data:
+                    data += await ops.receive_some(65536)
+            refusal = msgspec.json.decode(data.split(b"\n")[0])
+            assert refusal["error"]["code"] == INVALID_REQUEST, refusal
+            assert str(MAX_BATCH_MEMBERS) in refusal["error"]["data"]
