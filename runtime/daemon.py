@@ -69,6 +69,7 @@ from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, make_provider
 from runtime.registry import DisposedCause
 from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent, effect_status, effect_taken
+from runtime.session_order import SessionOrder
 from runtime.session_tools import SessionTools
 from runtime.sessionlog import default_data_dir
 from runtime.sessions import Session, SessionStore
@@ -106,6 +107,7 @@ class Daemon:
         if max_steps is not None:
             config = dataclasses.replace(config, max_steps=max_steps)
         self.sessions = SessionStore(self.data_dir, config)
+        self.order = SessionOrder(self.sessions)
         self.permissions = PermissionRelay()
         self.host = HostSupervisor(
             command=host_command,
@@ -125,7 +127,6 @@ class Daemon:
         self._nursery: trio.Nursery | None = None
         self._running: set[str] = set()  # sessions whose agent task runs
         self._agent_scopes: dict[str, trio.CancelScope] = {}  # cancelled by session.close
-        self._loads_queued: dict[str, int] = {}  # session.load waiting for the session's lock
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -327,23 +328,13 @@ class Daemon:
             return self._provider(config)[1]
 
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        lock = self.sessions.lock(params.session_id)
-        open_now = self._open(params.session_id)
-        if open_now is not None and not lock.locked():
+        open_now = self.order.loaded(params.session_id)
+        if open_now is not None and not self.sessions.lock(params.session_id).locked():
             # Loaded and running already: only its replay (no lock, so nothing queues).
             open_now.agent.journal.replay()
             return SessionLoadResult(open_now.session_id, open_now.workspace,
                                      len(open_now.agent.journal.events), False)
-        if lock.locked():  # behind a load or close of this session: our place is our effect
-            effect_taken()
-        self._loads_queued[params.session_id] = self._loads_queued.get(params.session_id, 0) + 1
-        try:
-            await lock.acquire()
-        finally:
-            self._loads_queued[params.session_id] -= 1
-            if not self._loads_queued[params.session_id]:
-                del self._loads_queued[params.session_id]
-        try:
+        async with self.order.holding(params.session_id, load=True):
             loaded = await self.sessions.load(params.session_id, provider=provider,
                                               announce=self._announce,
                                               tools=self.tools.factory)
@@ -355,8 +346,6 @@ class Daemon:
                 self._start_agent(session)
                 await self.host.open_session(self._open_params(session))
                 await self._list_plugins(session)
-        finally:
-            lock.release()
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered)
@@ -364,10 +353,7 @@ class Daemon:
     async def session_close(self, params: SessionCloseParams) -> Empty:
         self._require_initialized()
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        lock = self.sessions.lock(params.session_id)
-        if lock.locked():  # behind a load or close of this session: our place is our effect
-            effect_taken()
-        async with lock:
+        async with self.order.holding(params.session_id):
             session = self.sessions.get(params.session_id)
             # Closing, it takes no prompt; aborts join this stop and operators still see
             # it (a stuck call may need their force before the close can answer).
@@ -405,7 +391,7 @@ class Daemon:
 
     async def agent_prompt(self, params: AgentPromptParams) -> AgentPromptResult:
         self._require_initialized()
-        await self._in_turn(params.session_id)
+        await self.order.wait_turn(params.session_id)
         session = self.sessions.get(params.session_id)
         if session.closing:
             raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")
@@ -417,39 +403,12 @@ class Daemon:
 
     async def agent_abort(self, params: AgentAbortParams) -> AgentAbortResult:
         self._require_initialized()
-        await self._in_turn(params.session_id)  # (joins a close in progress at once)
+        await self.order.wait_turn(params.session_id)  # (joins a close in progress at once)
         agent = self.sessions.get(params.session_id).agent
         result = await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox,
                                     task_status=effect_status())
         self.ops.record_stop(result)
         return result
-
-    async def _in_turn(self, session_id: str) -> None:
-        """Wait for the loads and closes of the session read before this request (they
-        hold its lock, which is FIFO); the place in that queue is this request's effect
-        point, so the link reads on meanwhile. No wait (no checkpoint) when none is, nor
-        behind a close with no load queued after it: the session is closing (a prompt is
-        refused, an abort joins the close's stop)."""
-        try:
-            self.sessions.path_of(session_id)  # a malformed id makes no lock
-        except RpcError:
-            return  # (and names no session: the caller answers NOT_FOUND)
-        if self._open(session_id, closing=True) is not None and \
-                not self._loads_queued.get(session_id):
-            return
-        lock = self.sessions.lock(session_id)
-        if lock.locked():
-            effect_taken()
-            async with lock:
-                pass
-
-    def _open(self, session_id: str, *, closing: bool = False) -> Session | None:
-        """The loaded session if it is closing (``closing``) or not closing, else None."""
-        try:
-            session = self.sessions.get(session_id)
-        except RpcError:
-            return None
-        return session if session.closing == closing else None
 
     async def debug_run_tool(self, params: DebugRunToolParams) -> DebugRunToolResult:
         self._require_initialized()

@@ -50,6 +50,7 @@ from protocol.envelope import (
 from protocol.errors import ERROR_MESSAGES, ErrorCode, RemoteError, RpcError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE, Frame, FrameDecoder, encode_frame
 from protocol.methods import Direction, RequestId
+from runtime.rpc.batch import BatchReply
 from runtime.rpc.dispatch import (
     Handler,
     NotificationHandler,
@@ -311,7 +312,7 @@ class Endpoint:
         a task of the endpoint's nursery."""
         assert self._nursery is not None
         if isinstance(parsed, Batch):
-            reply = _BatchReply(self)
+            reply = BatchReply(self._max_frame_size, self._enqueue_quietly)
             for item in parsed.items:
                 await self._handle_member(item, reply)
             reply.close()
@@ -326,7 +327,7 @@ class Endpoint:
         else:
             log.warning("%s: dropped bad notification: %s", self.name, parsed.detail)
 
-    async def _handle_member(self, item: Incoming, reply: _BatchReply) -> None:
+    async def _handle_member(self, item: Incoming, reply: BatchReply) -> None:
         assert self._nursery is not None
         if isinstance(item, IncomingRequest):
             await self._nursery.start(self._serve_member, item, reply)
@@ -392,47 +393,8 @@ class Endpoint:
                              ) -> None:
         self._enqueue_quietly(await self._answer(request, task_status))
 
-    async def _serve_member(self, request: IncomingRequest, reply: _BatchReply, *,
+    async def _serve_member(self, request: IncomingRequest, reply: BatchReply, *,
                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                             ) -> None:
         reply.expect()
         reply.add(await self._answer(request, task_status, room=2), answered=True)
-
-
-class _BatchReply:
-    """The answers to one batch's members, written once the last is in: as one array,
-    or as several arrays when one would exceed the frame limit (each answer alone fits)."""
-
-    def __init__(self, endpoint: Endpoint) -> None:
-        self._endpoint = endpoint
-        self._answers: list[bytes] = []
-        self._outstanding = 0
-        self._closed = False  # every member has been read
-
-    def expect(self) -> None:
-        self._outstanding += 1
-
-    def add(self, answer: bytes, *, answered: bool = False) -> None:
-        self._answers.append(answer)
-        if answered:
-            self._outstanding -= 1
-        self._flush_if_done()
-
-    def close(self) -> None:
-        self._closed = True
-        self._flush_if_done()
-
-    def _flush_if_done(self) -> None:
-        if not self._closed or self._outstanding or not self._answers:
-            return  # (a batch of notifications gets no answer)
-        limit = self._endpoint._max_frame_size
-        chunk: list[bytes] = []
-        size = 2
-        for answer in self._answers:
-            if chunk and size + len(answer) + 1 > limit:
-                self._endpoint._enqueue_quietly(b"[" + b",".join(chunk) + b"]")
-                chunk, size = [], 2
-            chunk.append(answer)
-            size += len(answer) + 1
-        self._endpoint._enqueue_quietly(b"[" + b",".join(chunk) + b"]")
-        self._answers = []
