@@ -62,6 +62,8 @@ from runtime.rpc.dispatch import (
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 65536
+SLOW_EFFECT = 0.5
+"""A handler that takes longer to take its effect (the reader waits for it) is logged."""
 WRITE_COALESCE = 65536
 """Queued frames are joined into one write up to about this many bytes."""
 
@@ -317,7 +319,11 @@ class Endpoint:
                 await self._handle_member(item, reply)
             reply.close()
         elif isinstance(parsed, IncomingRequest):
+            started = trio.current_time()
             await self._nursery.start(self._serve_request, parsed)
+            if trio.current_time() - started > SLOW_EFFECT:
+                log.warning("%s: %s held the reader %.3f s before taking its effect",
+                            self.name, parsed.method, trio.current_time() - started)
         elif isinstance(parsed, IncomingNotification):
             self._handle_notification(parsed)
         elif isinstance(parsed, IncomingResponse):

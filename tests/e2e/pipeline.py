@@ -52,15 +52,19 @@ class Pipeline:
         """The answers to ``ids`` (each a whole response), reading until all are in."""
         with trio.fail_after(within):
             while not all(i in self.answers for i in ids):
-                message = await self.raw.receive(within)
-                for item in message if isinstance(message, list) else [message]:
-                    if "method" in item:
-                        self.events.append(item)
-                    elif item.get("id") in self.answers:
-                        self.duplicates.append(item)
-                    else:
-                        self.answers[item.get("id")] = item
+                await self.pump(within)
         return [self.answers[i] for i in ids]
+
+    async def pump(self, within: float = 30.0) -> None:
+        """Read one message (or batch answer) and file it."""
+        message = await self.raw.receive(within)
+        for item in message if isinstance(message, list) else [message]:
+            if "method" in item:
+                self.events.append(item)
+            elif item.get("id") in self.answers:
+                self.duplicates.append(item)
+            else:
+                self.answers[item.get("id")] = item
 
     async def call(self, method: str, params: Any = None) -> Any:
         [answer] = await self.wait(await self.write((method, params)))

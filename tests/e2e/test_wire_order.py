@@ -100,3 +100,34 @@ async def test_prompt_then_abort_in_one_write_stops_that_turn(
                 else:
                     assert not (tmp_path / target).exists(), i
             assert pipe.duplicates == []
+
+
+@pytest.mark.parametrize("keep_inbox", [False, True])
+async def test_a_prompt_and_an_abort_written_during_a_turn(
+        marked: Marked, tmp_path: pathlib.Path, keep_inbox: bool) -> None:
+    """While a first prompt's turn runs, a second prompt and an abort in one write: the
+    abort stops the running turn (the one accepted before it); the second prompt, queued
+    behind it, is cancelled, or with keepInbox runs its turn after the stop."""
+    slow = [[{"text": "working"}, {"sleepMs": 60000}]]
+    with trio.fail_after(120):
+        async with raw_daemon(marked.env()) as raw:
+            pipe = Pipeline(raw)
+            assert "result" in await pipe.call("initialize", INIT)
+            for i in range(10):
+                sid = await _scripted(pipe, tmp_path, [*slow, [{"text": "second"}]])
+                [first] = await pipe.write(("agent.prompt", {"sessionId": sid, "text": "1"}))
+                with trio.fail_after(10):  # the first turn runs: its text is announced
+                    while not any(e["params"]["event"]["kind"] == "assistant/delta"
+                                  and e["params"]["sessionId"] == sid for e in pipe.events):
+                        await pipe.pump()
+                second, abort = await pipe.write(
+                    ("agent.prompt", {"sessionId": sid, "text": "2"}),
+                    ("agent.abort", {"sessionId": sid, "keepInbox": keep_inbox}))
+                a1, a2, ab = await pipe.wait([first, second, abort])
+                assert a1["result"] == {"turnId": "t1", "stopReason": "cancelled"}, (i, a1)
+                assert ab["result"]["outcome"] == "aborted", (i, ab)
+                assert ab["result"]["turnId"] == "t1", (i, ab)
+                if keep_inbox:
+                    assert a2["result"] == {"turnId": "t2", "stopReason": "end_turn"}, (i, a2)
+                else:
+                    assert a2["result"] == {"turnId": None, "stopReason": "cancelled"}, (i, a2)

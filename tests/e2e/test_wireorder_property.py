@@ -24,7 +24,16 @@ from tests.support import marked_processes
 EXAMPLES = int(os.environ.get("QUIESCE_WIREORDER", "12"))
 EXAMPLE_DEADLINE = 60.0
 
-P, K = (lambda s: Op("prompt", s)), (lambda s, keep=False: Op("abort", s, keep))
+
+
+def P(session: int) -> Op:  # short names keep the examples below readable
+    return Op("prompt", session)
+
+
+def K(session: int, keep: bool = False) -> Op:
+    return Op("abort", session, keep)
+
+
 # Paths each run takes whatever Hypothesis draws.
 EXPLICIT: list[Example] = [
     ((P(0), K(0)), ()),
