@@ -68,7 +68,7 @@ from runtime.popen_process import PopenProcess
 from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, make_provider
 from runtime.registry import DisposedCause
-from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent, effect_status, effect_taken
+from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent, effect_taken
 from runtime.session_order import SessionOrder
 from runtime.session_tools import SessionTools
 from runtime.sessionlog import default_data_dir
@@ -234,9 +234,17 @@ class Daemon:
         self._running.add(session.session_id)
         session.agent.stuck_after = self.stuck_after
         if self._client is not None:
-            session.agent.before_turn = self._client.caught_up
+            session.agent.before_turn = functools.partial(self._before_turn, self._client,
+                                                          session)
         session.agent.on_step = functools.partial(self.ops.plan_step, session.session_id)
         self._nursery.start_soon(self._serve_agent, session)
+
+    async def _before_turn(self, client: Endpoint, session: Session) -> None:
+        """A turn's first step waits until the client link has taken every frame it read,
+        and every request on the session has taken its effect (unless the turn is being
+        stopped already): a stop written right behind its prompt stops it before a tool."""
+        await client.caught_up()
+        await self.order.quiet(session.session_id, lambda: session.agent.stopping)
 
     async def _serve_agent(self, session: Session) -> None:
         with trio.CancelScope() as scope:
@@ -328,24 +336,25 @@ class Daemon:
             return self._provider(config)[1]
 
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        open_now = self.order.loaded(params.session_id)
-        if open_now is not None and not self.sessions.lock(params.session_id).locked():
-            # Loaded and running already: only its replay (no lock, so nothing queues).
-            open_now.agent.journal.replay()
-            return SessionLoadResult(open_now.session_id, open_now.workspace,
-                                     len(open_now.agent.journal.events), False)
-        async with self.order.holding(params.session_id, load=True):
-            loaded = await self.sessions.load(params.session_id, provider=provider,
-                                              announce=self._announce,
-                                              tools=self.tools.factory)
-            session = loaded.session
-            effect_taken()  # loaded (the log read): prompts after this one reach it
-            if session.session_id not in self._running:
-                # The agent runs before the host hears of the session: if the host refuses
-                # it (its workspace is gone), prompts still get answered (with that error).
-                self._start_agent(session)
-                await self.host.open_session(self._open_params(session))
-                await self._list_plugins(session)
+        async with self.order.place(params.session_id) as place:
+            open_now = self.order.loaded(params.session_id)
+            if open_now is not None and not self.sessions.lock(params.session_id).locked():
+                # Loaded and running already: only its replay (no lock, so nothing waits).
+                open_now.agent.journal.replay()
+                return SessionLoadResult(open_now.session_id, open_now.workspace,
+                                         len(open_now.agent.journal.events), False)
+            async with self.order.lock_now_or_mark(params.session_id):
+                loaded = await self.sessions.load(params.session_id, provider=provider,
+                                                  announce=self._announce,
+                                                  tools=self.tools.factory)
+                session = loaded.session
+                place.started()  # loaded (the log read): prompts after this one reach it
+                if session.session_id not in self._running:
+                    # The agent runs before the host hears of the session: if the host
+                    # refuses it (its workspace is gone), prompts still get answered.
+                    self._start_agent(session)
+                    await self.host.open_session(self._open_params(session))
+                    await self._list_plugins(session)
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered)
@@ -353,7 +362,8 @@ class Daemon:
     async def session_close(self, params: SessionCloseParams) -> Empty:
         self._require_initialized()
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        async with self.order.holding(params.session_id):
+        async with self.order.place(params.session_id) as place, \
+                self.order.lock_now_or_mark(params.session_id):
             session = self.sessions.get(params.session_id)
             # Closing, it takes no prompt; aborts join this stop and operators still see
             # it (a stuck call may need their force before the close can answer).
@@ -361,7 +371,7 @@ class Daemon:
             try:
                 # Shielded: a close that began finishes its stop.
                 with trio.CancelScope(shield=True):
-                    await session.agent.cancel(DisposedCause(), task_status=effect_status())
+                    await session.agent.cancel(DisposedCause(), task_status=place)
             finally:
                 scope = self._agent_scopes.pop(session.session_id, None)
                 if scope is not None:
@@ -391,22 +401,22 @@ class Daemon:
 
     async def agent_prompt(self, params: AgentPromptParams) -> AgentPromptResult:
         self._require_initialized()
-        await self.order.wait_turn(params.session_id)
-        session = self.sessions.get(params.session_id)
-        if session.closing:
-            raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")
-        pending = session.agent.prompt(params.text)
-        effect_taken()  # accepted: waiting for the turn's end follows
+        async with self.order.place(params.session_id):
+            session = self.sessions.get(params.session_id)
+            if session.closing:
+                raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")
+            pending = session.agent.prompt(params.text)
+        # Accepted (the block's end took its effect): waiting for the turn's end follows.
         await pending.done.wait()
         assert pending.result is not None
         return pending.result
 
     async def agent_abort(self, params: AgentAbortParams) -> AgentAbortResult:
         self._require_initialized()
-        await self.order.wait_turn(params.session_id)  # (joins a close in progress at once)
-        agent = self.sessions.get(params.session_id).agent
-        result = await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox,
-                                    task_status=effect_status())
+        async with self.order.place(params.session_id) as place:
+            agent = self.sessions.get(params.session_id).agent
+            result = await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox,
+                                        task_status=place)
         self.ops.record_stop(result)
         return result
 

@@ -298,6 +298,12 @@ class Agent:
         return slot.turn_id, now - slot.started_at, waiting
 
     @property
+    def stopping(self) -> bool:
+        """A stop of the current phase has been requested."""
+        controller = self.machine.phase.controller
+        return controller is not None and controller.signal.aborted
+
+    @property
     def busy(self) -> bool:
         return self.machine.phase.kind is not PhaseKind.IDLE
 
