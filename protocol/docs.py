@@ -100,9 +100,10 @@ def _order_and_bounds() -> list[str]:
         "turn's first step waits until the link has taken every frame already read). "
         "Answers come back in any order, and a request that waits (a prompt until its turn "
         "ends, an abort until its stop settles) never holds up the frames after it. "
-        "Requests on one session wait for a `session.load` or `session.close` of it read "
-        "before them; behind a close that is still settling (and no load queued), a "
-        "prompt is refused at once and an abort joins the close's stop.", "",
+        "A request on a session that must wait (behind a `session.load` or `session.close` "
+        "of it still in progress) keeps its place: it takes its effect right after the "
+        "request before it on that session; behind a close, once the close's stop has "
+        "started (a prompt is then refused, an abort joins that stop).", "",
         f"**Batches** have at most {MAX_BATCH_MEMBERS} members. A longer one is answered "
         "with one -32600 (id null) naming the limit, decided while reading it: its members "
         "are not handled. A batch's members are handled like separate requests, one after "
