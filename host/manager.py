@@ -148,9 +148,13 @@ class CallManager:
             raise RpcError(ErrorCode.NOT_FOUND, f"unknown session {session_id!r}")
         return await session.plugins.list_all()
 
-    async def close_session(self, session_id: str) -> None:
-        """Forget a session (the runtime settled its turns) and kill its plugin servers."""
+    async def close_session(self, session_id: str, *,
+                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                            ) -> None:
+        """Forget a session (the runtime settled its turns) and kill its plugin servers;
+        ``task_status`` is started once it is forgotten, before the kill is awaited."""
         session = self.sessions.pop(session_id, None)
+        task_status.started()
         if session is not None:
             with trio.CancelScope(shield=True):
                 await session.plugins.close("its session was closed")
@@ -164,7 +168,11 @@ class CallManager:
 
     # -- execute --------------------------------------------------------------------
 
-    async def execute(self, params: ToolsExecuteParams) -> ToolResult:
+    async def execute(self, params: ToolsExecuteParams, *,
+                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                      ) -> ToolResult:
+        """Run one call; ``task_status`` is started once it is registered (a ``tools.abort``
+        read after it finds it), before anything is awaited."""
         if self.tombstones.take((params.session_id, params.call_id, params.tool)):
             self.calls.remember_settled(params.session_id, params.call_id, params.tool)
             log.info("call %s/%s (%s) met its tombstone", params.session_id, params.call_id,
@@ -183,6 +191,7 @@ class CallManager:
             return error_result(ErrorCode.INVALID_PARAMS,
                                 f"call id {params.call_id!r} is already in flight",
                                 body_invoked=False)
+        task_status.started()
         try:
             return await self._run(call, spec, session, params.args)
         finally:

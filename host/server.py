@@ -2,12 +2,13 @@
 
 ``initialize`` comes first: before a successful one, every method but
 ``initialize`` and ``shutdown`` is refused (``NOT_INITIALIZED``).
-``tools.abort`` is handled in its own task like every request, and never
-passes through admission, so it is read and acted on while every execution
-slot is busy. When the runtime's pipe closes, every call is stopped as for a
-stop (process trees killed), every plugin server's tree is killed, and the host
-exits, also when a mutating body never returns (its call is forced, the body
-abandoned).
+Requests take effect in wire order (``runtime.rpc``): ``tools.execute`` has taken
+its effect once its call is registered, so a ``tools.abort`` written after it
+always finds it. ``tools.abort`` never passes through admission, so it is read
+and acted on while every execution slot is busy. When the runtime's pipe closes,
+every call is stopped as for a stop (process trees killed), every plugin
+server's tree is killed, and the host exits, also when a mutating body never
+returns (its call is forced, the body abandoned).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from protocol.messages.host import (
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
 from protocol.tools import Decision, ToolResult
 from protocol.version import PROTOCOL_VERSION, check_compatible
-from runtime.rpc import ConnectionClosed, Endpoint, Handler
+from runtime.rpc import ConnectionClosed, Endpoint, Handler, effect_status, effect_taken
 
 log = logging.getLogger(__name__)
 
@@ -161,14 +162,15 @@ class HostServer:
         return Empty()
 
     async def session_close(self, params: SessionCloseHostParams) -> Empty:
-        await self.manager.close_session(params.session_id)
+        await self.manager.close_session(params.session_id, task_status=effect_status())
         return Empty()
 
     async def plugins_list(self, params: PluginsListParams) -> PluginsListResult:
+        effect_taken()  # it changes nothing: waiting for plugin servers must not hold the link
         return await self.manager.list_plugins(params.session_id)
 
     async def tools_execute(self, params: ToolsExecuteParams) -> ToolResult:
-        return await self.manager.execute(params)
+        return await self.manager.execute(params, task_status=effect_status())
 
     async def tools_abort(self, params: ToolsAbortParams) -> ToolsAbortResult:
         return self.manager.abort(params)
@@ -186,6 +188,7 @@ class HostServer:
                                calls)
 
     async def shutdown(self, params: Empty) -> Empty:
+        effect_taken()
         await self.manager.stop_all("disposed")
         self.endpoint.stop_reading()
         return Empty()

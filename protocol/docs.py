@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
+from protocol.bounds import MARKER, MAX_BATCH_MEMBERS
 from protocol.errors import ERROR_MESSAGES, ErrorCode
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from protocol.messages.client import ProviderConfig
@@ -187,6 +188,43 @@ def _example(example: str) -> list[str]:
         "and both requests answer.", "", "```", *example.rstrip("\n").split("\n"), "```", ""]
 
 
+def _order_and_bounds() -> list[str]:
+    """The ordering rule and the wire's bounds (``protocol.bounds``), for every link."""
+    return [
+        "## Order and bounds", "",
+        "These hold on every link: client → runtime (and ACP), ops → runtime, runtime → "
+        "host, host → runtime.", "",
+        "**Requests take effect in wire order.** A request's effect on state (the "
+        "handshake; opening, loading or closing a session; a prompt accepted; a stop's "
+        "cause recorded and the stop started; a host call registered) happens before that "
+        "of any frame after it, so a client may pipeline: `agent.prompt` and `agent.abort` "
+        "written together stop exactly that prompt's turn, before its first step (a "
+        "turn's first step waits until the link has taken every frame already read). "
+        "Answers come back in any order, and a request that waits (a prompt until its turn "
+        "ends, an abort until its stop settles) never holds up the frames after it. "
+        "A request on a session that must wait (behind a `session.load` or `session.close` "
+        "of it still in progress) keeps its place: it takes its effect right after the "
+        "request before it on that session; behind a close, once the close's stop has "
+        "started (a prompt is then refused, an abort joins that stop).", "",
+        f"**Batches** have at most {MAX_BATCH_MEMBERS} members. A longer one is answered "
+        "with one -32600 (id null) naming the limit, decided while reading it: its members "
+        "are not handled. A batch's members are handled like separate requests, one after "
+        "the other (the same order rule); their answers come back together, as one array, "
+        "or as several arrays when one would exceed the frame limit.", "",
+        f"**Frames** are at most {DEFAULT_MAX_FRAME_SIZE} bytes both ways. No link writes "
+        "a larger one: an answer that would be is replaced by a -32603 error saying so; a "
+        "request that would be is not sent (the caller gets the error); a notification "
+        "that would be (a `session.event` announcing a 9 MiB `Write`) has its longest "
+        "strings shortened, each ending in `" + MARKER.format("N") + "` (N: the bytes of "
+        "UTF-8 left out). Only the announcement is shortened: the session log keeps the "
+        "whole record.", "",
+        "**Lone surrogates.** A `\\uD800` to `\\uDFFF` escape that is not half of a pair "
+        "(what JavaScript's `JSON.stringify` writes for half an emoji) is read as U+FFFD, "
+        "the replacement character, in any string (keys, values, ids); the request keeps "
+        "its id and is served. Invalid UTF-8 bytes stay a -32700.", "",
+    ]
+
+
 def render(example: str = "") -> str:
     out = [
         "# quiesce protocol reference",
@@ -209,6 +247,7 @@ def render(example: str = "") -> str:
     out += _client_guide()
     out += _event_kinds()
     out += _example(example)
+    out += _order_and_bounds()
     nested: list[type[Any]] = []
     seen: set[type[Any]] = set()
     for direction in DIRECTIONS:

@@ -2,7 +2,8 @@
 
 ``parse_frame`` never raises for bad input: a malformed frame becomes an
 :class:`InvalidMessage` carrying the JSON-RPC error it deserves and the request
-id where one can be recovered, so an endpoint answers it and keeps serving.
+id where one can be recovered, so an endpoint answers it and keeps serving. A lone
+surrogate escape is read as U+FFFD and a batch is bounded (``protocol.bounds``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from protocol.bounds import BatchTooLarge, repair_surrogates, split_batch
 from protocol.errors import ErrorCode
 from protocol.methods import Direction, RequestId
 
@@ -78,7 +80,6 @@ class _Envelope(msgspec.Struct):
 
 
 _envelope_decoder = msgspec.json.Decoder(_Envelope)
-_batch_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 _id_decoder = msgspec.json.Decoder(RequestId | None)
 _str_decoder = msgspec.json.Decoder(str)
 _error_decoder = msgspec.json.Decoder(ErrorObject)
@@ -98,7 +99,7 @@ def parse_frame(data: bytes, incoming: Direction) -> Parsed:
             return InvalidMessage(None, ErrorCode.PARSE_ERROR,
                                   f"invalid UTF-8 at byte {exc.start}")
     try:
-        return _parse_frame(data, incoming)
+        return _parse_frame(repair_surrogates(data), incoming)
     except RecursionError:  # msgspec's nesting limit, before an id could be read
         return InvalidMessage(None, ErrorCode.PARSE_ERROR, "JSON nested too deeply")
 
@@ -106,7 +107,9 @@ def parse_frame(data: bytes, incoming: Direction) -> Parsed:
 def _parse_frame(data: bytes, incoming: Direction) -> Parsed:
     if data.lstrip()[:1] == b"[":
         try:
-            members = _batch_decoder.decode(data)
+            members = split_batch(data)
+        except BatchTooLarge as exc:
+            return InvalidMessage(None, ErrorCode.INVALID_REQUEST, str(exc))
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             return InvalidMessage(None, ErrorCode.PARSE_ERROR, str(exc))
         if not members:

@@ -32,6 +32,7 @@ from protocol.messages.client import (
     ProviderConfig,
     SessionCloseParams,
     SessionEventParams,
+    SessionInfo,
     SessionListResult,
     SessionLoadParams,
     SessionLoadResult,
@@ -69,7 +70,8 @@ from runtime.popen_process import PopenProcess
 from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, open_provider
 from runtime.registry import DisposedCause
-from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent
+from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent, effect_taken
+from runtime.session_order import SessionOrder
 from runtime.session_tools import SessionTools
 from runtime.sessionlog import default_data_dir
 from runtime.sessions import Session, SessionStore
@@ -118,6 +120,7 @@ class Daemon:
         if system_prompt is not None:  # the config file's; a session may replace it
             config = dataclasses.replace(config, system_prompt=system_prompt)
         self.sessions = SessionStore(self.data_dir, config)
+        self.order = SessionOrder(self.sessions)
         self.permissions = PermissionRelay()
         self.host = HostSupervisor(
             command=host_command,
@@ -135,6 +138,9 @@ class Daemon:
         self._initialized = False
         self._shutdown = trio.Event()
         self._debug_ids = itertools.count(1)
+        self._scan_lock = trio.Lock()  # one scan of the logs on disk at a time
+        self._scans = 0
+        self._scanned: list[SessionInfo] = []
         self._nursery: trio.Nursery | None = None
         self._running: set[str] = set()  # sessions whose agent task runs
         self._opening: dict[str, _Opening] = {}  # session.new not answered yet
@@ -247,9 +253,19 @@ class Daemon:
             return
         self._running.add(session.session_id)
         session.agent.stuck_after = self.stuck_after
+        if self._client is not None:
+            session.agent.before_turn = functools.partial(self._before_turn, self._client,
+                                                          session)
         session.agent.on_step = functools.partial(self.ops.plan_step, session.session_id)
         session.agent.on_stop = self.ops.record_stop
         self._nursery.start_soon(self._serve_agent, session)
+
+    async def _before_turn(self, client: Endpoint, session: Session) -> None:
+        """A turn's first step waits until the client link has taken every frame it read,
+        and every request on the session has taken its effect (unless the turn is being
+        stopped already): a stop written right behind its prompt stops it before a tool."""
+        await client.caught_up()
+        await self.order.quiet(session.session_id, lambda: session.agent.stopping)
 
     async def _serve_agent(self, session: Session) -> None:
         with trio.CancelScope() as scope:
@@ -289,6 +305,7 @@ class Daemon:
                                        params.mcp_servers, params.system_prompt)
         # Until it answers, session.close of it undoes the open (its servers killed).
         opening = self._opening[session.session_id] = _Opening()
+        effect_taken()  # the session exists; waiting for the host and plugins follows
         try:
             with opening.scope:
                 try:
@@ -334,9 +351,22 @@ class Daemon:
     async def session_list(self, params: Empty) -> SessionListResult:
         self._require_initialized()
         loaded = [s.info() for s in self.sessions.all()]
-        # Reading logs from disk must not hold up the event loop (and so agent.abort).
-        on_disk = await trio.to_thread.run_sync(self.sessions.on_disk)
+        effect_taken()  # the loaded sessions are listed as of now; the disk is read after
+        listed = {info.session_id for info in loaded}
+        on_disk = [info for info in await self._scan_disk() if info.session_id not in listed]
         return SessionListResult(tuple(loaded + on_disk))
+
+    async def _scan_disk(self) -> list[SessionInfo]:
+        """The sessions on disk, read off the event loop (a long log must not hold up
+        agent.abort), by a scan that started after this call: lists that wait for the same
+        scan share it, so a burst of them (a batch) costs two scans, not a thread each
+        (which would take the worker threads and the interpreter lock a stop needs)."""
+        wanted = self._scans + 1
+        async with self._scan_lock:
+            if self._scans < wanted:
+                self._scans += 1
+                self._scanned = await trio.to_thread.run_sync(self.sessions.on_disk)
+            return self._scanned
 
     async def session_load(self, params: SessionLoadParams) -> SessionLoadResult:
         self._require_initialized()
@@ -349,17 +379,25 @@ class Daemon:
             return self._provider(config)[1]
 
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        async with self.sessions.lock(params.session_id):
-            loaded = await self.sessions.load(params.session_id, provider=provider,
-                                              announce=self._announce,
-                                              tools=self.tools.factory)
-            session = loaded.session
-            if session.session_id not in self._running:
-                # The agent runs before the host hears of the session: if the host refuses
-                # it (its workspace is gone), prompts still get answered (with that error).
-                self._start_agent(session)
-                await self.host.open_session(self._open_params(session))
-                await self._list_plugins(session)
+        async with self.order.place(params.session_id) as place:
+            open_now = self.order.loaded(params.session_id)
+            if open_now is not None and not self.sessions.lock(params.session_id).locked():
+                # Loaded and running already: only its replay (no lock, so nothing waits).
+                open_now.agent.journal.replay()
+                return SessionLoadResult(open_now.session_id, open_now.workspace,
+                                         len(open_now.agent.journal.events), False)
+            async with self.order.lock_now_or_mark(params.session_id):
+                loaded = await self.sessions.load(params.session_id, provider=provider,
+                                                  announce=self._announce,
+                                                  tools=self.tools.factory)
+                session = loaded.session
+                place.started()  # loaded (the log read): prompts after this one reach it
+                if session.session_id not in self._running:
+                    # The agent runs before the host hears of the session: if the host
+                    # refuses it (its workspace is gone), prompts still get answered.
+                    self._start_agent(session)
+                    await self.host.open_session(self._open_params(session))
+                    await self._list_plugins(session)
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered)
@@ -369,10 +407,12 @@ class Daemon:
         opening = self._opening.get(params.session_id)
         if opening is not None:  # still opening: undone, its starting servers killed
             opening.scope.cancel()
+            effect_taken()  # the open is undone from here; its servers' end is awaited
             await opening.done.wait()
             return Empty()
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        async with self.sessions.lock(params.session_id):
+        async with self.order.place(params.session_id) as place, \
+                self.order.lock_now_or_mark(params.session_id):
             session = self.sessions.get(params.session_id)
             # Closing, it takes no prompt; aborts join this stop and operators still see
             # it (a stuck call may need their force before the close can answer).
@@ -380,7 +420,7 @@ class Daemon:
             try:
                 # Shielded: a close that began finishes its stop.
                 with trio.CancelScope(shield=True):
-                    await session.agent.cancel(DisposedCause())
+                    await session.agent.cancel(DisposedCause(), task_status=place)
             finally:
                 await session.agent.record_owed()  # a last try, while the log is open
                 scope = self._agent_scopes.pop(session.session_id, None)
@@ -411,18 +451,22 @@ class Daemon:
 
     async def agent_prompt(self, params: AgentPromptParams) -> AgentPromptResult:
         self._require_initialized()
-        session = self.sessions.get(params.session_id)
-        if session.closing:
-            raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")
-        pending = session.agent.prompt(params.text)
+        async with self.order.place(params.session_id):
+            session = self.sessions.get(params.session_id)
+            if session.closing:
+                raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")
+            pending = session.agent.prompt(params.text)
+        # Accepted (the block's end took its effect): waiting for the turn's end follows.
         await pending.done.wait()
         assert pending.result is not None
         return pending.result
 
     async def agent_abort(self, params: AgentAbortParams) -> AgentAbortResult:
         self._require_initialized()
-        agent = self.sessions.get(params.session_id).agent
-        return await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox)
+        async with self.order.place(params.session_id) as place:
+            agent = self.sessions.get(params.session_id).agent
+            return await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox,
+                                      task_status=place)
 
     async def debug_run_tool(self, params: DebugRunToolParams) -> DebugRunToolResult:
         self._require_initialized()
@@ -433,6 +477,7 @@ class Daemon:
         return DebugRunToolResult(call_id, result)
 
     async def shutdown(self, params: Empty) -> Empty:
+        effect_taken()  # the shutdown has begun: settling the turns is waiting
         await self._quiesce()
         self._shutdown.set()
         return Empty()

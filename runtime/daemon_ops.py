@@ -46,7 +46,7 @@ from runtime.agent.phase import PhaseKind
 from runtime.agent.task import CHILD_SEPARATOR
 from runtime.percentiles import percentile
 from runtime.registry import OperatorCause
-from runtime.rpc import ConnectionClosed
+from runtime.rpc import ConnectionClosed, effect_status
 
 if TYPE_CHECKING:
     from runtime.daemon import Daemon
@@ -203,7 +203,8 @@ class DaemonOps:
         return None
 
     async def ops_abort(self, session_id: str) -> AgentAbortResult:
-        return await self._daemon.sessions.get(session_id).agent.cancel(OperatorCause())
+        return await self._daemon.sessions.get(session_id).agent.cancel(
+            OperatorCause(), task_status=effect_status())
 
     async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult:
         self._daemon.sessions.get(session_id)

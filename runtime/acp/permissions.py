@@ -41,7 +41,7 @@ from runtime.acp.messages import (
     ToolCallUpdate,
 )
 from runtime.acp.translate import tool_call_id, tool_kind
-from runtime.rpc import ConnectionClosed, Endpoint
+from runtime.rpc import ConnectionClosed, Endpoint, effect_taken
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,7 @@ class PermissionBridge:
             return DENY  # the native side forgot it already: nobody reads this
         prompt = _Prompt(params.session_id, params.call_id)
         self._prompts[params.request_id] = prompt
+        effect_taken()  # registered (a withdrawal finds it); the native link reads on
         try:
             if params.session_id not in self._cancelling:
                 answer = await self._ask(params, prompt)

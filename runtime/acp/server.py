@@ -24,7 +24,7 @@ from typing import Any
 import msgspec
 import trio
 
-from protocol.envelope import IncomingRequest
+from protocol.envelope import IncomingNotification, IncomingRequest
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import (
     AgentAbortParams,
@@ -61,7 +61,7 @@ from runtime.acp.messages import (
 from runtime.acp.opening import Openings
 from runtime.acp.permissions import PermissionBridge
 from runtime.acp.translate import Translator
-from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler
+from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler, SentRequest
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,8 @@ class _Prompt:
     cancelled: trio.Event = field(default_factory=trio.Event)
     cause: CauseKind = "user"
     done: trio.Event = field(default_factory=trio.Event)
+    sent: bool = False  # its agent.prompt is queued on the native link
+    abort: SentRequest | None = None  # the agent.abort queued right behind it, if any
 
     @property
     def session_id(self) -> str:
@@ -134,8 +136,14 @@ class AcpServer:
 
     # -- the wire, seen in order ----------------------------------------------------------
 
-    def on_request_seen(self, request: IncomingRequest) -> None:
-        """A request the endpoint is about to dispatch (the tap parsed it as it will)."""
+    def on_request_seen(self, request: IncomingRequest | IncomingNotification) -> None:
+        """A message the endpoint is about to handle (the tap parsed it as it will)."""
+        if isinstance(request, IncomingNotification):
+            if request.method == "session/cancel":
+                # The prompts read before it and not yet handled never reach the agent.
+                for prompt in self._unstarted.get(request.params.session_id, ()):
+                    prompt.cancelled.set()
+            return
         if request.method == "session/prompt":
             prompt = _Prompt(request.id, request.params)
             self._by_id[request.id] = prompt
@@ -242,6 +250,7 @@ class AcpServer:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._abort_when_cancelled, prompt)
             try:
+                prompt.sent = True  # (queued at once: no checkpoint before the send)
                 answer: AgentPromptResult = await self._native(
                     "agent.prompt", AgentPromptParams(session.session_id, text))
             except RpcError as exc:
@@ -266,8 +275,16 @@ class AcpServer:
         await prompt.cancelled.wait()
         while True:
             try:
-                result: AgentAbortResult = await self._native(
-                    "agent.abort", AgentAbortParams(prompt.session_id, Cause(prompt.cause)))
+                result: AgentAbortResult
+                if prompt.abort is not None:  # already queued behind the prompt
+                    sent, prompt.abort = prompt.abort, None
+                    try:
+                        result = await sent.result()
+                    except ConnectionClosed as exc:
+                        raise RpcError(ErrorCode.INTERNAL, "the runtime stopped") from exc
+                else:
+                    result = await self._native(
+                        "agent.abort", AgentAbortParams(prompt.session_id, Cause(prompt.cause)))
             except RpcError as exc:
                 # The prompt's own answer says how the turn ended (cancelled, since it was
                 # marked); a failed stop must not turn that answer into an error.
@@ -275,9 +292,9 @@ class AcpServer:
                 return
             if result.outcome == "aborted":
                 return
-            # ``idle``: the daemon runs each request in a task of its own, so our prompt may
-            # not have reached the agent yet, and a stop with nothing running arms nothing.
-            # Ask again until the turn is stopped, or the prompt answers (which ends this).
+            # ``idle``: the turn ended on its own first, or (a stop before our agent.prompt
+            # was queued) nothing ran yet. Ask again until the turn is stopped, or the
+            # prompt answers (which ends this).
             await trio.sleep(ABORT_RETRY)
 
     # -- ACP notifications ----------------------------------------------------------------
@@ -306,10 +323,23 @@ class AcpServer:
             prompt.cancelled.set()
         session = self._sessions.get(session_id)
         if session is not None and session.active is not None:
-            if not session.active.cancelled.is_set():
-                session.active.cause = cause  # the first cause wins
-            session.active.cancelled.set()
+            active = session.active
+            if not active.cancelled.is_set():
+                active.cause = cause  # the first cause wins
+                if active.sent:
+                    self._queue_abort(active)
+            active.cancelled.set()
             self.permissions.cancel_session(session_id)
+
+    def _queue_abort(self, prompt: _Prompt) -> None:
+        """Queue the native agent.abort now, right behind what was sent before: the daemon
+        takes requests in wire order, so it stops exactly this prompt's turn."""
+        assert self.native is not None
+        try:
+            prompt.abort = self.native.send_request(
+                "agent.abort", AgentAbortParams(prompt.session_id, Cause(prompt.cause)))
+        except ConnectionClosed:
+            prompt.abort = None  # the task that waits for it reports the closed link
 
     async def dispose(self) -> None:
         """The editor is gone: stop every running turn (cause ``disposed``) through the

@@ -1,13 +1,14 @@
-"""A tap on the ACP input: it sees each request in wire order, before it is dispatched.
+"""A tap on the ACP input: it sees each request and notification in wire order, as soon
+as its bytes are read, before the endpoint handles any of them.
 
-The endpoint does not tell handlers their request ids, and it runs a request in a task
-of its own while it handles a notification inline. So ``session/prompt`` followed at
-once by ``session/cancel`` can reach the cancel before the prompt's handler has started;
-and ``$/cancel_request`` names a request only by id. The tap frames and parses the same
-bytes with the same sans-IO functions the endpoint uses (``protocol.framing``,
-``protocol.envelope.parse_frame``) and reports every request the endpoint will dispatch,
-synchronously and in wire order. Bytes pass through untouched; what the tap cannot parse
-is the endpoint's to answer.
+The endpoint takes requests in wire order (a ``session/prompt`` reaches the native
+link before a later frame is handled), but ``$/cancel_request`` names a request only
+by id, which the endpoint does not tell handlers; and a ``session/cancel`` read in the
+same chunk as its prompt should stop that prompt before it reaches the agent at all.
+The tap frames and parses the same bytes with the same sans-IO functions the endpoint
+uses (``protocol.framing``, ``protocol.envelope.parse_frame``) and reports every
+request and notification the endpoint will handle, synchronously and in wire order.
+Bytes pass through untouched; what the tap cannot parse is the endpoint's to answer.
 """
 
 from __future__ import annotations
@@ -16,17 +17,18 @@ from collections.abc import Callable
 
 import trio
 
-from protocol.envelope import Batch, IncomingRequest, parse_frame
+from protocol.envelope import Batch, IncomingNotification, IncomingRequest, parse_frame
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE, Frame, FrameDecoder
 from protocol.methods import Direction
 
-OnRequest = Callable[[IncomingRequest], None]
+OnRequest = Callable[[IncomingRequest | IncomingNotification], None]
 
 
-def _requests(frame: bytes, direction: Direction) -> list[IncomingRequest]:
+def _requests(frame: bytes, direction: Direction
+              ) -> list[IncomingRequest | IncomingNotification]:
     parsed = parse_frame(frame, direction)
     items = parsed.items if isinstance(parsed, Batch) else (parsed,)
-    return [item for item in items if isinstance(item, IncomingRequest)]
+    return [item for item in items if isinstance(item, IncomingRequest | IncomingNotification)]
 
 
 class ReceiveTap(trio.abc.ReceiveStream):

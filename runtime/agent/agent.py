@@ -104,6 +104,10 @@ class Agent:
         self._stop_at: float | None = None  # the current phase's first stop request
         self._owed: list[tuple[str, str]] = []
         """(turn id, why) of turns whose turn/end the log could not take, oldest first."""
+        self.before_turn: Callable[[], Awaitable[None]] | None = None
+        """Awaited before a turn's first step (its phase and controller already exist): the
+        daemon lets its client link take the effect of the frames it has already read, so
+        a stop written right behind the prompt stops the turn before it runs a tool."""
         self.turns = 0
 
     # -- prompts ----------------------------------------------------------------------
@@ -134,6 +138,8 @@ class Agent:
     async def _run_turn(self, slot: _TurnSlot) -> None:
         controller = self.machine.phase.controller
         assert controller is not None
+        if self.before_turn is not None:
+            await self.before_turn()
         registry, definitions, route = self._tools(slot.turn_id)
         task = TaskTool(slot.turn_id, self._run_child).definition()
         registry.register(task)
@@ -286,8 +292,12 @@ class Agent:
             self._begin_queued()
         return True
 
-    async def cancel(self, cause: Cause, *, keep_inbox: bool = False) -> AgentAbortResult:
-        """Stop the current phase, whichever it is, and answer once it has settled."""
+    async def cancel(self, cause: Cause, *, keep_inbox: bool = False,
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                     ) -> AgentAbortResult:
+        """Stop the current phase, whichever it is, and answer once it has settled.
+        ``task_status`` is started once the stop is recorded and started (before any
+        wait): a link reads on from there."""
         started = time.perf_counter()
         if not keep_inbox:
             while self.inbox:
@@ -301,6 +311,7 @@ class Agent:
             self._stop_at = time.monotonic()
         if slot is not None and slot.stop_requested_at is None:
             slot.stop_requested_at = time.monotonic()
+        task_status.started()
         with trio.move_on_after(self.stuck_after):
             await phase.settled.wait()
         if not phase.settled.is_set():
@@ -348,6 +359,12 @@ class Agent:
         now = time.monotonic()
         waiting = now - slot.stop_requested_at if slot.stop_requested_at is not None else None
         return slot.turn_id, now - slot.started_at, waiting
+
+    @property
+    def stopping(self) -> bool:
+        """A stop of the current phase has been requested."""
+        controller = self.machine.phase.controller
+        return controller is not None and controller.signal.aborted
 
     @property
     def busy(self) -> bool:

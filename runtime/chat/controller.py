@@ -61,7 +61,7 @@ from runtime.chat.commands import (
 from runtime.chat.link import open_daemon, still_alive, tool_processes
 from runtime.chat.view import ChatView, session_lines
 from runtime.client import DaemonClient
-from runtime.rpc import ConnectionClosed
+from runtime.rpc import ConnectionClosed, effect_taken
 
 _C = TypeVar("_C", bound=Command)
 
@@ -301,6 +301,7 @@ class Controller:
                              ) -> PermissionRequestResult:
         asked = _Asked(trio.Event())
         self._asked[params.request_id] = asked
+        effect_taken()  # asked: waiting for the user must not hold up the link's reader
         self.view.permission_asked(params.request_id, params.tool, params.args_preview,
                                    params.risk, params.call_id)
         self._screen.refresh()

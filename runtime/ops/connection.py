@@ -31,7 +31,7 @@ from protocol.messages.ops import (
 from protocol.methods import OPS_TO_RUNTIME, RUNTIME_TO_OPS
 from protocol.version import PROTOCOL_VERSION, check_compatible
 from runtime.ops.backend import OpsBackend
-from runtime.rpc import ConnectionClosed, Endpoint, Handler
+from runtime.rpc import ConnectionClosed, Endpoint, Handler, effect_taken
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +100,7 @@ class OpsConnection:
     async def restart_host(self, params: Empty) -> OpsRestartHostResult:
         self._require_initialized()
         log.warning("ops: operator restarts the host")
+        effect_taken()  # the old host's stop and the new one's start are waits
         return await self.backend.ops_restart_host()
 
     async def stats(self, params: Empty) -> OpsStatsResult:
@@ -111,6 +112,7 @@ class OpsConnection:
         self._require_initialized()
         tail = _Tail(self, params.session_id)
         remove = self.backend.add_event_listener(tail.on_event)
+        effect_taken()  # listening: forwarding until the client closes follows
         try:
             await self.endpoint.closed.wait()
         finally:

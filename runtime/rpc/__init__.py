@@ -4,8 +4,14 @@ Both processes use it: the runtime for its client and host links, the host for
 its runtime link.
 """
 
-from runtime.rpc.dispatch import Handler, NotificationHandler
-from runtime.rpc.endpoint import ConnectionClosed, Endpoint, NotSent, OversizedMessage
+from runtime.rpc.dispatch import Handler, NotificationHandler, effect_status, effect_taken
+from runtime.rpc.endpoint import (
+    ConnectionClosed,
+    Endpoint,
+    NotSent,
+    OversizedMessage,
+    SentRequest,
+)
 
 __all__ = ["ConnectionClosed", "Endpoint", "Handler", "NotSent", "NotificationHandler",
-           "OversizedMessage"]
+           "OversizedMessage", "SentRequest", "effect_status", "effect_taken"]

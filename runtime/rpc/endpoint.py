@@ -1,14 +1,24 @@
 """One side of a JSON-RPC link over a pair of byte streams, under trio.
 
 Framing and envelopes come from ``protocol`` (sans-IO); this module adds the
-I/O: a reader task that never waits on a handler (each request runs in its own
-task in the endpoint's nursery, so a later ``tools.abort`` is read while
-earlier requests still run), a single writer task (two tasks writing one stream
-raise ``BusyResourceError``, and a cancelled ``send_all`` could tear a frame),
-and id correlation for the requests this side sends.
+I/O: a reader task, a single writer task (two tasks writing one stream raise
+``BusyResourceError``, and a cancelled ``send_all`` could tear a frame), and id
+correlation for the requests this side sends.
 
-Notifications are handled inline by synchronous handlers, so their order on
-the wire is the order they are handled in (``tools.output`` relies on it).
+Requests take effect in wire order: the reader hands each request to
+``nursery.start`` and reads the next frame once the handler has taken its effect
+(``runtime.rpc.dispatch.effect_taken``); what the handler then waits for runs in
+its own task, so a later ``tools.abort`` is read while earlier requests still
+run, and answers come back in any order. A batch's members are started the same
+way, one after the other, and answered together (split over several frames if
+one would be too large). Notifications are handled inline by synchronous
+handlers, so their order on the wire is the order they are handled in
+(``tools.output`` relies on it).
+
+Nothing is written over the frame limit: an answer that would be is an error
+answer, a notification that would be has its longest strings shortened
+(``protocol.bounds.shorten``), and a request that would be raises
+:class:`OversizedMessage`.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from typing import Any
 import msgspec
 import trio
 
+from protocol.bounds import shorten
 from protocol.envelope import (
     Batch,
     Incoming,
@@ -39,17 +50,20 @@ from protocol.envelope import (
 from protocol.errors import ERROR_MESSAGES, ErrorCode, RemoteError, RpcError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE, Frame, FrameDecoder, encode_frame
 from protocol.methods import Direction, RequestId
+from runtime.rpc.batch import BatchReply
 from runtime.rpc.dispatch import (
     Handler,
     NotificationHandler,
-    Response,
     dispatch_request,
+    effect_taken,
     encode_responses,
 )
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 65536
+SLOW_EFFECT = 0.5
+"""A handler that takes longer to take its effect (the reader waits for it) is logged."""
 WRITE_COALESCE = 65536
 """Queued frames are joined into one write up to about this many bytes."""
 
@@ -78,6 +92,33 @@ class _Pending:
     error: RemoteError | ConnectionClosed | None = None
 
 
+class SentRequest:
+    """A request already queued on a link; :meth:`result` waits for its answer."""
+
+    def __init__(self, endpoint: Endpoint, request_id: RequestId, pending: _Pending,
+                 decoder: msgspec.json.Decoder[Any]) -> None:
+        self._endpoint = endpoint
+        self.request_id = request_id
+        self._pending = pending
+        self._decoder = decoder
+
+    async def result(self) -> Any:
+        """The typed result; raise RemoteError on an error. A cancelled caller forgets the
+        request (a late answer is dropped)."""
+        try:
+            await self._pending.done.wait()
+        finally:
+            self._endpoint._pending.pop(self.request_id, None)
+        if self._pending.error is not None:
+            raise self._pending.error
+        assert self._pending.result is not None
+        return self._decoder.decode(self._pending.result)
+
+    def forget(self) -> None:
+        """Nobody will wait for the answer: drop it when it comes."""
+        self._endpoint._pending.pop(self.request_id, None)
+
+
 class Endpoint:
     def __init__(
         self,
@@ -104,7 +145,9 @@ class Endpoint:
         # Unbounded: a sender never blocks or tears a frame; producers bound their output.
         self._out_send, self._out_receive = trio.open_memory_channel[bytes](math.inf)
         self._nursery: trio.Nursery | None = None
-        self._read_scope = trio.CancelScope()
+        self._reading = True
+        self._receive_scope: trio.CancelScope | None = None
+        self._idle = trio.Event()  # set while the reader waits for bytes (or has ended)
         self.closed = trio.Event()
         self.frames_in = 0
         self.frames_out = 0
@@ -123,18 +166,26 @@ class Endpoint:
                 self._nursery = handlers
                 task_status.started()
                 try:
-                    with self._read_scope:
-                        await self._read_loop()
+                    await self._read_loop()
                 finally:
                     # Also when the link is cancelled: nobody may wait for an answer forever.
                     self._on_closed()
             self._out_send.close()
 
     def stop_reading(self) -> None:
-        """Read no more; ``run`` returns once running handlers answered and output drained."""
-        self._read_scope.cancel()
+        """Read no more; ``run`` returns once running handlers answered and output drained.
+        (A handler still taking its effect is not cancelled: it runs on like the others.)"""
+        self._reading = False
+        if self._receive_scope is not None:
+            self._receive_scope.cancel()
+
+    async def caught_up(self) -> None:
+        """Return once every frame already read has been taken (its effect, for a request):
+        at once if the reader is waiting for bytes, else when it next does."""
+        await self._idle.wait()
 
     def _on_closed(self) -> None:
+        self._idle.set()
         self.closed.set()
         for pending in self._pending.values():
             pending.error = ConnectionClosed(f"{self.name}: link closed")
@@ -148,12 +199,22 @@ class Endpoint:
         ``request_id``: a caller-chosen id (a string: never one of the counter's), for a
         caller that must name the request later (MCP's ``notifications/cancelled``).
         """
+        return await self.send_request(method, params, request_id=request_id).result()
+
+    def send_request(self, method: str, params: msgspec.Struct, *,
+                     request_id: RequestId | None = None) -> SentRequest:
+        """Queue a request now (so it keeps its place among what this task sends next);
+        its answer is awaited with :meth:`SentRequest.result`. Raise ``NotSent`` if the
+        link is closed, :class:`OversizedMessage` if it would not fit a frame."""
         spec = self._outgoing.specs[method]
         assert not spec.is_notification, method
         if self.closed.is_set():
             raise NotSent(f"{self.name}: link closed")
         if request_id is None:
             request_id = next(self._ids)
+        # Waiting on a peer is waiting: a handler asking one has taken its effect (else
+        # a handler of this link waiting for an answer this reader must read would hang).
+        effect_taken()
         payload = encode_request(request_id, method, params)
         if len(payload) > self._max_frame_size:
             raise OversizedMessage(len(payload), self._max_frame_size)
@@ -161,14 +222,10 @@ class Endpoint:
         self._pending[request_id] = pending
         try:
             self._enqueue(payload)
-            await pending.done.wait()
-        finally:
-            # A cancelled caller forgets the request; a late answer is dropped.
+        except NotSent:
             self._pending.pop(request_id, None)
-        if pending.error is not None:
-            raise pending.error
-        assert pending.result is not None
-        return spec.result_decoder.decode(pending.result)
+            raise
+        return SentRequest(self, request_id, pending, spec.result_decoder)
 
     def notify(self, method: str, params: msgspec.Struct) -> None:
         """Queue a notification; never blocks, so it keeps its order among others.
@@ -176,7 +233,26 @@ class Endpoint:
         Also once reading stopped (``closed``): a shutting-down daemon still tells its
         client how each turn ended. Dropped only once the writer is gone."""
         assert self._outgoing.specs[method].is_notification, method
-        self._enqueue_quietly(encode_notification(method, params))
+        payload = encode_notification(method, params)
+        if len(payload) > self._max_frame_size:
+            short = self._shortened(method, params, len(payload))
+            if short is None:
+                return
+            payload = short
+        self._enqueue_quietly(payload)
+
+    def _shortened(self, method: str, params: msgspec.Struct, size: int) -> bytes | None:
+        """The notification with its longest strings cut to fit a frame (None: it cannot
+        be made to, and is dropped). The record it announces keeps them whole."""
+        overhead = len(encode_notification(method, {}))  # type: ignore[arg-type]
+        short = shorten(msgspec.to_builtins(params), self._max_frame_size - overhead)
+        if short is None:
+            log.error("%s: %s of %d bytes cannot be shortened to the %d byte frame limit; "
+                      "dropped", self.name, method, size, self._max_frame_size)
+            return None
+        log.warning("%s: %s of %d bytes shortened to fit the %d byte frame limit",
+                    self.name, method, size, self._max_frame_size)
+        return encode_notification(method, short)
 
     def _enqueue(self, payload: bytes) -> None:
         try:
@@ -211,31 +287,43 @@ class Endpoint:
 
     async def _read_loop(self) -> None:
         decoder = FrameDecoder(self._max_frame_size)
-        while True:
-            try:
-                data = await self._receive.receive_some(READ_CHUNK)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+        while self._reading:
+            self._idle.set()
+            with trio.CancelScope() as self._receive_scope:
+                try:
+                    data = await self._receive.receive_some(READ_CHUNK)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    return
+            if self._receive_scope.cancelled_caught or not data:
                 return
-            if not data:
-                return
+            self._idle = trio.Event()
             for event in decoder.feed(data):
+                if not self._reading:
+                    return
                 if isinstance(event, Frame):
                     self.frames_in += 1
-                    self._handle_parsed(parse_frame(event.data, self._incoming))
+                    await self._handle_parsed(parse_frame(event.data, self._incoming))
                 else:
                     log.warning("%s: frame of %d bytes exceeds the %d byte limit", self.name,
                                 event.size_at_least, event.limit)
                     self._send_error(None, ErrorCode.INVALID_REQUEST,
                                      f"frame exceeds {event.limit} bytes")
 
-    def _handle_parsed(self, parsed: Incoming | Batch) -> None:
+    async def _handle_parsed(self, parsed: Incoming | Batch) -> None:
+        """Take the message's effect, in wire order; what a request then waits for runs in
+        a task of the endpoint's nursery."""
+        assert self._nursery is not None
         if isinstance(parsed, Batch):
-            assert self._nursery is not None
-            self._nursery.start_soon(self._serve_batch, parsed)
-            return
-        if isinstance(parsed, IncomingRequest):
-            assert self._nursery is not None
-            self._nursery.start_soon(self._serve_request, parsed)
+            reply = BatchReply(self._max_frame_size, self._enqueue_quietly)
+            for item in parsed.items:
+                await self._handle_member(item, reply)
+            reply.close()
+        elif isinstance(parsed, IncomingRequest):
+            started = trio.current_time()
+            await self._nursery.start(self._serve_request, parsed)
+            if trio.current_time() - started > SLOW_EFFECT:
+                log.warning("%s: %s held the reader %.3f s before taking its effect",
+                            self.name, parsed.method, trio.current_time() - started)
         elif isinstance(parsed, IncomingNotification):
             self._handle_notification(parsed)
         elif isinstance(parsed, IncomingResponse):
@@ -244,6 +332,19 @@ class Endpoint:
             self._send_error(parsed.id, parsed.code, parsed.data)
         else:
             log.warning("%s: dropped bad notification: %s", self.name, parsed.detail)
+
+    async def _handle_member(self, item: Incoming, reply: BatchReply) -> None:
+        assert self._nursery is not None
+        if isinstance(item, IncomingRequest):
+            await self._nursery.start(self._serve_member, item, reply)
+        elif isinstance(item, InvalidMessage):
+            if item.respond:
+                reply.add(encode_message(error_response(
+                    item.id, int(item.code), ERROR_MESSAGES[item.code], item.data)))
+        elif isinstance(item, IncomingNotification):
+            self._handle_notification(item)
+        else:
+            self._resolve(item)
 
     def _handle_notification(self, note: IncomingNotification) -> None:
         handler = self._notification_handlers.get(note.method)
@@ -278,10 +379,12 @@ class Endpoint:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             log.debug("%s: message dropped, link closed", self.name)
 
-    async def _serve_request(self, request: IncomingRequest) -> None:
-        response = await dispatch_request(self._handlers, request)
+    async def _answer(self, request: IncomingRequest, task_status: trio.TaskStatus[None],
+                      room: int = 0) -> bytes:
+        """The encoded answer; ``room``: bytes the frame needs besides it (a batch's ``[]``)."""
+        response = await dispatch_request(self._handlers, request, task_status=task_status)
         payload = encode_responses(response)
-        if len(payload) > self._max_frame_size:
+        if len(payload) + room > self._max_frame_size:
             # The peer would drop it and wait forever: answer with an error instead.
             log.error("%s: answer to %s is %d bytes, over the frame limit", self.name,
                       request.method, len(payload))
@@ -289,25 +392,15 @@ class Endpoint:
                 request.id, int(ErrorCode.INTERNAL), ERROR_MESSAGES[ErrorCode.INTERNAL],
                 f"the answer ({len(payload)} bytes) exceeds the {self._max_frame_size} byte "
                 "frame limit"))
-        self._enqueue_quietly(payload)
+        return payload
 
-    async def _serve_batch(self, batch: Batch) -> None:
-        responses: list[Response | dict[str, Any]] = []
+    async def _serve_request(self, request: IncomingRequest, *,
+                             task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                             ) -> None:
+        self._enqueue_quietly(await self._answer(request, task_status))
 
-        async def serve_one(item: Incoming) -> None:
-            if isinstance(item, IncomingRequest):
-                responses.append(await dispatch_request(self._handlers, item))
-            elif isinstance(item, InvalidMessage):
-                if item.respond:
-                    responses.append(error_response(item.id, int(item.code),
-                                                    ERROR_MESSAGES[item.code], item.data))
-            elif isinstance(item, IncomingNotification):
-                self._handle_notification(item)
-            else:
-                self._resolve(item)
-
-        async with trio.open_nursery() as nursery:
-            for item in batch.items:
-                nursery.start_soon(serve_one, item)
-        if responses:  # a batch of notifications gets no answer
-            self._enqueue_quietly(encode_responses(responses))
+    async def _serve_member(self, request: IncomingRequest, reply: BatchReply, *,
+                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                            ) -> None:
+        reply.expect()
+        reply.add(await self._answer(request, task_status, room=2), answered=True)

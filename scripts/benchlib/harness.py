@@ -34,6 +34,7 @@ from protocol.messages.host import (
     PermissionWithdrawnParams,
 )
 from runtime.client import DaemonClient, serve_command, spawn_daemon
+from runtime.rpc import effect_taken
 
 MARK_VAR = "QUIESCE_BENCH_MARK"
 """Set on the daemon; the host and every process a tool starts inherit it."""
@@ -150,6 +151,7 @@ class Bench:
         """Never answered: the scenario stops the turn while the prompt is pending."""
         self._session(params.session_id).permission_requests.append(params)
         self._touch()
+        effect_taken()  # recorded: the link reads on while this waits
         await trio.sleep_forever()
         raise AssertionError("unreachable")
 

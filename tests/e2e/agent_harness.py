@@ -48,6 +48,7 @@ from protocol.messages.host import (
     PermissionWithdrawnParams,
 )
 from runtime.client import DaemonClient, spawn_daemon
+from runtime.rpc import effect_taken
 from runtime.sessionlog import read_log
 from tests.conftest import Marked
 from tests.support import command_line, marked_processes
@@ -56,6 +57,7 @@ Answer = Callable[[PermissionRequestParams], Awaitable[PermissionRequestResult]]
 
 
 async def never(params: PermissionRequestParams) -> PermissionRequestResult:
+    effect_taken()  # a client answering later: the link reads on
     await trio.sleep_forever()
     raise AssertionError
 
@@ -197,6 +199,7 @@ async def agent_daemon(marked: Marked, *, answer: Answer = never,
     holder: list[Agent] = []
 
     async def on_permission(params: PermissionRequestParams) -> PermissionRequestResult:
+        effect_taken()  # a client answering later: the link reads on
         holder[0].permission_requests.append(params)
         holder[0].changed.set()
         return await answer(params)

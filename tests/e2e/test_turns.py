@@ -30,6 +30,7 @@ from protocol.messages.events import (
     TurnStart,
 )
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
+from runtime.rpc import effect_taken
 from tests.conftest import Marked
 from tests.e2e.agent_harness import (
     agent_daemon,
@@ -161,6 +162,7 @@ async def test_stop_during_a_permission_prompt(tmp_path: pathlib.Path, marked: M
 
 async def test_permission_answered_runs_the_call(tmp_path: pathlib.Path, marked: Marked) -> None:
     async def allow(params: PermissionRequestParams) -> PermissionRequestResult:
+        effect_taken()  # a client answering later: the link reads on
         return PermissionRequestResult("allow-once")
 
     script = [[call("w1", "Write", path="x.txt", content="yes")], [text("ok")]]

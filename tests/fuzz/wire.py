@@ -821,8 +821,7 @@ def json_oracle(frame: bytes) -> Expected | str:
         value = json.loads(line.decode("utf-8"), parse_constant=_refuse)
     except (ValueError, UnicodeDecodeError, RecursionError):
         return Answer(None, frozenset({PARSE}))
-    if _has_lone_surrogate(value):
-        return Answer(None, frozenset({PARSE}))
+    # (A lone surrogate escape is read as U+FFFD: such text is still JSON text.)
     if isinstance(value, (dict, list)):
         return "object"
     if isinstance(value, int) and not isinstance(value, bool) and len(str(abs(value))) > 4000:
@@ -832,20 +831,6 @@ def json_oracle(frame: bytes) -> Expected | str:
 
 def _refuse(constant: str) -> Any:
     raise ValueError(constant)
-
-
-def _has_lone_surrogate(value: Any) -> bool:
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            return True
-        return False
-    if isinstance(value, list):
-        return any(_has_lone_surrogate(v) for v in value)
-    if isinstance(value, dict):
-        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
-    return False
 
 
 @functools.cache
@@ -917,6 +902,74 @@ def batch(link: Link) -> st.SearchStrategy[Template]:
     return draw()
 
 
+LONE_SURROGATES = [b"\\udcff", b"\\ud83d", b"\\uDE00", b"\\ud83d\\u0041", b"\\udfff\\ud800"]
+
+
+@functools.cache
+def lone_surrogate(link: Link) -> st.SearchStrategy[Template]:
+    """A request with a lone UTF-16 surrogate escape (as JavaScript writes half an emoji)
+    in a key, a value or its string id: read as U+FFFD, it keeps its id (here: an unknown
+    field, so ``-32602``; the id, a string, carries U+FFFD in the answer)."""
+    methods = [m for m in link.methods if "unknown field" in _param_defects(m)]
+
+    @st.composite
+    def draw(draw: st.DrawFn) -> Template:
+        method = draw(st.sampled_from(methods))
+        bad = draw(st.sampled_from(LONE_SURROGATES))
+        where = draw(st.sampled_from(["key", "value", "id"]))
+
+        def make(ids: Ids, phase: str, rnd: random.Random | None) -> Msg:
+            rid = ids.new("str" if where == "id" else "int", "@@BAD@@")
+            key, value = ("k@@BAD@@", 1) if where == "key" else ("bogus", "v@@BAD@@")
+            frame = msgspec.json.encode(_request(method.name, {key: value}, rid)).replace(
+                b"@@BAD@@", bad)
+            answer_id = _replaced(msgspec.json.encode(rid).replace(b"@@BAD@@", bad)
+                                  ) if where == "id" else rid
+            return Msg(frame, Answer(answer_id, frozenset({INVALID_PARAMS})),
+                       f"lone surrogate ({where})")
+
+        return Template("lone surrogate", make)
+
+    return draw()
+
+
+def _replaced(text: bytes) -> str:
+    """A JSON string as the daemon reads it: every lone surrogate is U+FFFD."""
+    value = json.loads(text)
+    return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in value)
+
+
+BATCH_LIMIT = 256  # protocol.bounds.MAX_BATCH_MEMBERS, stated again: the wire's contract
+
+
+@functools.cache
+def big_batch(link: Link) -> st.SearchStrategy[Template]:
+    """A batch at the member limit (served: notifications, no answer, then one request
+    answered) or over it (one ``-32600``, id null, whatever its members)."""
+    @st.composite
+    def draw(draw: st.DrawFn) -> Template:
+        over = draw(st.booleans())
+        extra = draw(st.integers(1, 2000)) if over else 0
+        member = draw(st.sampled_from([b"1", b'{"jsonrpc":"2.0","method":"no.such"}', b"[]"]))
+
+        def make(ids: Ids, phase: str, rnd: random.Random | None) -> Msg:
+            if over:
+                size = BATCH_LIMIT + extra
+                frame = b"[" + b",".join([member] * size) + b"]"
+                if len(frame) > link.max_frame:  # (then it is only oversized)
+                    frame = b"[" + b",".join([b"1"] * size) + b"]"
+                return Msg(frame, Answer(None, frozenset({INVALID_REQUEST})), "batch over limit")
+            rid = ids.new("int")
+            last = b'{"jsonrpc":"2.0","id":%d,"method":"no.such.method"}' % rid
+            quiet = b'{"jsonrpc":"2.0","method":"no.such"}'
+            frame = b"[" + b",".join([quiet] * (BATCH_LIMIT - 1) + [last]) + b"]"
+            return Msg(frame, (Answer(rid, frozenset({METHOD_NOT_FOUND})),), "batch at limit")
+
+        return Template("big batch", make)
+
+    return draw()
+
+
 def oversized(link: Link, *, at_most: int) -> st.SearchStrategy[Template]:
     """A frame over the limit (answered -32600, id null) and one exactly at it (served)."""
     @st.composite
@@ -956,6 +1009,7 @@ def messages(link: Link, *, oversize: int = 0) -> st.SearchStrategy[list[Templat
         truncated(st.one_of(valid_request(link), bad_params(link), batch(link))),
         truncated(valid_request(link)),
         bad_utf8(link), batch(link), batch(link), deep(link),
+        lone_surrogate(link), big_batch(link), big_batch(link),
     ]
     if oversize:
         kinds.append(oversized(link, at_most=oversize))

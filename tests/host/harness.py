@@ -26,6 +26,7 @@ from protocol.messages.host import (
 )
 from protocol.tools import Decision, ToolResult
 from runtime.host_link import HostLink
+from runtime.rpc import effect_taken
 
 
 class NoRuntime:
@@ -49,6 +50,7 @@ PermissionAnswer = Callable[[PermissionRequestParams], Awaitable[PermissionReque
 
 
 async def never_answer(params: PermissionRequestParams) -> PermissionRequestResult:
+    effect_taken()  # a client answering later: the link reads on
     await trio.sleep_forever()
     raise AssertionError("unreachable")
 
@@ -95,6 +97,7 @@ async def running_host(workspace: str, env: dict[str, str], *, mode: str = "auto
     holder: list[Host] = []
 
     async def on_permission(params: PermissionRequestParams) -> PermissionRequestResult:
+        effect_taken()  # a client answering later: the link reads on
         holder[0].permission_requests.append(params)
         holder[0].permission_asked.set()
         return await answer(params)

@@ -47,6 +47,7 @@ from protocol.tools import (
     ToolResult,
 )
 from runtime.host_link import HostLink
+from runtime.rpc import effect_taken
 from tests.support import command_line, marked_processes
 
 # -- what an example is made of ------------------------------------------------------
@@ -327,6 +328,7 @@ class InterleavingHost:
         endpoint._resolve = resolve  # type: ignore[method-assign]
 
     async def on_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
+        effect_taken()  # a client answering later: the link reads on
         run = self.runs.get((params.session_id, params.call_id))
         if run is None:
             self.stray.append(f"permission.request for unknown call {params.call_id!r}")

@@ -5,7 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
+import msgspec
 import pytest
 import trio
 import trio.testing
@@ -25,6 +27,7 @@ from runtime.rpc import (
     Handler,
     NotificationHandler,
     OversizedMessage,
+    effect_taken,
 )
 
 
@@ -50,6 +53,7 @@ async def test_abort_is_read_while_every_handler_is_busy() -> None:
     release = trio.Event()
 
     async def slow_open(params: SessionOpenParams) -> Empty:
+        effect_taken()  # only waiting follows: the link reads on
         await release.wait()
         return Empty()
 
@@ -108,6 +112,7 @@ async def test_notifications_after_reading_stopped_still_go_out() -> None:
     holder: list[Endpoint] = []
 
     async def disposing(params: SessionOpenParams) -> Empty:
+        effect_taken()
         await release.wait()
         holder[0].notify("tools.output", ToolsOutputParams("s", "c", 1, "stdout", "late\n"))
         return Empty()
@@ -237,3 +242,69 @@ async def test_an_rpc_error_raised_in_a_handlers_nursery_keeps_its_code(
         assert (info.value.message, info.value.data) == ("no such call", {"callId": "c1"})
     else:
         assert info.value.data is None  # nothing of the failures leaks to the peer
+
+
+async def test_requests_take_effect_in_wire_order_and_waiting_holds_nothing() -> None:
+    """Each request's handler runs to its effect point before the next frame is handled
+    (whatever trio's scheduler would pick); what it then waits for holds nothing up."""
+    order: list[str] = []
+    release = trio.Event()
+
+    async def open_(params: SessionOpenParams) -> Empty:
+        order.append(params.session_id)
+        effect_taken()
+        await release.wait()
+        return Empty()
+
+    async def abort(params: ToolsAbortParams) -> ToolsAbortResult:
+        order.append(f"abort {params.session_id}")
+        return ToolsAbortResult(True, "running")
+
+    a_stream, b_stream = trio.testing.memory_stream_pair()
+    host = Endpoint("host", b_stream, b_stream, incoming=RUNTIME_TO_HOST,
+                    outgoing=HOST_TO_RUNTIME, handlers={"session.open": open_,
+                                                        "tools.abort": abort})
+    frames = []
+    for i in range(50):
+        frames.append(b'{"jsonrpc":"2.0","id":%d,"method":"session.open","params":'
+                      b'{"sessionId":"s%d","workspace":"/w"}}' % (2 * i, i))
+        frames.append(b'{"jsonrpc":"2.0","id":%d,"method":"tools.abort","params":'
+                      b'{"sessionId":"s%d","callId":"c","tool":"Bash"}}' % (2 * i + 1, i))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(host.run)
+        with trio.fail_after(5):
+            await a_stream.send_all(b"\n".join(frames) + b"\n")
+            while len(order) < 100:
+                await trio.sleep(0.01)
+        assert order == [x for i in range(50) for x in (f"s{i}", f"abort s{i}")]
+        release.set()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_batch_reply_too_large_for_one_frame_is_split() -> None:
+    async def abort(params: ToolsAbortParams) -> ToolsAbortResult:
+        return ToolsAbortResult(True, "running")
+
+    limit = 400
+    a_stream, b_stream = trio.testing.memory_stream_pair()
+    host = Endpoint("host", b_stream, b_stream, incoming=RUNTIME_TO_HOST,
+                    outgoing=HOST_TO_RUNTIME, handlers={"tools.abort": abort},
+                    max_frame_size=limit)
+    member = b'{"jsonrpc":"2.0","id":%d,"method":"tools.abort","params":{"sessionId":"s",' \
+             b'"callId":"c","tool":"Bash"}}'
+    batch = b"[" + b",".join(member % i for i in range(3)) + b"]\n"
+    assert len(batch) <= limit
+    async with trio.open_nursery() as nursery:
+        await nursery.start(host.run)
+        with trio.fail_after(5):
+            await a_stream.send_all(batch)
+            data = b""
+            answers: list[Any] = []
+            while len(answers) < 3:
+                data += await a_stream.receive_some()
+                *lines, data = data.split(b"\n")
+                for line in lines:
+                    assert len(line) <= limit
+                    answers += msgspec.json.decode(line)
+        assert sorted(a["id"] for a in answers) == [0, 1, 2]
+        nursery.cancel_scope.cancel()

@@ -13,7 +13,7 @@ from protocol.messages.host import (
 )
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from runtime.permission_relay import PermissionRelay
-from runtime.rpc import Endpoint
+from runtime.rpc import Endpoint, effect_taken
 
 
 async def test_a_withdrawal_that_overtakes_its_request_refuses_it() -> None:
@@ -39,6 +39,7 @@ async def test_the_client_can_match_a_prompt_to_its_tool_call(
     relay = PermissionRelay()
 
     async def on_permission(params: ClientPermissionRequestParams) -> PermissionRequestResult:
+        effect_taken()  # a client answering later: the link reads on
         asked.append(params)
         assert relay.pending_calls() == {host_call_id}  # what operators see
         return PermissionRequestResult("allow-once")

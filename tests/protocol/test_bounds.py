@@ -1,0 +1,85 @@
+"""protocol.bounds: the batch limit, shortening to a frame, lone surrogates."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.bounds import (
+    MARKER,
+    MAX_BATCH_MEMBERS,
+    BatchTooLarge,
+    repair_surrogates,
+    shorten,
+    split_batch,
+)
+from protocol.envelope import Batch, IncomingRequest, InvalidMessage, parse_frame
+from protocol.errors import ErrorCode
+from protocol.methods import CLIENT_TO_RUNTIME
+
+
+def test_a_batch_up_to_the_limit_splits_into_its_members() -> None:
+    members = split_batch(b"[" + b",".join([b'{"a":[1,2]}'] * MAX_BATCH_MEMBERS) + b"]")
+    assert len(members) == MAX_BATCH_MEMBERS
+    assert bytes(members[0]) == b'{"a":[1,2]}'
+
+
+def test_one_member_over_the_limit_is_refused_without_reading_on() -> None:
+    with pytest.raises(BatchTooLarge, match=str(MAX_BATCH_MEMBERS)):
+        split_batch(b"[" + b",".join([b"1"] * (MAX_BATCH_MEMBERS + 1)) + b"]")
+    # What follows the first member too many is not even read (it is not JSON here).
+    with pytest.raises(BatchTooLarge):
+        split_batch(b"[" + b"1," * (MAX_BATCH_MEMBERS + 1) + b"garbage")
+
+
+def test_parse_frame_answers_an_oversized_batch_with_one_invalid_request() -> None:
+    parsed = parse_frame(b"[" + b",".join([b"1"] * 3_000_000) + b"]", CLIENT_TO_RUNTIME)
+    assert isinstance(parsed, InvalidMessage)
+    assert parsed.code is ErrorCode.INVALID_REQUEST and parsed.id is None
+    assert str(MAX_BATCH_MEMBERS) in parsed.detail
+    at_limit = parse_frame(b"[" + b",".join([b"1"] * MAX_BATCH_MEMBERS) + b"]",
+                           CLIENT_TO_RUNTIME)
+    assert isinstance(at_limit, Batch) and len(at_limit.items) == MAX_BATCH_MEMBERS
+
+
+@pytest.mark.parametrize(("escaped", "read"), [
+    (b"\\udcff", "\ufffd"), (b"\\ud83d", "\ufffd"), (b"\\uDE00x", "\ufffdx"),
+    (b"\\ud83d\\ude00", "\U0001f600"), (b"\\\\udcff", "\\udcff"),
+    (b"\\\\\\udcff", "\\\ufffd"), (b"\\udfff\\ud800", "\ufffd\ufffd"),
+])
+def test_lone_surrogates_are_read_as_the_replacement_character(escaped: bytes,
+                                                                read: str) -> None:
+    assert msgspec.json.decode(repair_surrogates(b'"' + escaped + b'"')) == read
+
+
+def test_a_lone_surrogate_keeps_the_request_id() -> None:
+    parsed = parse_frame(b'{"jsonrpc":"2.0","id":7,"method":"agent.prompt","params":'
+                         b'{"sessionId":"s-1","text":"half \\ud83d"}}', CLIENT_TO_RUNTIME)
+    assert isinstance(parsed, IncomingRequest) and parsed.id == 7
+    assert parsed.params.text == "half \ufffd"
+
+
+@given(st.text())
+def test_repair_changes_nothing_in_text_without_lone_surrogates(text: str) -> None:
+    encoded = json.dumps(text).encode()
+    assert msgspec.json.decode(repair_surrogates(encoded)) == text
+
+
+def test_shorten_cuts_the_longest_strings_to_fit_with_a_marker() -> None:
+    value = {"args": {"content": "x" * 100_000, "path": "/a"}, "seq": 1}
+    short = shorten(value, 2_000)
+    assert short is not None
+    assert len(msgspec.json.encode(short)) <= 2_000
+    assert short["args"]["path"] == "/a" and short["seq"] == 1
+    content = short["args"]["content"]
+    kept = content[:content.index("…")]
+    assert content == kept + MARKER.format(100_000 - len(kept))
+    assert shorten(value, 10**6) is value  # it fits: unchanged
+
+
+def test_shorten_gives_up_when_strings_are_not_what_is_large() -> None:
+    assert shorten({"n": list(range(10_000))}, 1_000) is None
