@@ -11,8 +11,9 @@ A turn whose ``turn/end`` could not be made durable answers its stops with an
 ``INTERNAL`` error, never with a settlement it cannot vouch for. An end the log took but
 could not fsync stays (it is true); one the log could not take is owed: recorded (kind
 ``error``, saying the log failed) before anything else of the session, once the log takes
-records again. A turn whose ``turn/start`` the log never took records nothing. A stop is counted (``on_stop``) once, where its phase
-settles, whoever asked for it (a client, an operator, ``session.close``, shutdown).
+records again. A turn whose ``turn/start`` the log never took records nothing. A stop is
+counted (``on_stop``) once, where its phase settles, whoever asked for it (a client, an
+operator, ``session.close``, shutdown).
 """
 
 from __future__ import annotations

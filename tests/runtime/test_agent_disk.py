@@ -147,3 +147,53 @@ async def test_a_parent_records_its_subagent_as_the_log_does(
     (said,) = [e for e in read_log(tmp_path / "s.jsonl").events
                if isinstance(e, ToolResultEvent) and e.call_id == "k1"]
     assert said.details["childEnd"] == child_end
+
+
+async def test_a_turn_does_not_start_while_an_earlier_end_is_still_owed(
+        tmp_path: pathlib.Path, faults: Callable[[str], None]) -> None:
+    agent, _, _ = make_agent(tmp_path, [[{"text": "one"}], [{"text": "two"}]])
+    faults("write:EROFS:3:0")  # from the assistant/message on, nothing is written
+    async with trio.open_nursery() as nursery:
+        await nursery.start(agent.run)
+        with trio.fail_after(5):
+            first = agent.prompt("one")
+            await first.done.wait()
+            second = agent.prompt("two")
+            await second.done.wait()
+        nursery.cancel_scope.cancel()
+    assert first.result is not None and first.result.stop_reason == "error"
+    # The second turn never began: no id, nothing in the log, the model never asked.
+    assert second.result is not None and second.result.turn_id is None
+    assert second.result.stop_reason == "error"
+    assert ends(tmp_path / "s.jsonl") == {"t1": []}
+    assert not agent.busy
+
+
+async def test_a_stop_is_counted_once_where_it_settles(
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
+    agent, _, _ = make_agent(tmp_path, [[{"text": "a"}, {"sleepMs": 60_000}], [{"text": "b"}],
+                                        [{"text": "c"}, {"sleepMs": 60_000}]])
+    counted: list[float] = []
+    agent.on_stop = counted.append
+    async with trio.open_nursery() as nursery:
+        await nursery.start(agent.run)
+        agent.prompt("one")
+        await trio.sleep(1)
+        answers = []
+
+        async def stop() -> None:
+            answers.append(await agent.cancel(UserCause()))
+
+        async with trio.open_nursery() as stops:  # two aborts join one settlement
+            stops.start_soon(stop)
+            stops.start_soon(stop)
+        assert [a.outcome for a in answers] == ["aborted", "aborted"]
+        assert len(counted) == 1
+        done = agent.prompt("two")
+        await done.done.wait()
+        assert (await agent.cancel(UserCause())).outcome == "idle"  # nothing to stop
+        agent.prompt("three")
+        await trio.sleep(1)
+        await agent.cancel(DisposedCause())  # as session.close and the shutdown stop
+        nursery.cancel_scope.cancel()
+    assert len(counted) == 2 and all(ms >= 0 for ms in counted)
