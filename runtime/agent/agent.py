@@ -327,6 +327,9 @@ class Agent:
         stop_cause = wire_cause(phase.controller.signal.cause)
         if slot is None:  # maintenance: no turn, no calls
             return AgentAbortResult("aborted", None, stop_cause, settled_ms)
+        if slot.end is None and slot.turn_id not in self.journal.by_turn:
+            raise RpcError(ErrorCode.INTERNAL, "the turn could not start: the session log "
+                           "refused its turn/start (see the daemon log)")
         if slot.end is None:
             raise RpcError(ErrorCode.INTERNAL, f"turn {slot.turn_id} ended, but its turn/end "
                            "could not be made durable (see the daemon log)")

@@ -124,6 +124,22 @@ async def test_a_turn_whose_start_the_log_refused_records_no_end(
     assert [e.turn_id for e in announced if isinstance(e, TurnEnd)] == ["t2"]
 
 
+async def test_a_stop_of_a_turn_that_could_not_start_says_so(
+        tmp_path: pathlib.Path, faults: Callable[[str], None]) -> None:
+    agent, _, _ = make_agent(tmp_path, [[{"text": "one"}]])
+    faults("write:EIO:1")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(agent.run)
+        pending = agent.prompt("one")
+        with trio.fail_after(5), pytest.raises(RpcError) as failed:
+            await agent.cancel(UserCause())
+        nursery.cancel_scope.cancel()
+    assert failed.value.code == ErrorCode.INTERNAL
+    assert "could not start" in str(failed.value)
+    assert pending.result is not None and pending.result.turn_id is None
+    assert ends(tmp_path / "s.jsonl") == {}
+
+
 @pytest.mark.parametrize(("fault", "child_end"), [
     ("fsync:EIO:1", "completed"),  # the child's end is kept, unsynced
     ("write:EIO:7", "error"),  # the child's end is refused: owed, and recorded error
