@@ -181,7 +181,8 @@ class Agent:
     async def _run_to_end(self, turn: Turn, signal: AbortSignal
                           ) -> tuple[TurnEnding, TurnEnd | None]:
         """Run a turn and record its turn/end, whatever happens inside it; the ending and
-        the turn/end if it is durable (None if the log failed to append or fsync it).
+        the turn/end if it is durable (None if the log failed to append or fsync it, or
+        never took the turn's turn/start: then no end is written).
 
         This is the one place a turn's unexpected failure (a bug, a model answer the
         scheduler refuses, a failing disk) is mapped: the turn ends ``error``, and every
