@@ -83,7 +83,8 @@ class SessionStore:
         self._config = config or TurnConfig()
         self._sessions: dict[str, Session] = {}
         self._locks: dict[str, trio.Lock] = {}
-        self._listing: dict[pathlib.Path, tuple[tuple[int, int], SessionInfo]] = {}
+        self._listing: dict[pathlib.Path, tuple[tuple[int, int] | None, SessionInfo]] = {}
+        """Each log's listing, by (size, mtime) of the file read (None: an OS error)."""
         # session.list and ops list from worker threads, maybe at once.
         self._listing_lock = threading.Lock()
         logfaults.warn_if_active(log)
@@ -252,10 +253,11 @@ class SessionStore:
             try:
                 contents = read_log(path)
                 meta = contents.meta
-            except OSError as exc:  # not kept: it may clear without the file changing
-                log.warning("session log %s is unreadable: %s", path, _why(exc))
-                self._listing.pop(path, None)
+            except OSError as exc:  # read again next time: it may clear, the file unchanged
                 info = _unreadable(path, exc, stat.st_mtime)
+                if cached is None or cached[1].error != info.error:  # said once, not each time
+                    log.warning("session log %s is unreadable: %s", path, _why(exc))
+                self._listing[path] = (None, info)
                 return info
             except ValueError as exc:
                 log.warning("session log %s is unreadable: %s", path, _why(exc))

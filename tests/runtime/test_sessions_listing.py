@@ -26,15 +26,19 @@ def stored(tmp_path: pathlib.Path) -> SessionStore:
 
 
 def test_an_os_error_is_not_cached_past_its_fix(tmp_path: pathlib.Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
     store = stored(tmp_path)
 
     def denied(path: pathlib.Path) -> LogContents:  # as before a chmod fixes the file
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
     monkeypatch.setattr(sessions, "read_log", denied)
-    (first,) = store.on_disk()
+    with caplog.at_level(logging.WARNING, logger="runtime.sessions"):
+        (first,) = store.on_disk()
+        store.on_disk()
     assert first.error is not None and "Permission denied" in first.error
+    assert caplog.text.count("is unreadable") == 1  # said once, however often listed
     monkeypatch.setattr(sessions, "read_log", read_log)  # fixed: same size and mtime
     (second,) = store.on_disk()
     assert second.error is None and second.permission_mode == "auto"
