@@ -34,6 +34,7 @@ def _spawn_host(command: list[str]) -> subprocess.Popen[bytes]:
     """The host, as the daemon's host link would spawn it: the same command, environment,
     pipes and fds (its stderr is ours; ``close_fds``: nothing else is inherited, the
     client's stdin and stdout included, which become its pipes)."""
+    from runtime import logfaults  # noqa: F401 -- takes its test-only variable out of our env
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 

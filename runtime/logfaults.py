@@ -1,6 +1,9 @@
 """A test-only seam in the session log's writer: make chosen writes, cuts or fsyncs fail.
 
 Off unless the daemon's environment sets ``QUIESCE_LOG_FAULTS`` (nothing else reads it).
+The variable is taken out of the process's environment when this module is imported, so
+the host and every process it starts never inherit it; the daemon's log says the seam is
+active when it starts (:func:`warn_if_active`).
 Real EIO and EROFS are hard to produce on demand; ENOSPC is tested on a small tmpfs
 instead. The value is a comma-separated list of ``<op>:<ERRNO>:<first>[:<count>]``:
 
@@ -18,6 +21,7 @@ a disk can do (a torn record), which is what the cut back must undo.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 from collections import Counter
 from dataclasses import dataclass
@@ -67,7 +71,15 @@ class Injector:
         return None
 
 
-injector = Injector(parse(os.environ.get(ENV, "")))
+injector = Injector(parse(os.environ.pop(ENV, "")))
+
+
+def warn_if_active(log: logging.Logger) -> None:
+    """Say in the daemon's log that chosen log operations will fail (tests only)."""
+    if injector.faults:
+        log.warning("%s is set: the session log's test-only fault seam is active (%s)", ENV,
+                    ", ".join(f"{f.op}:{errno.errorcode.get(f.errno, f.errno)}:{f.first}:"
+                              f"{f.count}" for f in injector.faults))
 
 
 def configure(spec: str) -> None:

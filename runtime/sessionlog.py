@@ -10,9 +10,10 @@ writes short is undone at once, the log cut back (``ftruncate``) to the end of i
 whole record, so what follows starts on a fresh line. If that cut fails too (EIO, a
 file system gone read-only), the log is *torn*: every later append first retries the
 cut and refuses (raises ``OSError``) while it still fails, so nothing is ever written
-after a torn record; a torn record can only be the last line. A ``turn/end`` whose
-fsync fails is cut back the same way: the log never keeps an end it could not vouch
-for. ``runtime.logfaults`` is the test-only seam that makes chosen operations fail.
+after a torn record; a torn record can only be the last line. A failed fsync cuts
+nothing: the records are true, only their durability is unconfirmed (and stays so: a
+later fsync that succeeds does not prove them, see ``sync``). ``runtime.logfaults`` is
+the test-only seam that makes chosen operations fail.
 """
 
 from __future__ import annotations
@@ -158,14 +159,15 @@ class SessionLog:
     def reopen(cls, path: pathlib.Path, contents: LogContents) -> SessionLog:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         _lock(fd, path)
-        size = os.fstat(fd).st_size
-        if contents.torn_bytes:
-            size -= contents.torn_bytes
-            try:
+        try:
+            size = os.fstat(fd).st_size
+            if contents.torn_bytes:
+                size -= contents.torn_bytes
                 os.ftruncate(fd, size)
-            except OSError:
-                os.close(fd)
-                raise
+        except OSError:
+            os.close(fd)  # and with it the lock
+            raise
+        if contents.torn_bytes:
             log.warning("%s: cut off a torn last line of %d bytes", path, contents.torn_bytes)
         next_seq = contents.events[-1].seq + 1 if contents.events else 0
         return cls(path, fd, next_seq, size)
@@ -216,7 +218,8 @@ class SessionLog:
         next append, which refuses to write while it still fails."""
         self._size, self._next_seq = mark.size, mark.next_seq
         try:
-            if os.fstat(self._fd).st_size != self._size:  # EROFS, EIO: often nothing written
+            # Only ever shorter (EROFS, EIO: often nothing was written); never extended.
+            if os.fstat(self._fd).st_size > self._size:
                 fault = logfaults.injector.check("truncate")
                 if fault is not None:
                     raise fault
@@ -238,11 +241,20 @@ class SessionLog:
         log.warning("%s: cut the torn record a failed append had left", self.path)
 
     async def sync(self) -> None:
-        """Make everything appended so far durable (survives a machine crash)."""
-        fault = logfaults.injector.check("fsync")
-        if fault is not None:
-            raise fault
-        await trio.to_thread.run_sync(os.fsync, self._fd)
+        """Make everything appended so far durable (survives a machine crash).
+
+        After a failure, nothing appended before it is proven durable any more, whatever
+        later fsyncs answer: Linux reports a writeback error once and may drop the pages
+        that failed. Said in the daemon's log (docs/operations.md: what to do)."""
+        try:
+            fault = logfaults.injector.check("fsync")
+            if fault is not None:
+                raise fault
+            await trio.to_thread.run_sync(os.fsync, self._fd)
+        except OSError as exc:
+            log.error("%s: fsync failed (%s): the records appended so far may not be on "
+                      "disk, even if a later fsync succeeds", self.path, exc.strerror or exc)
+            raise
 
     def close(self) -> None:
         if self._fd >= 0:

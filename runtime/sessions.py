@@ -9,6 +9,7 @@ import logging
 import os
 import pathlib
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from protocol.messages.events import (
 )
 from protocol.messages.host import PluginTool
 from protocol.tools import ToolResult, aborted_result
+from runtime import logfaults
 from runtime.agent.agent import Agent, ToolsFactory
 from runtime.agent.journal import Journal
 from runtime.agent.turn import TurnConfig
@@ -82,7 +84,11 @@ class SessionStore:
         self._config = config or TurnConfig()
         self._sessions: dict[str, Session] = {}
         self._locks: dict[str, trio.Lock] = {}
-        self._listing: dict[pathlib.Path, tuple[tuple[int, int], SessionInfo]] = {}
+        self._listing: dict[pathlib.Path, tuple[tuple[int, int] | None, SessionInfo]] = {}
+        """Each log's listing, by (size, mtime) of the file read (None: an OS error)."""
+        # session.list and ops list from worker threads, maybe at once.
+        self._listing_lock = threading.Lock()
+        logfaults.warn_if_active(log)
 
     def path_of(self, session_id: str) -> pathlib.Path:
         if not _SESSION_ID.fullmatch(session_id):
@@ -223,13 +229,14 @@ class SessionStore:
         if not self.dir.is_dir():
             return found
         paths = sorted(self.dir.glob("s-*.jsonl"))
-        for gone in set(self._listing) - set(paths):  # logs deleted since the last listing
-            self._listing.pop(gone, None)
-        for path in paths:
-            session_id = path.stem
-            if session_id in self._sessions or not _SESSION_ID.fullmatch(session_id):
-                continue
-            found.append(self._listed(path))
+        with self._listing_lock:
+            for gone in set(self._listing) - set(paths):  # logs deleted since last listed
+                self._listing.pop(gone, None)
+            for path in paths:
+                session_id = path.stem
+                if session_id in self._sessions or not _SESSION_ID.fullmatch(session_id):
+                    continue
+                found.append(self._listed(path))
         return found
 
     def unreadable(self) -> list[SessionInfo]:
@@ -238,7 +245,8 @@ class SessionStore:
 
     def _listed(self, path: pathlib.Path) -> SessionInfo:
         """How ``session.list`` shows a log not loaded here; logs unchanged since they were
-        last read (same size and mtime) are not read again."""
+        last read (same size and mtime) are not read again, unless that read met an OS
+        error (a permission fixed by ``chmod`` changes neither)."""
         try:
             stat = path.stat()
         except OSError as exc:
@@ -251,7 +259,13 @@ class SessionStore:
             try:
                 contents = read_log(path)
                 meta = contents.meta
-            except (OSError, ValueError) as exc:
+            except OSError as exc:  # read again next time: it may clear, the file unchanged
+                info = _unreadable(path, exc, stat.st_mtime)
+                if cached is None or cached[1].error != info.error:  # said once, not each time
+                    log.warning("session log %s is unreadable: %s", path, _why(exc))
+                self._listing[path] = (None, info)
+                return info
+            except ValueError as exc:
                 log.warning("session log %s is unreadable: %s", path, _why(exc))
                 info = _unreadable(path, exc, stat.st_mtime)
             else:

@@ -4,8 +4,9 @@
 Each round starts a daemon on one data directory, loads every session the earlier rounds
 left (checking each), opens new ones up to ``--sessions``, and runs a prompt loop in every
 session (Read, Glob and Write calls, text, now and then a stop) until, at a moment the
-seeded random generator picks, the daemon is killed with SIGKILL. A last daemon then
-loads every session and checks it, and shuts down in order.
+seeded random generator picks (counted from when every session has begun a turn), the
+daemon is killed with SIGKILL. A last daemon then loads every session and checks it, and
+shuts down in order.
 
 The checks of a load: ``session.list`` lists every session, none with an error; the log
 loads; what was on disk before the load is unchanged; the load added only the repair of
@@ -183,7 +184,8 @@ async def load_all(daemon: DaemonClient, data_dir: pathlib.Path, known: Sequence
 
 async def busy(daemon: DaemonClient, session_id: str, rng: random.Random,
                report: Report) -> None:
-    """Prompt after prompt, some stopped after a random delay, until the daemon dies."""
+    """Prompt after prompt, some stopped after a random delay, until the daemon dies (its
+    connection closes). An error answer is a problem, and ends this session's loop."""
     dead = False
     while not dead:
         try:
@@ -197,8 +199,10 @@ async def busy(daemon: DaemonClient, session_id: str, rng: random.Random,
                     await trio.sleep(rng.uniform(0, 0.05))
                     report.stops_sent += 1
                     await daemon.request("agent.abort", AgentAbortParams(session_id))
-        except* (ConnectionClosed, RemoteError, trio.BrokenResourceError,
-                 trio.ClosedResourceError):
+        except* RemoteError as errors:
+            report.problems += [f"{session_id}: answered {exc}" for exc in errors.exceptions]
+            dead = True
+        except* (ConnectionClosed, trio.BrokenResourceError, trio.ClosedResourceError):
             dead = True
 
 
@@ -214,10 +218,18 @@ async def one_round(n: int, args: argparse.Namespace, rng: random.Random, env: d
             known.append(result.session_id)
         delay = rng.uniform(args.min_delay, args.max_delay)
         report.kill_delays_s.append(round(delay, 3))
+        logs = [data_dir / "sessions" / f"{session_id}.jsonl" for session_id in known]
+        sizes = [log.stat().st_size for log in logs]
         async with trio.open_nursery() as nursery:
             for session_id in known:
                 nursery.start_soon(busy, daemon, session_id, random.Random(rng.random()),
                                    report)
+            with trio.fail_after(30):  # the delay counts once every session is in a turn
+                while True:  # polled: the logs are the daemon's, not ours to be told of
+                    if all(log.stat().st_size > size
+                           for log, size in zip(logs, sizes, strict=True)):
+                        break
+                    await trio.sleep(0.005)
             await trio.sleep(delay)
             daemon.process.send_signal(signal.SIGKILL)
             with trio.fail_after(10):

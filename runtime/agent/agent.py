@@ -8,10 +8,12 @@ whichever non-idle phase it is (first cause wins), clears the inbox unless asked
 to keep it, and returns only when that phase has ended: for a turn, when its
 ``turn/end`` is on disk (fsynced); concurrent cancels join the same settlement.
 A turn whose ``turn/end`` could not be made durable answers its stops with an
-``INTERNAL`` error, never with a settlement it cannot vouch for; its end is then owed:
-recorded (kind ``error``, saying the log failed) before anything else of the session,
-once the log takes records again. A stop is counted (``on_stop``) once, where its phase
-settles, whoever asked for it (a client, an operator, ``session.close``, shutdown).
+``INTERNAL`` error, never with a settlement it cannot vouch for. An end the log took but
+could not fsync stays (it is true); one the log could not take is owed: recorded (kind
+``error``, saying the log failed) before anything else of the session, once the log takes
+records again. A turn whose ``turn/start`` the log never took records nothing. A stop is
+counted (``on_stop``) once, where its phase settles, whoever asked for it (a client, an
+operator, ``session.close``, shutdown).
 """
 
 from __future__ import annotations
@@ -186,7 +188,8 @@ class Agent:
     async def _run_to_end(self, turn: Turn, signal: AbortSignal
                           ) -> tuple[TurnEnding, TurnEnd | None]:
         """Run a turn and record its turn/end, whatever happens inside it; the ending and
-        the turn/end if it is durable (None if the log failed to append or fsync it).
+        the turn/end if it is durable (None if the log failed to append or fsync it, or
+        never took the turn's turn/start: then no end is written).
 
         This is the one place a turn's unexpected failure (a bug, a model answer the
         scheduler refuses, a failing disk) is mapped: the turn ends ``error``, and every
@@ -197,6 +200,8 @@ class Agent:
         except Exception as exc:  # the turn's one mapping of unexpected failures
             log.exception("session %s turn %s failed", self.session_id, turn.turn_id)
             ending = TurnEnding(TurnOutcome("error", error=_describe(exc)), "error")
+        if turn.turn_id not in self.journal.by_turn:  # its turn/start never reached the log
+            return ending, None
         try:
             await self._record_owed()  # a subagent's owed end before its parent's
             self._balance(turn.turn_id)
@@ -210,10 +215,17 @@ class Agent:
         assert isinstance(end, TurnEnd)
         return ending, end
 
+    def _ended(self, turn_id: str) -> TurnEnd | None:
+        """The turn's turn/end in the log (durable or not), if it has one."""
+        return next((e for e in self.journal.by_turn.get(turn_id, ())
+                     if isinstance(e, TurnEnd)), None)
+
     def _owe(self, turn_id: str, exc: OSError) -> None:
         """Remember a turn whose end the log could not take, if its turn/start is there
-        (a turn the log never took has nothing to close)."""
-        if turn_id in self.journal.by_turn and turn_id not in {t for t, _ in self._owed}:
+        (a turn the log never took has nothing to close) and its end is not (one the log
+        took but could not fsync is kept: it is true)."""
+        if turn_id in self.journal.by_turn and self._ended(turn_id) is None \
+                and turn_id not in {t for t, _ in self._owed}:
             self._owed.append((turn_id, "the session log could not record this turn's end "
                                         f"({exc.strerror or exc}); recorded once it could"))
 
@@ -222,7 +234,7 @@ class Agent:
         turn ends ``error``, as its prompt was answered, its unanswered calls balanced."""
         while self._owed:
             turn_id, why = self._owed[0]
-            if not any(isinstance(e, TurnEnd) for e in self.journal.by_turn[turn_id]):
+            if self._ended(turn_id) is None:
                 self._balance(turn_id)
                 await self.journal.append_durably(
                     lambda seq, t=turn_id, w=why: TurnEnd(  # type: ignore[misc]
@@ -265,7 +277,12 @@ class Agent:
             ending, _ = await self._run_to_end(turn, controller.signal)
         finally:
             self._routes.remove(route)
-        end = TurnEnd(-1, turn_id, ending.outcome, ending.stop_reason)
+        # The parent's record of the child says what the child's log says: its end (durable
+        # or not), the owed end, or (no turn/start) the failure that kept it from starting.
+        owed = dict(self._owed).get(turn_id)
+        end = self._ended(turn_id) or (
+            TurnEnd(-1, turn_id, TurnOutcome("error", error=owed), "error") if owed
+            else TurnEnd(-1, turn_id, ending.outcome, ending.stop_reason))
         texts = [e for e in self.journal.by_turn.get(turn_id, [])
                  if isinstance(e, AssistantMessageEvent)]
         text = "".join(b.text for b in texts[-1].blocks if b.type == "text") if texts else ""
@@ -323,6 +340,9 @@ class Agent:
         stop_cause = wire_cause(phase.controller.signal.cause)
         if slot is None:  # maintenance: no turn, no calls
             return AgentAbortResult("aborted", None, stop_cause, settled_ms)
+        if slot.end is None and slot.turn_id not in self.journal.by_turn:
+            raise RpcError(ErrorCode.INTERNAL, "the turn could not start: the session log "
+                           "refused its turn/start (see the daemon log)")
         if slot.end is None:
             raise RpcError(ErrorCode.INTERNAL, f"turn {slot.turn_id} ended, but its turn/end "
                            "could not be made durable (see the daemon log)")

@@ -50,32 +50,15 @@ class Journal:
         return event
 
     async def append_durably(self, make: Callable[[int], DurableEvent]) -> DurableEvent:
-        """Append, fsync, then announce: for ``turn/end``. If the fsync fails the event is
-        cut back out of the log (unless something was appended after it meanwhile) and
-        forgotten: the log keeps no end it could not make durable."""
-        before = self._log.mark
+        """Append, fsync, then announce: for ``turn/end``. If the fsync fails (``OSError``)
+        the event stays in the log and the journal, a true record whose durability is
+        unconfirmed, and is not announced."""
         event = make(self._log.next_seq())
         self._log.append(event)
         self._keep(event)
-        after = self._log.mark
-        try:
-            await self._log.sync()
-        except OSError:
-            if self._log.mark == after:
-                self._log.rewind(before)
-                self._forget_last(event)
-            raise
+        await self._log.sync()
         self._announce(event)
         return event
-
-    def _forget_last(self, event: DurableEvent) -> None:
-        assert self.events[-1] is event
-        self.events.pop()
-        turn = self.by_turn[event.turn_id]
-        turn.pop()
-        if not turn:
-            del self.by_turn[event.turn_id]
-            self.turn_order.remove(event.turn_id)
 
     def announce(self, make: Callable[[int], AnnouncedEvent]) -> None:
         self._announce(make(self.last_seq))

@@ -6,10 +6,15 @@ from __future__ import annotations
 import importlib.util
 import json
 import pathlib
+import random
 import subprocess
 import sys
 from types import ModuleType
+from typing import Any
 
+import trio
+
+from protocol.errors import RemoteError
 from protocol.messages.events import (
     Cause,
     SessionMeta,
@@ -19,6 +24,7 @@ from protocol.messages.events import (
     TurnOutcome,
     TurnStart,
 )
+from runtime.rpc import ConnectionClosed
 from runtime.sessionlog import LogContents
 from tests.conftest import Marked
 
@@ -49,6 +55,7 @@ def test_every_log_loads_after_random_kills(tmp_path: pathlib.Path, marked: Mark
     assert data["rounds"] == 3 and data["sessions"] == 4
     assert data["loads"] >= 4 + 3  # the last daemon loads all; each round the earlier ones
     assert data["prompts_answered"] > 0
+    assert data["repaired_turns"] > 0  # the kills landed inside turns
 
 
 def test_the_checks_catch_what_a_load_must_not_do() -> None:
@@ -71,3 +78,26 @@ def test_the_checks_catch_what_a_load_must_not_do() -> None:
     # A repair of a turn that was not open:
     closed = LogContents((meta, start, TurnEnd(2, "t1", TurnOutcome("completed"), "end_turn")), 0)
     assert check_log("s", closed, [*closed.events, TurnEnd(3, "t1", end.end, "error")])
+
+
+class _Answering:
+    """Stands for the daemon's client: every request fails with ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    async def request(self, method: str, params: Any) -> Any:
+        await trio.lowlevel.checkpoint()
+        raise self.error
+
+
+async def test_only_a_closed_connection_counts_as_the_kill() -> None:
+    report = crashtest().Report(0)
+    with trio.fail_after(5):
+        await crashtest().busy(_Answering(ConnectionClosed("link closed")), "s-1",
+                               random.Random(1), report)
+    assert report.problems == []
+    with trio.fail_after(5):
+        await crashtest().busy(_Answering(RemoteError(-32603, "boom")), "s-1",
+                               random.Random(1), report)
+    assert report.problems and all("s-1: answered" in p for p in report.problems)

@@ -74,11 +74,11 @@ async def test_an_end_the_log_could_not_take_is_recorded_before_the_next_turn(
     assert [e.turn_id for e in announced if isinstance(e, TurnEnd)] == ["t1", "t2"]
 
 
-async def test_an_unsynced_end_is_cut_out_and_the_stop_never_answers_aborted(
+async def test_an_unsynced_end_is_kept_and_the_stop_never_answers_aborted(
         tmp_path: pathlib.Path, faults: Callable[[str], None],
         autojump_clock: trio.testing.MockClock) -> None:
-    agent, _, _ = make_agent(tmp_path, [[{"text": "partial"}, {"sleepMs": 60_000}],
-                                        [{"text": "again"}]])
+    agent, _, announced = make_agent(tmp_path, [[{"text": "partial"}, {"sleepMs": 60_000}],
+                                                [{"text": "again"}]])
     faults("fsync:EIO:1")
     async with trio.open_nursery() as nursery:
         await nursery.start(agent.run)
@@ -87,15 +87,82 @@ async def test_an_unsynced_end_is_cut_out_and_the_stop_never_answers_aborted(
         with pytest.raises(RpcError) as failed:
             await agent.cancel(UserCause())
         assert failed.value.code == ErrorCode.INTERNAL
-        assert ends(tmp_path / "s.jsonl") == {"t1": []}  # the aborted end was cut out
+        # The end is true, only its durability unconfirmed: kept, not announced, not owed.
+        assert [e.end.kind for e in ends(tmp_path / "s.jsonl")["t1"]] == ["aborted"]
+        assert not [e for e in announced if isinstance(e, TurnEnd)]
+        assert await agent.record_owed()
         again = agent.prompt("again")
         await again.done.wait()
         nursery.cancel_scope.cancel()
     assert pending.result is not None and pending.result.stop_reason == "error"
+    assert pending.result.turn_id == "t1"
     assert again.result is not None and again.result.stop_reason == "end_turn"
     found = ends(tmp_path / "s.jsonl")
-    assert [(e.end.kind, e.stop_reason) for e in found["t1"]] == [("error", "error")]
+    assert [(e.end.kind, e.stop_reason) for e in found["t1"]] == [("aborted", "cancelled")]
     assert [e.end.kind for e in found["t2"]] == ["completed"]
+
+
+async def test_a_turn_whose_start_the_log_refused_records_no_end(
+        tmp_path: pathlib.Path, faults: Callable[[str], None]) -> None:
+    agent, _, announced = make_agent(tmp_path, [[{"text": "one"}], [{"text": "two"}]])
+    faults("write:EIO:1")  # the turn/start
+    async with trio.open_nursery() as nursery:
+        await nursery.start(agent.run)
+        with trio.fail_after(5):
+            first = agent.prompt("one")
+            await first.done.wait()
+            second = agent.prompt("two")
+            await second.done.wait()
+        nursery.cancel_scope.cancel()
+    assert first.result is not None and first.result.stop_reason == "error"
+    assert first.result.turn_id is None  # nothing of it in the log to look up
+    assert [type(e).__name__ for e in read_log(tmp_path / "s.jsonl").events] == \
+        ["SessionMeta", "TurnStart", "UserMessageEvent", "AssistantMessageEvent", "TurnEnd"]
+    assert second.result is not None and second.result.stop_reason == "end_turn"
+    assert second.result.turn_id == "t2"
+    assert list(ends(tmp_path / "s.jsonl")) == ["t2"]
+    assert [e.turn_id for e in announced if isinstance(e, TurnEnd)] == ["t2"]
+
+
+async def test_a_stop_of_a_turn_that_could_not_start_says_so(
+        tmp_path: pathlib.Path, faults: Callable[[str], None]) -> None:
+    agent, _, _ = make_agent(tmp_path, [[{"text": "one"}]])
+    faults("write:EIO:1")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(agent.run)
+        pending = agent.prompt("one")
+        with trio.fail_after(5), pytest.raises(RpcError) as failed:
+            await agent.cancel(UserCause())
+        nursery.cancel_scope.cancel()
+    assert failed.value.code == ErrorCode.INTERNAL
+    assert "could not start" in str(failed.value)
+    assert pending.result is not None and pending.result.turn_id is None
+    assert ends(tmp_path / "s.jsonl") == {}
+
+
+@pytest.mark.parametrize(("fault", "child_end"), [
+    ("fsync:EIO:1", "completed"),  # the child's end is kept, unsynced
+    ("write:EIO:7", "error"),  # the child's end is refused: owed, and recorded error
+])
+async def test_a_parent_records_its_subagent_as_the_log_does(
+        tmp_path: pathlib.Path, faults: Callable[[str], None], fault: str,
+        child_end: str) -> None:
+    task = {"toolCall": {"id": "k1", "name": "Task", "args": {"prompt": "sub"}}}
+    agent, _, _ = make_agent(tmp_path, [[task], [{"text": "child answer"}], [{"text": "done"}]])
+    # Writes: t1's turn/start, user/message, tool/call (1-3); the child's turn/start,
+    # user/message, assistant/message (4-6) and turn/end (7, fsync 1).
+    faults(fault)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(agent.run)
+        with trio.fail_after(5):
+            first = agent.prompt("one")
+            await first.done.wait()
+        nursery.cancel_scope.cancel()
+    found = ends(tmp_path / "s.jsonl")
+    assert [e.end.kind for e in found["t1~k1"]] == [child_end]
+    (said,) = [e for e in read_log(tmp_path / "s.jsonl").events
+               if isinstance(e, ToolResultEvent) and e.call_id == "k1"]
+    assert said.details["childEnd"] == child_end
 
 
 async def test_a_turn_does_not_start_while_an_earlier_end_is_still_owed(

@@ -17,7 +17,7 @@ from protocol.messages.events import (
     TurnStart,
 )
 from runtime import logfaults
-from runtime.sessionlog import SessionLog, read_log
+from runtime.sessionlog import SessionLog, is_live_elsewhere, read_log
 
 
 def meta(seq: int = 0) -> SessionMeta:
@@ -208,3 +208,28 @@ def test_the_fault_spec() -> None:
         with pytest.raises(ValueError):
             logfaults.parse(bad)
     assert logfaults.Injector().check("write") is None
+
+
+def test_a_cut_back_never_extends_a_shorter_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "s.jsonl"
+    log = started(path)
+    os.truncate(path, 10)  # shortened behind the writer's back
+    log.rewind(log.mark)
+    assert path.stat().st_size == 10  # not padded with NULs up to the mark
+    log.close()
+
+
+def test_reopen_releases_the_lock_if_it_cannot_stat_the_log(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "s.jsonl"
+    started(path).close()
+    contents = read_log(path)
+
+    def fail(fd: int) -> os.stat_result:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(os, "fstat", fail)
+    with pytest.raises(OSError):
+        SessionLog.reopen(path, contents)
+    monkeypatch.undo()
+    assert not is_live_elsewhere(path)  # neither the descriptor nor its lock leaked
