@@ -18,6 +18,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 import trio
 
 from host.manager import CallManager, HostConfig
@@ -42,7 +43,7 @@ from protocol.messages.host import (
     ToolsOutputParams,
 )
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
-from protocol.tools import Decision, ToolResult
+from protocol.tools import Decision, ToolResult, error_result
 from protocol.version import PROTOCOL_VERSION, check_compatible
 from runtime.rpc import ConnectionClosed, Endpoint, Handler
 
@@ -50,6 +51,22 @@ log = logging.getLogger(__name__)
 
 EXIT_GRACE = 1.0
 """Seconds the exiting host waits for bodies of forced calls before leaving without them."""
+
+_encoder = msgspec.json.Encoder()
+
+
+def sendable(result: ToolResult) -> ToolResult:
+    """The one check, on the way to the writer, that a call's result can be sent: one that
+    cannot be encoded (a string UTF-8 cannot carry, such as a file name's surrogate
+    escape) becomes that call's ``TOOL_FAILED``, never a failure of the link."""
+    try:
+        _encoder.encode(result)
+    except (UnicodeEncodeError, msgspec.EncodeError, TypeError, OverflowError) as exc:
+        log.error("a %s result could not be encoded: %s", result.code or "success", exc)
+        return error_result(ErrorCode.TOOL_FAILED,
+                            f"the tool's result could not be encoded: {exc}",
+                            body_invoked=result.body_invoked)
+    return result
 
 
 class _EndpointPort:
@@ -164,7 +181,7 @@ class HostServer:
         return await self.manager.list_plugins(params.session_id)
 
     async def tools_execute(self, params: ToolsExecuteParams) -> ToolResult:
-        return await self.manager.execute(params)
+        return sendable(await self.manager.execute(params))
 
     async def tools_abort(self, params: ToolsAbortParams) -> ToolsAbortResult:
         return self.manager.abort(params)

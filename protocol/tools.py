@@ -31,16 +31,21 @@ class ReadArgs(_Args, frozen=True):
     limit: Positive | None = None
 
 
-class GlobArgs(_Args, frozen=True):
+class GlobArgs(_Args, frozen=True, rename={"include_ignored": "includeIgnored"}):
     pattern: str
     path: str | None = None
+    include_ignored: bool = False
+    """Also list files ignore files name and hidden ones (``.git`` is always skipped)."""
 
 
-class GrepArgs(_Args, frozen=True, rename={"ignore_case": "ignoreCase"}):
+class GrepArgs(_Args, frozen=True, rename={"ignore_case": "ignoreCase",
+                                          "include_ignored": "includeIgnored"}):
     pattern: str
     path: str | None = None
     glob: str | None = None
     ignore_case: bool = False
+    include_ignored: bool = False
+    """Also search files ignore files name and hidden ones (``.git`` is always skipped)."""
 
 
 class WriteArgs(_Args, frozen=True):
