@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 import trio
 
+from host import cgroups
 from host.manager import CallManager, HostConfig
 from host.tools import TOOLS
 from protocol.errors import ErrorCode, RemoteError, RpcError
@@ -196,7 +197,7 @@ class HostServer:
                       if c.phase is not None)
         return HostStatsResult(len(m.calls), len(m.tombstones), m.tombstones.expired,
                                m.tombstones.evicted, m.admission.waiting, m.admission.running,
-                               calls)
+                               calls, cgroups.mechanism())
 
     async def shutdown(self, params: Empty) -> Empty:
         await self.manager.stop_all("disposed")

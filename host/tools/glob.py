@@ -40,7 +40,8 @@ async def run(args: GlobArgs, ctx: ToolContext) -> ToolResult:
     prefix = os.fsencode(ws.relative_os(base))
     kept: list[bytes] = []  # rg sorts (--sort path): the first ones are the ones shown
     total = 0
-    async with ripgrep.run_rg(rg_args, cwd=str(base), marker=ctx.marker, sep=b"\0") as rg:
+    async with ripgrep.run_rg(rg_args, cwd=str(base), marker=ctx.marker,
+                              cgroup_name=ctx.cgroup_name, sep=b"\0") as rg:
         while (record := await rg.records.next()) is not None:
             name, cut = record
             if cut or not name:

@@ -115,7 +115,8 @@ async def run(args: GrepArgs, ctx: ToolContext) -> ToolResult:
         rg_args += ["--", ws.relative_os(target)]
         cwd, prefix = str(ws.root), b"."
     found = _Found(ctx.config.max_output_bytes, prefix)
-    async with ripgrep.run_rg(rg_args, cwd=cwd, marker=ctx.marker) as rg:
+    async with ripgrep.run_rg(rg_args, cwd=cwd, marker=ctx.marker,
+                              cgroup_name=ctx.cgroup_name) as rg:
         while not found.full and (record := await rg.records.next()) is not None:
             found.record(*record)
         code = None if found.full else await rg.returncode()

@@ -141,14 +141,15 @@ class RgRun:
 
 @asynccontextmanager
 async def run_rg(args: Sequence[str], *, cwd: str, marker: Marker | None,
-                 sep: bytes = b"\n") -> AsyncIterator[RgRun]:
+                 cgroup_name: str | None = None, sep: bytes = b"\n"
+                 ) -> AsyncIterator[RgRun]:
     """Run ``rg`` with ``args``; however the block ends (read to the end, stopped early,
     cancelled by a stop), its process tree is killed and reaped."""
     argv = [rg_binary(), *BASE_ARGS, *args]
     env_extra = {"RIPGREP_CONFIG_PATH": ""}
     stderr = _Stderr()
     async with spawn.spawned(argv, cwd=cwd, marker=marker, grace=KILL_GRACE,
-                             env_extra=env_extra) as child:
+                             env_extra=env_extra, cgroup_name=cgroup_name) as child:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stderr.collect, child.stderr)
             yield RgRun(child, sep, stderr)
