@@ -1,0 +1,127 @@
+"""Two one-line escapes from a Bash tree, against the real daemon and host, with cgroups
+and with them forced off (``QUIESCE_CGROUPS=off``: the fallback):
+
+- a forged marker: ``( ( env QUIESCE_HOST_CALL=<host pid>:x:y setsid sleep 300 & ) & )``
+  (it names this host, but no call of it);
+- a look-alike host: a ``setsid``'d ``python -m host`` without the marker, started from a
+  directory holding a ``host.py`` (its command line equals the host's).
+
+Neither survives the call's stop, its normal completion, the daemon's EOF, ``kill -9``
+of the runtime, or ``kill -9`` of the host.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import sys
+
+import psutil
+import pytest
+import trio
+
+from host import cgroups
+from protocol.messages.events import ToolProgressEvent
+from runtime.rpc import ConnectionClosed
+from tests.conftest import Marked
+from tests.e2e.agent_harness import Agent, agent_daemon, call, text
+
+FORGED = ("( ( env QUIESCE_HOST_CALL=${{QUIESCE_HOST_CALL%%:*}}:x:y setsid sleep 300 & "
+          "echo $! > {pid_file} ) & )")
+LOOK_ALIKE = ("( cd {fake} && env -u QUIESCE_HOST_CALL setsid {python} -m host & "
+              "echo $! > {pid_file} )")
+ENDINGS = ["stop", "completion", "eof", "kill-runtime", "kill-host"]
+
+
+def _escape(kind: str, tmp_path: pathlib.Path) -> tuple[str, pathlib.Path]:
+    pid_file = tmp_path / "escapee.pid"
+    if kind == "forged":
+        return FORGED.format(pid_file=pid_file), pid_file
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "host.py").write_text("import time\ntime.sleep(300)\n")
+    return LOOK_ALIKE.format(fake=fake, python=sys.executable, pid_file=pid_file), pid_file
+
+
+async def _escapee(pid_file: pathlib.Path) -> int:
+    with trio.fail_after(10):
+        while not pid_file.exists() or not pid_file.read_text().strip():
+            await trio.sleep(0.02)
+    return int(pid_file.read_text())
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+async def _gone_within(proc: int, seconds: float) -> bool:
+    with trio.move_on_after(seconds):
+        while _alive(proc):
+            await trio.sleep(0.02)
+    return not _alive(proc)
+
+
+async def _prompt(agent: Agent) -> None:
+    try:
+        await agent.prompt("go")
+    except ConnectionClosed:  # the runtime was killed under it
+        pass
+
+
+def _host_pid(agent: Agent) -> int:
+    assert agent.daemon.info is not None
+    return int(agent.daemon.info.capabilities["host"]["pid"])
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+@pytest.mark.parametrize("kind", ["forged", "look-alike"])
+@pytest.mark.parametrize("mechanism", ["cgroup", "process-tree"])
+async def test_an_escapee_does_not_survive(tmp_path: pathlib.Path, marked: Marked,
+                                           mechanism: str, kind: str, ending: str) -> None:
+    escape, pid_file = _escape(kind, tmp_path)
+    tail = "echo done" if ending == "completion" else "echo up; sleep 60"
+    script = [[call("b1", "Bash", command=f"{escape}; {tail}")], [text("after")]]
+    env = {"QUIESCE_CGROUPS": "off"} if mechanism == "process-tree" else {}
+    escapee: int | None = None
+    try:
+        async with agent_daemon(marked, env_extra=env) as agent:
+            await agent.new_session(tmp_path, script)
+            host_pid = _host_pid(agent)
+            uses_cgroups = os.path.isdir(cgroups.host_dir(host_pid) or "/nonexistent")
+            assert uses_cgroups == (mechanism == "cgroup")
+            if ending == "completion":
+                with trio.fail_after(20):
+                    await agent.prompt("go")
+                escapee = await _escapee(pid_file)
+                assert not _alive(escapee), "the escapee outlived its call's result"
+                return
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_prompt, agent)
+                await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
+                escapee = await _escapee(pid_file)
+                assert _alive(escapee)
+                if ending == "stop":
+                    await agent.stop_and_check()
+                    assert not _alive(escapee), "the escapee outlived the stop's answer"
+                elif ending == "kill-host":
+                    os.kill(host_pid, signal.SIGKILL)
+                elif ending == "kill-runtime":
+                    os.kill(agent.daemon.process.pid, signal.SIGKILL)
+                    # The host reads EOF and stops every call.
+                    assert await _gone_within(escapee, 10), "survived the runtime's death"
+                    nursery.cancel_scope.cancel()
+                else:  # eof: the client goes away mid-call
+                    nursery.cancel_scope.cancel()
+            if ending == "kill-host":
+                # The crashed turn answered: the host's leftovers are gone by now.
+                assert not _alive(escapee), "survived its host's death"
+        assert escapee is not None
+        if ending == "eof":
+            assert not _alive(escapee), "the escapee outlived the daemon"
+    finally:  # never left behind by a failure
+        if escapee is not None and _alive(escapee):
+            os.kill(escapee, signal.SIGKILL)
