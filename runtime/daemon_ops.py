@@ -230,4 +230,5 @@ class DaemonOps:
             round(latencies[int(0.9 * (len(latencies) - 1))], 3) if latencies else None,
             round(latencies[-1], 3) if latencies else None,
             host.pid, host.restarts, host.crashes,
-            stats.tombstones if stats else 0, stats.calls_in_flight if stats else 0)
+            stats.tombstones if stats else 0, stats.calls_in_flight if stats else 0,
+            stats.process_isolation if stats else None)

@@ -44,11 +44,12 @@ async def run(args: GlobArgs, ctx: ToolContext) -> ToolResult:
                               cgroup_name=ctx.cgroup_name, sep=b"\0") as rg:
         while (record := await rg.records.next()) is not None:
             name, cut = record
-            if cut or not name:
-                continue
             total += 1
-            if len(kept) < MAX_RESULTS:
+            if not cut:
                 kept.append(name)
+            if len(kept) >= MAX_RESULTS:
+                total += await rg.records.count_rest()  # the rest are only counted
+                break
         code = await rg.returncode()
     if code == 2 and total == 0 and rg.stderr:
         raise ripgrep.input_error(rg.stderr, f"invalid glob pattern {args.pattern!r}")

@@ -90,6 +90,23 @@ class Records:
                 self._ready.append((bytes(self._buffer), False))
         return self._ready.popleft()
 
+    async def count_rest(self) -> int:
+        """How many records are left, counted without splitting them (cheap: the rest of a
+        listing of a huge tree)."""
+        count = len(self._ready)
+        self._ready.clear()
+        partial = bool(self._buffer) or self._skipping
+        self._buffer.clear()
+        self._skipping = False
+        while not self._eof:
+            chunk = await self._stream.receive_some(65536)
+            if not chunk:
+                self._eof = True
+                break
+            count += chunk.count(self._sep)
+            partial = not chunk.endswith(self._sep)
+        return count + partial
+
     def _split(self, chunk: bytes) -> None:
         start = 0
         while (end := chunk.find(self._sep, start)) != -1:

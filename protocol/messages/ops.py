@@ -70,6 +70,7 @@ class OpsStatsResult(Struct, frozen=True):
     host_crashes: int = 0
     tombstones: int = 0
     calls_in_flight: int = 0
+    process_isolation: str | None = None  # the live host's: "cgroup" or "process-tree"
 
 
 class OpsEventParams(Struct, frozen=True):

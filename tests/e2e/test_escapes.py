@@ -4,7 +4,7 @@ and with them forced off (``QUIESCE_CGROUPS=off``: the fallback):
 - a forged marker: ``( ( env QUIESCE_HOST_CALL=<host pid>:x:y setsid sleep 300 & ) & )``
   (it names this host, but no call of it);
 - a look-alike host: a ``setsid``'d ``python -m host`` without the marker, started from a
-  directory holding a ``host.py`` (its command line equals the host's).
+  directory holding a ``host.py`` with the host's exact command line.
 
 Neither survives the call's stop, its normal completion, the daemon's EOF, ``kill -9``
 of the runtime, or ``kill -9`` of the host.
@@ -29,8 +29,12 @@ from tests.e2e.agent_harness import Agent, agent_daemon, call, text
 
 FORGED = ("( ( env QUIESCE_HOST_CALL=${{QUIESCE_HOST_CALL%%:*}}:x:y setsid sleep 300 & "
           "echo $! > {pid_file} ) & )")
-LOOK_ALIKE = ("( cd {fake} && env -u QUIESCE_HOST_CALL setsid {python} -m host & "
-              "echo $! > {pid_file} )")
+# The host's own command line, exactly (read from /proc), in a new session, no marker.
+COPY_HOST = ("import os, sys; "
+             "argv = open('/proc/' + sys.argv[1] + '/cmdline', 'rb').read().split(bytes(1))[:-1]; "
+             "os.setsid(); os.execvp(argv[0], argv)")
+LOOK_ALIKE = ('( ( cd {fake} && exec env -u QUIESCE_HOST_CALL {python} -c "{code}" '
+              '${{QUIESCE_HOST_CALL%%:*}} ) & echo $! > {pid_file} )')
 ENDINGS = ["stop", "completion", "eof", "kill-runtime", "kill-host"]
 
 
@@ -40,8 +44,10 @@ def _escape(kind: str, tmp_path: pathlib.Path) -> tuple[str, pathlib.Path]:
         return FORGED.format(pid_file=pid_file), pid_file
     fake = tmp_path / "fake"
     fake.mkdir()
-    (fake / "host.py").write_text("import time\ntime.sleep(300)\n")
-    return LOOK_ALIKE.format(fake=fake, python=sys.executable, pid_file=pid_file), pid_file
+    (fake / "host.py").write_text(f"open({str(fake / 'ran')!r}, 'w').close()\n"
+                                  "import time\ntime.sleep(300)\n")
+    return LOOK_ALIKE.format(fake=fake, python=sys.executable, code=COPY_HOST,
+                             pid_file=pid_file), pid_file
 
 
 async def _escapee(pid_file: pathlib.Path) -> int:
@@ -103,6 +109,10 @@ async def test_an_escapee_does_not_survive(tmp_path: pathlib.Path, marked: Marke
                 nursery.start_soon(_prompt, agent)
                 await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
                 escapee = await _escapee(pid_file)
+                if kind == "look-alike":  # it runs the look-alike, not the host
+                    with trio.fail_after(10):
+                        while not (tmp_path / "fake" / "ran").exists():
+                            await trio.sleep(0.02)
                 assert _alive(escapee)
                 if ending == "stop":
                     await agent.stop_and_check()

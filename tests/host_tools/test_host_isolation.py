@@ -150,3 +150,16 @@ async def test_a_result_that_cannot_be_encoded_is_the_calls_error(
             after = await host.execute("e2", "Bash", {"command": "echo alive"})
         assert bad.code == "TOOL_FAILED" and "could not be encoded" in text(bad)
         assert text(after) == "alive"
+
+
+async def test_host_stats_say_how_processes_are_attributed(tmp_path: pathlib.Path,
+                                                           marked: Marked) -> None:
+    async with running_host(str(tmp_path), marked.env(), config=FAST) as host:
+        assert host.link.pid is not None
+        with_cgroups = os.path.isdir(f"/sys/fs/cgroup/unified/quiesce-host-{host.link.pid}") \
+            or os.path.isdir(f"/sys/fs/cgroup/quiesce-host-{host.link.pid}")
+        assert (await host.stats()).process_isolation == (
+            "cgroup" if with_cgroups else "process-tree")
+    async with running_host(str(tmp_path), marked.env(QUIESCE_CGROUPS="off"),
+                            config=FAST) as host:
+        assert (await host.stats()).process_isolation == "process-tree"

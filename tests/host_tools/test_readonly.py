@@ -247,3 +247,25 @@ async def test_read_only_bodies_return_promptly_when_cancelled(harness: Harness)
 @pytest.mark.parametrize("tool", ["Read", "Glob", "Grep"])
 def test_read_only_class(tool: str) -> None:
     assert TOOLS[tool].tool_class.value == "read-only"
+
+
+async def test_glob_counts_past_what_it_shows(harness: Harness) -> None:
+    for d in range(3):
+        (harness.root / f"d{d}").mkdir()
+        for f in range(700):
+            (harness.root / f"d{d}" / f"f{f:03}.txt").write_text("")
+    result = await glob(harness, "**/*.txt")
+    lines = text(result).splitlines()
+    assert result.details == {"count": 2100, "truncated": True}
+    assert lines[0] == "d0/f000.txt" and lines[999] == "d1/f299.txt"
+    assert lines[-1] == "[1100 more files not shown; narrow the pattern]"
+
+
+async def test_grep_reports_a_match_on_a_line_too_long_to_read_by_its_path(
+        harness: Harness) -> None:
+    (harness.root / "minified.js").write_text("x" * (ripgrep.MAX_RECORD + 10) + "needle\n")
+    (harness.root / "short.txt").write_text("needle\n")
+    result = await grep(harness, "needle")
+    assert text(result).splitlines() == [
+        f"minified.js:?:[a matching line longer than {ripgrep.MAX_RECORD} bytes]",
+        "short.txt:1:needle"]
