@@ -24,8 +24,8 @@ import trio
 import trio.lowlevel
 
 from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms
-from benchlib.stats import Goal, Series
 from benchlib.isolation import loop_lag
+from benchlib.stats import Goal, Series
 from benchlib.stop_many import stop_many_trees
 from host.tools.context import HostToolConfig
 from protocol.messages.client import AgentAbortResult, AgentPromptResult

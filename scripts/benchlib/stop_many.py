@@ -23,6 +23,12 @@ MANY_GOAL = Goal(500.0, "< 500 ms for all 50 answers, goal 200 ms (issue 14)")
 CONFIG = "[host.admission]\nper_session = 4\n[host.admission.per_class]\nprocess = 64\n"
 
 
+def _prepared(workdir: pathlib.Path) -> pathlib.Path:
+    workdir.mkdir()
+    (workdir / "config.toml").write_text(CONFIG)
+    return workdir
+
+
 def _sleeps(members: list[Member]) -> int:
     return sum(1 for m in members if m.name == "sleep" and m.status != "zombie")
 
@@ -71,10 +77,8 @@ async def stop_many_trees(bench: Bench, n: int, warmup: int) -> Series:
     series = Series("stop-50-trees", f"stop: {TREES} TERM-honouring trees at once (`&`, "
                     "setsid, foreground; one session each), until the last answer",
                     goal=MANY_GOAL)
-    workdir: pathlib.Path = bench.workdir / "many-trees"
-    workdir.mkdir()
+    workdir = _prepared(bench.workdir / "many-trees")
     config = workdir / "config.toml"
-    config.write_text(CONFIG)
     reps = min(n, 5) + warmup  # fifty trees a repetition: fewer repetitions
     async with open_bench(workdir, {"QUIESCE_CONFIG": str(config)}) as own:
         sessions = []
