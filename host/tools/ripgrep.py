@@ -41,6 +41,8 @@ KILL_GRACE = 0.2
 MAX_RECORD = 256 * 1024
 """Longest output record (a JSON line, a file name) read whole; a longer one is cut."""
 STDERR_KEEP = 4096
+STDERR_WAIT = 1.0
+"""Seconds to wait for the end of ``rg``'s stderr once it exited."""
 
 BASE_ARGS = ("--no-config",)
 INCLUDE_IGNORED_ARGS = ("--no-ignore", "--hidden", "--glob", "!.git")
@@ -128,11 +130,13 @@ class Records:
 class _Stderr:
     def __init__(self) -> None:
         self.data = bytearray()
+        self.done = trio.Event()
 
     async def collect(self, stream: trio.lowlevel.FdStream) -> None:
         while chunk := await stream.receive_some(65536):
             if len(self.data) < STDERR_KEEP:
                 self.data += chunk[:STDERR_KEEP - len(self.data)]
+        self.done.set()
 
     def text(self) -> str:
         return self.data.decode("utf-8", "replace").strip()
@@ -151,7 +155,10 @@ class RgRun:
         return self._stderr.text()
 
     async def returncode(self) -> int | None:
+        """Once ``rg`` exited and its stderr was read (its messages are then whole)."""
         await self.child.wait_exited()
+        with trio.move_on_after(STDERR_WAIT):
+            await self._stderr.done.wait()
         self.child.popen.poll()  # reaps it: its output was read to the end
         return self.child.popen.returncode
 

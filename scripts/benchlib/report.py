@@ -133,7 +133,6 @@ class Report:
                 f"{_count(s.extra.get('members'))} | {_count(s.extra.get('processesKilled'))} | "
                 f"{ms(median_of(s.extra.get('killMs', [])))}"
                 f" | {_count(s.extra.get('killedAfterGrace'))} |")
-        out += self._grep_note()
         over = self.series.get("stop-tree-ignoring")
         if over is not None and over.extra.get("overGraceMs"):
             values = over.extra["overGraceMs"]
@@ -167,22 +166,6 @@ class Report:
                 + ("none" if not self.leftovers else ", ".join(self.leftovers)) + ".", ""]
         out += ["## How it is measured", "", _METHOD, "", PERF_METHOD, ""]
         return "\n".join(out)
-
-    def _grep_note(self) -> list[str]:
-        names = ("stop-read-only", "stop-read-only-short", "floor-regex-22", "floor-regex-16")
-        found = [self.series.get(n) for n in names]
-        if any(s is None or not s.samples for s in found):
-            return []
-        long_stop, short_stop, long_re, short_re = (s.median for s in found if s is not None)
-        return ["", (
-            "Why the read-only stop depends on what the Grep is doing: the host runs Grep in a "
-            "worker thread of its own process, and Python's `re` holds the GIL for a whole "
-            f"`re.search` (measured here: {ms(long_re)} ms per 22-'a' line, {ms(short_re)} ms "
-            "per 16-'a' line). The host needs the GIL to read and answer `tools.abort`, and "
-            "the runtime awaits that answer before it settles a read-only call "
-            "(`runtime/agent/hosttools.py`), so a stop can wait for the rest of the search in "
-            "progress (up to one whole search). Medians in this run: "
-            f"{ms(long_stop)} ms with 22-'a' lines, {ms(short_stop)} ms with 16-'a' lines.")]
 
     def summary(self) -> str:
         lines = []

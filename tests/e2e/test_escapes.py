@@ -135,3 +135,39 @@ async def test_an_escapee_does_not_survive(tmp_path: pathlib.Path, marked: Marke
     finally:  # never left behind by a failure
         if escapee is not None and _alive(escapee):
             os.kill(escapee, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("mechanism", ["cgroup", "process-tree"])
+async def test_a_frozen_host_never_leaves_a_stopped_calls_processes_alive(
+        tmp_path: pathlib.Path, marked: Marked, mechanism: str) -> None:
+    # The host freezes (SIGSTOP) with a Bash tree running; the stop's grace window runs out
+    # with no answer: the runtime ends the tree itself (its cgroup, or, without cgroups,
+    # the host) before it answers.
+    escape, pid_file = _escape("forged", tmp_path)
+    command = f"{escape}; sleep 300 & setsid sleep 300 & echo up; sleep 300"
+    script = [[call("b1", "Bash", command=command)], [text("after")]]
+    env = {"QUIESCE_CGROUPS": "off"} if mechanism == "process-tree" else {}
+    escapee: int | None = None
+    host_pid = 0
+    try:
+        async with agent_daemon(marked, env_extra=env,
+                                extra_args=("--process-grace", "0.5")) as agent:
+            await agent.new_session(tmp_path, script)
+            host_pid = _host_pid(agent)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_prompt, agent)
+                await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
+                escapee = await _escapee(pid_file)
+                os.kill(host_pid, signal.SIGSTOP)
+                aborted = await agent.stop_and_check(within=10)  # nothing left at the answer
+                os.kill(host_pid, signal.SIGCONT)
+            result = agent.results(aborted.turn_id or "")["b1"]
+            assert result.code == "ABORTED" and result.details["unconfirmed"] is True
+            assert result.details["processesEnded"] == (
+                "cgroup-killed" if mechanism == "cgroup" else "host-killed")
+            assert not _alive(escapee)
+    finally:
+        if host_pid and _alive(host_pid):
+            os.kill(host_pid, signal.SIGCONT)
+        if escapee is not None and _alive(escapee):
+            os.kill(escapee, signal.SIGKILL)
