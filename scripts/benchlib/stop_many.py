@@ -20,6 +20,9 @@ TREES = 50
 MANY_TREE = "sleep 300 & setsid sleep 300 & echo tree-started; sleep 300"
 SLEEPS_PER_TREE = 3
 MANY_GOAL = Goal(500.0, "< 500 ms for all 50 answers, goal 200 ms (issue 14)")
+BEFORE = ("before issue 14 (commit 5326022: process-table scans per tree, polling; "
+          "`./scripts/bench --only stop-tree-term --only stop-50-trees` on this machine on "
+          "2026-12-01, load average ~4): median 6,654 ms, max 6,763 ms (n=5)")
 CONFIG = "[host.admission]\nper_session = 4\n[host.admission.per_class]\nprocess = 64\n"
 
 
@@ -79,6 +82,7 @@ async def stop_many_trees(bench: Bench, n: int, warmup: int) -> Series:
                     goal=MANY_GOAL)
     workdir = _prepared(bench.workdir / "many-trees")
     config = workdir / "config.toml"
+    series.notes.append(BEFORE)
     reps = min(n, 5) + warmup  # fifty trees a repetition: fewer repetitions
     async with open_bench(workdir, {"QUIESCE_CONFIG": str(config)}) as own:
         sessions = []
