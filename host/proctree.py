@@ -23,14 +23,17 @@ reparented to it and reaped here rather than lingering under init.
 A member that clears its environment *and* leaves the session *and* is
 orphaned before any listing sees it cannot be attributed to a call. In a host
 (a tree marked ``ENV_MARKER=<our pid>:…``), every kill therefore also takes
-the host's *adopted orphans*: direct children it did not start, that carry no
-marker of this host and are not in the session of a process it started (a
-live tool root or plugin server). Every process the host starts is marked and
-registered, so such a child can only be an escapee of some tree; it may
-belong to another call still running, but it is killed now, since the host
-cannot tell whose it is and it must not outlive its own call.
+the host's *adopted orphans*: direct children it did not start and not in the
+session of a live process it started (a tool root or plugin server). Nothing a
+process says about itself spares it: a marker (which it may forge) or a command
+line like the host's (a look-alike). Every process the host starts is
+registered, so such a child can only be an escapee of some tree; it may belong
+to another call still running, but it is killed now, since the host cannot tell
+whose it is and it must not outlive its own call.
 
-Starting processes so they can be found is :mod:`host.spawn`.
+This is the fallback: where the host has cgroups (:mod:`host.cgroups`), a tree
+is its cgroup, and none of the above is needed. Starting processes so they can
+be found is :mod:`host.spawn`.
 """
 
 from __future__ import annotations

@@ -143,7 +143,8 @@ class Child:
             await self.stderr.aclose()
 
 
-def _die_with_parent(procs_fd: int | None = None) -> Callable[[], None] | None:
+def _die_with_parent(procs_fd: int | None = None, niceness: int = 0
+                     ) -> Callable[[], None] | None:
     """The ``preexec_fn`` that arms the parent-death signal (KILL) and, with ``procs_fd``
     (a cgroup's ``cgroup.procs``), moves the child into that cgroup; ``None`` off Linux.
 
@@ -161,6 +162,8 @@ def _die_with_parent(procs_fd: int | None = None) -> Callable[[], None] | None:
             os._exit(1)
         if procs_fd is not None:
             os.write(procs_fd, b"0")  # "0": the writing process itself
+        if niceness:
+            os.nice(niceness)
 
     return in_child
 
@@ -199,11 +202,11 @@ def new_cgroup(name: str | None) -> cgroups.Cgroup | None:
 
 
 async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None,
-                        **options: Any) -> subprocess.Popen[bytes]:
+                        niceness: int = 0, **options: Any) -> subprocess.Popen[bytes]:
     """``subprocess.Popen(argv, **options)`` in a new session with ``close_fds``, forked by
     the spawner thread with a parent-death signal, inside ``cgroup`` if given, and
-    registered as ours (never taken for an orphan). Shielded: the child it started must
-    not be lost to a cancel."""
+    registered as ours (never taken for an orphan); ``niceness`` lowers its CPU priority.
+    Shielded: the child it started must not be lost to a cancel."""
     token = trio.lowlevel.current_trio_token()
     done = trio.Event()
     outcome: list[subprocess.Popen[bytes] | Exception] = []
@@ -212,7 +215,7 @@ async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None
         procs_fd: int | None = None
         try:
             procs_fd = cgroup.open_procs() if cgroup is not None else None
-            preexec = _die_with_parent(procs_fd)
+            preexec = _die_with_parent(procs_fd, niceness)
             with _spawn_lock:
                 popen = subprocess.Popen(argv, start_new_session=True, close_fds=True,
                                          preexec_fn=preexec, **options)
@@ -239,8 +242,8 @@ async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None
 
 
 async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
-                env_extra: dict[str, str] | None = None, cgroup_name: str | None = None
-                ) -> Child:
+                env_extra: dict[str, str] | None = None, cgroup_name: str | None = None,
+                niceness: int = 0) -> Child:
     """Start ``argv`` in a new session (and cgroup, named ``cgroup_name`` if given) with
     piped stdout/stderr and stdin from /dev/null."""
     env = {**os.environ, **(env_extra or {})}
@@ -250,8 +253,9 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        popen = await start_process(argv, cgroup=cgroup, cwd=cwd, env=env,
-                                    stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w)
+        popen = await start_process(argv, cgroup=cgroup, niceness=niceness, cwd=cwd,
+                                    env=env, stdin=subprocess.DEVNULL, stdout=out_w,
+                                    stderr=err_w)
     except BaseException:
         for fd in (out_r, err_r):
             os.close(fd)
@@ -268,10 +272,11 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
 @asynccontextmanager
 async def spawned(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
                   grace: float, env_extra: dict[str, str] | None = None,
-                  cgroup_name: str | None = None) -> AsyncIterator[Child]:
+                  cgroup_name: str | None = None, niceness: int = 0
+                  ) -> AsyncIterator[Child]:
     """``spawn``, with the tree killed and the root reaped however the block ends."""
     child = await spawn(argv, cwd=cwd, marker=marker, env_extra=env_extra,
-                        cgroup_name=cgroup_name)
+                        cgroup_name=cgroup_name, niceness=niceness)
     try:
         yield child
     finally:

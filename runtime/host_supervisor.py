@@ -25,8 +25,14 @@ request that needed it was never sent. Requests waiting on that start fail with 
 and for ``START_RETRY_AFTER`` no new start is tried.
 
 The host's direct children die with it (a parent-death signal, ``host/spawn.py``);
-their descendants are killed here by the marker the host set on them, the runtime
-being a child subreaper (orphans of a dead host are re-parented to it and reaped).
+their descendants are killed here: by the cgroups the host made (``host.cgroups``:
+``quiesce-host-<pid>`` is killed and removed once any host is gone, since a cgroup
+outlives its maker), and by the marker the host set on them, the runtime being a
+child subreaper (orphans of a dead host are re-parented to it and reaped). A process
+call whose grace ran out without the host's answer has its processes ended from here
+(``HostLease.end_call_processes``). The cgroup handling lives in ``host.cgroups``
+(standard library and trio only) so that it can move to a package the runtime and the
+host share when the runtime stops importing ``host`` (issue 17).
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ KILL_GRACE = 0.2
 """Seconds between TERM and KILL for an ``rg`` stopped early (it honours TERM at once)."""
 MAX_RECORD = 256 * 1024
 """Longest output record (a JSON line, a file name) read whole; a longer one is cut."""
+NICENESS = 10
+"""A search runs at a lower CPU priority than the host (and the tools it serves): many
+searches at once slow each other, not the host's answers."""
 STDERR_KEEP = 4096
 STDERR_WAIT = 1.0
 """Seconds to wait for the end of ``rg``'s stderr once it exited."""
@@ -173,7 +176,8 @@ async def run_rg(args: Sequence[str], *, cwd: str, marker: Marker | None,
     env_extra = {"RIPGREP_CONFIG_PATH": ""}
     stderr = _Stderr()
     async with spawn.spawned(argv, cwd=cwd, marker=marker, grace=KILL_GRACE,
-                             env_extra=env_extra, cgroup_name=cgroup_name) as child:
+                             env_extra=env_extra, cgroup_name=cgroup_name,
+                             niceness=NICENESS) as child:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stderr.collect, child.stderr)
             yield RgRun(child, sep, stderr)

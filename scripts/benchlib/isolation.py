@@ -77,7 +77,7 @@ async def loop_lag(bench: Bench, n: int, warmup: int) -> Series:
     other.mkdir()
     (other / "notes.txt").write_text("hello\n")
     link = HostLink(command=[sys.executable, "-m", "host"],
-                    env={**os.environ, MARK_VAR: bench.mark})
+                    env={**os.environ, MARK_VAR: bench.mark, "QUIESCE_LOG_LEVEL": "WARNING"})
     async with trio.open_nursery() as nursery:
         await link.start(nursery)
         host = _Host(link)
