@@ -40,7 +40,7 @@ KILL_GRACE = 0.2
 """Seconds between TERM and KILL for an ``rg`` stopped early (it honours TERM at once)."""
 MAX_RECORD = 256 * 1024
 """Longest output record (a JSON line, a file name) read whole; a longer one is cut."""
-NICENESS = 10
+NICENESS = 19
 """A search runs at a lower CPU priority than the host (and the tools it serves): many
 searches at once slow each other, not the host's answers."""
 STDERR_KEEP = 4096

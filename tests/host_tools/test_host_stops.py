@@ -140,6 +140,7 @@ async def test_grep_over_a_large_tree_with_a_fifo_stops_at_once(tmp_path: pathli
                 while not any(c.call_id == "g1" and c.state == "running"
                               for c in (await host.stats()).calls):
                     await trio.sleep(0.01)
+            await wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 10)
             sent = time.monotonic()
             state = await host.abort("g1", "Grep")
             assert state.found and state.state == "running"
