@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import trio
 
+from host import cgroups
 from host.manager import HostConfig
 from host.proctree import become_subreaper
 from host.server import HostServer
@@ -104,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     # switch interval keeps the event loop, and so tools.abort, answering promptly.
     sys.setswitchinterval(0.0005)
     become_subreaper(sweep_orphans=True)
-    trio.run(_serve, config)
+    cgroups.setup_host()
+    try:
+        trio.run(_serve, config)
+    finally:
+        cgroups.teardown_host()  # every tree is dead by now: only empty cgroups are left
     log.info("host exiting")
     return 0

@@ -35,6 +35,7 @@ import trio
 
 from host.admission import Admission, AdmissionLimits, Overloaded
 from host.calls import Call, CallTable
+from host.cgroups import call_cgroup_name
 from host.permissions import PermissionPort, Verdict, ask, evaluate
 from host.plugins import PluginSettings, SessionPlugins, load_servers
 from host.proctree import ENV_MARKER
@@ -266,6 +267,7 @@ class CallManager:
             stop=call.stop,
             emit_output=lambda stream, text: self._emit(call, stream, text),
             env_marker={ENV_MARKER: f"{self.marker_value}:{call.session_id}:{call.call_id}"},
+            cgroup_name=call_cgroup_name(self.marker_value, call.session_id, call.call_id),
         )
         if call.tool_class in (ToolClass.MUTATING, ToolClass.PLUGIN):
             return await self._awaited(call, spec, args, ctx)

@@ -23,14 +23,17 @@ reparented to it and reaped here rather than lingering under init.
 A member that clears its environment *and* leaves the session *and* is
 orphaned before any listing sees it cannot be attributed to a call. In a host
 (a tree marked ``ENV_MARKER=<our pid>:…``), every kill therefore also takes
-the host's *adopted orphans*: direct children it did not start, that carry no
-marker of this host and are not in the session of a process it started (a
-live tool root or plugin server). Every process the host starts is marked and
-registered, so such a child can only be an escapee of some tree; it may
-belong to another call still running, but it is killed now, since the host
-cannot tell whose it is and it must not outlive its own call.
+the host's *adopted orphans*: direct children it did not start and not in the
+session of a live process it started (a tool root or plugin server). Nothing a
+process says about itself spares it: a marker (which it may forge) or a command
+line like the host's (a look-alike). Every process the host starts is
+registered, so such a child can only be an escapee of some tree; it may belong
+to another call still running, but it is killed now, since the host cannot tell
+whose it is and it must not outlive its own call.
 
-Starting processes so they can be found is :mod:`host.spawn`.
+This is the fallback: where the host has cgroups (:mod:`host.cgroups`), a tree
+is its cgroup, and none of the above is needed. Starting processes so they can
+be found is :mod:`host.spawn`.
 """
 
 from __future__ import annotations
@@ -240,28 +243,76 @@ def _adopted_orphans(children: list[int], procs: dict[int, psutil.Process],
                      prefix: str) -> list[int]:
     """Our direct children that we did not start and cannot attribute (module docstring).
 
-    A child still being started is registered (the spawner holds the lock) or, from a
-    ``Popen`` elsewhere, a copy of us (our command line) until it executes.
+    Nothing a process says about itself spares it: not a marker in its environment (it
+    may be forged), not a command line like ours (a look-alike ``python -m host``). A
+    child still being started is registered (the spawner holds the lock); one in the
+    session of a live tool root or plugin server belongs to that still running tree (a
+    session cannot be joined, only left).
     """
-    own_cmdline = psutil.Process().cmdline()
     orphans = []
     with _spawn_lock:
         started = set(_started)
         for pid in children:
-            proc = procs[pid]
-            if pid in started or _environ_matches(proc, ENV_MARKER, prefix, True):
+            if pid in started:
                 continue
             try:
                 if os.getsid(pid) in started:  # in a tool root's or plugin's session
                     continue
-                if _alive(proc) and proc.cmdline() == own_cmdline:
-                    continue
-            except (OSError, psutil.NoSuchProcess):
+            except OSError:
                 continue
-            except psutil.AccessDenied:
-                pass
             orphans.append(pid)
     return orphans
+
+
+def reap_members(pids: Collection[int]) -> None:
+    """Reap those of ``pids`` that are dead children of ours (adopted members of a killed
+    tree); never a child ``subprocess`` or the spawner owns."""
+    with _spawn_lock:
+        for pid in pids:
+            if pid in _started:
+                continue
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                continue
+    if _sweeping_orphans[0]:
+        reap_orphan_zombies()
+
+
+def reap_orphan_zombies() -> int:
+    """In a process that starts every child itself (a host): reap every zombie child it
+    did not start (an adopted orphan that died). How many. Reads only our own children
+    (``/proc/self/task/*/children``), never the whole process table."""
+    reaped = 0
+    with _spawn_lock:
+        for pid in _own_children():
+            if pid in _started:
+                continue
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    state = f.read().rsplit(b")", 1)[1].split()[0]
+                if state != b"Z":
+                    continue
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    reaped += 1
+            except (OSError, IndexError):
+                continue
+    return reaped
+
+
+def _own_children() -> list[int]:
+    pids: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return pids
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children") as f:
+                pids += [int(pid) for pid in f.read().split()]
+        except OSError:
+            continue
+    return pids
 
 
 def _signal(proc: psutil.Process, sig: signal.Signals) -> None:

@@ -19,8 +19,10 @@ import signal
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import msgspec
 import trio
 
+from host import cgroups
 from host.manager import CallManager, HostConfig
 from host.tools import TOOLS
 from protocol.errors import ErrorCode, RemoteError, RpcError
@@ -44,7 +46,7 @@ from protocol.messages.host import (
     ToolsStartedParams,
 )
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
-from protocol.tools import Decision, ToolResult
+from protocol.tools import Decision, ToolResult, error_result
 from protocol.version import PROTOCOL_VERSION, check_compatible
 from runtime.rpc import ConnectionClosed, Endpoint, Handler, effect_status, effect_taken
 
@@ -52,6 +54,22 @@ log = logging.getLogger(__name__)
 
 EXIT_GRACE = 1.0
 """Seconds the exiting host waits for bodies of forced calls before leaving without them."""
+
+_encoder = msgspec.json.Encoder()
+
+
+def sendable(result: ToolResult) -> ToolResult:
+    """The one check, on the way to the writer, that a call's result can be sent: one that
+    cannot be encoded (a string UTF-8 cannot carry, such as a file name's surrogate
+    escape) becomes that call's ``TOOL_FAILED``, never a failure of the link."""
+    try:
+        _encoder.encode(result)
+    except (UnicodeEncodeError, msgspec.EncodeError, TypeError, OverflowError) as exc:
+        log.error("a %s result could not be encoded: %s", result.code or "success", exc)
+        return error_result(ErrorCode.TOOL_FAILED,
+                            f"the tool's result could not be encoded: {exc}",
+                            body_invoked=result.body_invoked)
+    return result
 
 
 class _EndpointPort:
@@ -170,7 +188,7 @@ class HostServer:
         return await self.manager.list_plugins(params.session_id)
 
     async def tools_execute(self, params: ToolsExecuteParams) -> ToolResult:
-        return await self.manager.execute(params, task_status=effect_status())
+        return sendable(await self.manager.execute(params, task_status=effect_status()))
 
     async def tools_abort(self, params: ToolsAbortParams) -> ToolsAbortResult:
         return self.manager.abort(params)
@@ -185,7 +203,7 @@ class HostServer:
                       if c.phase is not None)
         return HostStatsResult(len(m.calls), len(m.tombstones), m.tombstones.expired,
                                m.tombstones.evicted, m.admission.waiting, m.admission.running,
-                               calls)
+                               calls, cgroups.mechanism())
 
     async def shutdown(self, params: Empty) -> Empty:
         effect_taken()

@@ -1,7 +1,11 @@
 """Starting tool processes so they can be found and die with the host.
 
 A tool process is started in a new session (its pid is its session and group id) with an
-attribution marker in its environment; :mod:`host.proctree` finds and kills its tree.
+attribution marker in its environment, and, where the host has cgroups
+(:mod:`host.cgroups`), inside a fresh cgroup of its own: the forked child writes itself
+into the cgroup's ``cgroup.procs`` (a descriptor the spawner opened) before it execs, so
+it is a member before it can fork. ``Child.finish`` then stops the tree by its cgroup;
+without one, :mod:`host.proctree` finds and kills its tree.
 
 ``start_process`` forks every child from one spawner thread that lives as
 long as the process, and arms a parent-death signal (KILL) in the child
@@ -27,7 +31,9 @@ from typing import Any
 
 import trio
 
+from host import cgroups
 from host.proctree import (
+    KILL_TIMEOUT,
     PR_SET_PDEATHSIG,
     KillReport,
     Marker,
@@ -35,6 +41,7 @@ from host.proctree import (
     _spawn_lock,
     _started,
     kill_tree,
+    reap_members,
 )
 
 log = logging.getLogger(__name__)
@@ -49,12 +56,15 @@ class Child:
     """
 
     def __init__(self, popen: subprocess.Popen[bytes], stdout: trio.lowlevel.FdStream,
-                 stderr: trio.lowlevel.FdStream, marker: Marker | None) -> None:
+                 stderr: trio.lowlevel.FdStream, marker: Marker | None,
+                 cgroup: cgroups.Cgroup | None = None) -> None:
         self.popen = popen
         self.pid = popen.pid
         self.stdout = stdout
         self.stderr = stderr
         self.marker = marker
+        self.cgroup = cgroup
+        """The tree's cgroup (``None``: the host has none; found by ``proctree``)."""
         self.returncode: int | None = None
         self.kill_report: KillReport | None = None
         _started.add(self.pid)  # already, if the spawner started it
@@ -89,8 +99,11 @@ class Child:
         """
         report = self.kill_report
         if report is None or self.returncode is None or not report.clean:
-            report = self.kill_report = await kill_tree(self.pid, grace=grace,
-                                                        marker=self.marker)
+            if self.cgroup is not None:
+                report = self.kill_report = await self._stop_cgroup(self.cgroup, grace)
+            else:
+                report = self.kill_report = await kill_tree(self.pid, grace=grace,
+                                                            marker=self.marker)
         with trio.CancelScope(shield=True) as scope:
             scope.deadline = trio.current_time() + 2.0
             await self.wait_exited()
@@ -101,6 +114,21 @@ class Child:
             log.error("process %d did not exit after KILL", self.pid)
         self._close_pidfd()
         return report
+
+    async def _stop_cgroup(self, cgroup: cgroups.Cgroup, grace: float) -> KillReport:
+        """TERM, grace, ``cgroup.kill``, until ``populated 0``; members reaped, the cgroup
+        removed once empty. Shielded, with its own deadline."""
+        with trio.CancelScope(shield=True) as scope:
+            scope.deadline = trio.current_time() + grace + KILL_TIMEOUT + 1.0
+            stop = await cgroup.stop(grace, KILL_TIMEOUT)
+        if not stop.survivors:
+            cgroup.remove()
+        reap_members(cgroup.seen - {self.pid})
+        if stop.found:
+            log.info("cgroup %s: %d processes, %d needed KILL, %.3f s", cgroup.path,
+                     stop.found, stop.killed, stop.elapsed)
+        return KillReport(found=stop.found, terminated=stop.found - stop.killed,
+                          killed=stop.killed, survivors=stop.survivors, elapsed=stop.elapsed)
 
     def _close_pidfd(self) -> None:
         if self._pidfd is not None:
@@ -115,11 +143,14 @@ class Child:
             await self.stderr.aclose()
 
 
-def _die_with_parent() -> Callable[[], None] | None:
-    """The ``preexec_fn`` that arms the parent-death signal (KILL), or ``None`` off Linux.
+def _die_with_parent(procs_fd: int | None = None, niceness: int = 0
+                     ) -> Callable[[], None] | None:
+    """The ``preexec_fn`` that arms the parent-death signal (KILL) and, with ``procs_fd``
+    (a cgroup's ``cgroup.procs``), moves the child into that cgroup; ``None`` off Linux.
 
-    It runs in the forked child before exec: only a resolved libc call and ``getppid``.
-    A parent that died before the signal was armed is caught by the ``getppid`` check.
+    It runs in the forked child before exec: only a resolved libc call, ``getppid`` and a
+    ``write``. A parent that died before the signal was armed is caught by the ``getppid``
+    check; a child that cannot join its cgroup fails to start (``SubprocessError``).
     """
     if not sys.platform.startswith("linux"):
         return None
@@ -129,6 +160,10 @@ def _die_with_parent() -> Callable[[], None] | None:
         prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
+        if procs_fd is not None:
+            os.write(procs_fd, b"0")  # "0": the writing process itself
+        if niceness:
+            os.nice(niceness)
 
     return in_child
 
@@ -159,17 +194,28 @@ class _Spawner:
 _SPAWNER = _Spawner()
 
 
-async def start_process(argv: list[str], **options: Any) -> subprocess.Popen[bytes]:
+def new_cgroup(name: str | None) -> cgroups.Cgroup | None:
+    """A fresh cgroup for a tree (``name``: a call's, ``cgroups.call_cgroup_name``), or
+    ``None`` where the host has no cgroups."""
+    made = cgroups.host_cgroups()
+    return None if made is None else made.new(name)
+
+
+async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None,
+                        niceness: int = 0, **options: Any) -> subprocess.Popen[bytes]:
     """``subprocess.Popen(argv, **options)`` in a new session with ``close_fds``, forked by
-    the spawner thread with a parent-death signal, and registered as ours (never taken
-    for an orphan). Shielded: the child it started must not be lost to a cancel."""
+    the spawner thread with a parent-death signal, inside ``cgroup`` if given, and
+    registered as ours (never taken for an orphan); ``niceness`` lowers its CPU priority.
+    Shielded: the child it started must not be lost to a cancel."""
     token = trio.lowlevel.current_trio_token()
     done = trio.Event()
     outcome: list[subprocess.Popen[bytes] | Exception] = []
-    preexec = _die_with_parent()
 
     def job() -> None:
+        procs_fd: int | None = None
         try:
+            procs_fd = cgroup.open_procs() if cgroup is not None else None
+            preexec = _die_with_parent(procs_fd, niceness)
             with _spawn_lock:
                 popen = subprocess.Popen(argv, start_new_session=True, close_fds=True,
                                          preexec_fn=preexec, **options)
@@ -178,6 +224,9 @@ async def start_process(argv: list[str], **options: Any) -> subprocess.Popen[byt
         except Exception as exc:  # noqa: BLE001 -- raised again in the caller; it must not
             # end this thread (its children would get their parent-death signal)
             outcome.append(exc)
+        finally:
+            if procs_fd is not None:
+                os.close(procs_fd)
         try:
             token.run_sync_soon(done.set)
         except trio.RunFinishedError:
@@ -193,32 +242,41 @@ async def start_process(argv: list[str], **options: Any) -> subprocess.Popen[byt
 
 
 async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
-                env_extra: dict[str, str] | None = None) -> Child:
-    """Start ``argv`` in a new session with piped stdout/stderr and stdin from /dev/null."""
+                env_extra: dict[str, str] | None = None, cgroup_name: str | None = None,
+                niceness: int = 0) -> Child:
+    """Start ``argv`` in a new session (and cgroup, named ``cgroup_name`` if given) with
+    piped stdout/stderr and stdin from /dev/null."""
     env = {**os.environ, **(env_extra or {})}
     if marker is not None:
         env[marker[0]] = marker[1]
+    cgroup = new_cgroup(cgroup_name)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        popen = await start_process(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=out_w, stderr=err_w)
+        popen = await start_process(argv, cgroup=cgroup, niceness=niceness, cwd=cwd,
+                                    env=env, stdin=subprocess.DEVNULL, stdout=out_w,
+                                    stderr=err_w)
     except BaseException:
         for fd in (out_r, err_r):
             os.close(fd)
+        if cgroup is not None:
+            cgroup.remove()
         raise
     finally:
         os.close(out_w)
         os.close(err_w)
-    return Child(popen, trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r), marker)
+    return Child(popen, trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r), marker,
+                 cgroup)
 
 
 @asynccontextmanager
 async def spawned(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
                   grace: float, env_extra: dict[str, str] | None = None,
+                  cgroup_name: str | None = None, niceness: int = 0
                   ) -> AsyncIterator[Child]:
     """``spawn``, with the tree killed and the root reaped however the block ends."""
-    child = await spawn(argv, cwd=cwd, marker=marker, env_extra=env_extra)
+    child = await spawn(argv, cwd=cwd, marker=marker, env_extra=env_extra,
+                        cgroup_name=cgroup_name, niceness=niceness)
     try:
         yield child
     finally:

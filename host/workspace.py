@@ -21,6 +21,7 @@ import posixpath
 import stat
 from pathlib import Path
 
+from host import fsnames
 from protocol.errors import ErrorCode
 
 _MAX_RESOLVE_ROUNDS = 8
@@ -68,15 +69,16 @@ class Workspace:
             raise ToolInputError(ErrorCode.INVALID_PARAMS, "path contains a NUL byte")
         if posixpath.isabs(rel_path):
             raise _outside(rel_path)
+        os_rel = self.os_path(rel_path)
         depth = 0
-        for part in rel_path.split("/"):
+        for part in os_rel.split("/"):
             if part == "..":
                 depth -= 1
                 if depth < 0:
                     raise _outside(rel_path)
             elif part not in ("", "."):
                 depth += 1
-        real = posixpath.join(self._root_str, rel_path)
+        real = posixpath.join(self._root_str, os_rel)
         for _ in range(_MAX_RESOLVE_ROUNDS):
             # realpath gives up at a symlink loop and returns the rest unresolved, so
             # "loop/../link" would come back as "link" with the link still in it:
@@ -100,6 +102,16 @@ class Workspace:
                                      f"{rel_path!r} cannot be resolved: {exc.strerror}") from None
         return Path(real)
 
+    @staticmethod
+    def os_path(rel_path: str) -> str:
+        """A tool's path (maybe a shown non-UTF-8 name, ``host.fsnames``) in ``os`` spelling."""
+        try:
+            return fsnames.to_os(rel_path)
+        except UnicodeEncodeError:
+            raise ToolInputError(ErrorCode.INVALID_PARAMS,
+                                 "path holds a lone surrogate; names that are not UTF-8 "
+                                 "are written with \\xHH escapes") from None
+
     def outside(self, rel_path: str) -> ToolInputError | None:
         """The ``PATH_OUTSIDE_WORKSPACE`` refusal of ``rel_path`` if it leaves the root;
         ``None`` otherwise (any other problem with the path is the tool's to report)."""
@@ -114,7 +126,12 @@ class Workspace:
         return self.root if rel_path is None else self.resolve(rel_path, must_exist=must_exist)
 
     def relative(self, real_path: str | os.PathLike[str]) -> str:
-        """The workspace-relative spelling of a resolved path (``.`` for the root)."""
+        """The workspace-relative spelling of a resolved path (``.`` for the root), shown
+        losslessly in UTF-8 (``host.fsnames``)."""
+        return fsnames.show_os(self.relative_os(real_path))
+
+    def relative_os(self, real_path: str | os.PathLike[str]) -> str:
+        """``relative`` in ``os`` spelling (for ``os`` calls and child processes)."""
         return os.path.relpath(os.fspath(real_path), self._root_str)
 
     def check_fd(self, fd: int, shown: str) -> None:
@@ -165,6 +182,10 @@ class Workspace:
             os.close(fd)
             raise
         return fd
+
+    def open_regular_check(self, real_path: str | os.PathLike[str], shown: str) -> None:
+        """Refuse (as ``open_regular``) anything but a regular file inside the root."""
+        os.close(self.open_regular(real_path, shown))
 
     def open_parent(self, real_path: str | os.PathLike[str], shown: str, *,
                     create: bool) -> tuple[int, str]:

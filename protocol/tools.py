@@ -51,7 +51,7 @@ class ReadArgs(_Args, frozen=True):
         f"Most lines to return (default {READ_DEFAULT_LINES}).", ge=1)] | None = None
 
 
-class GlobArgs(_Args, frozen=True):
+class GlobArgs(_Args, frozen=True, rename={"include_ignored": "includeIgnored"}):
     pattern: Annotated[str, msgspec.Meta(description=
         "Glob matched against each file's path relative to path (default: the "
         "workspace root): * and ? stay within one path component, ** spans any number "
@@ -60,13 +60,18 @@ class GlobArgs(_Args, frozen=True):
     path: Annotated[str, msgspec.Meta(description=
         "Directory to search under, relative to the workspace root (default: the "
         "root).")] | None = None
+    include_ignored: Annotated[bool, msgspec.Meta(description=
+        "Also list files that .gitignore/.ignore files exclude, and hidden ones (.git is "
+        "always skipped).")] = False
 
 
-class GrepArgs(_Args, frozen=True, rename={"ignore_case": "ignoreCase"}):
+class GrepArgs(_Args, frozen=True, rename={"ignore_case": "ignoreCase",
+                                          "include_ignored": "includeIgnored"}):
     pattern: Annotated[str, msgspec.Meta(description=
         "Regular expression searched for in each line (for example "
-        "\"def \\w+_handler\", \"TODO|FIXME\"). Use plain syntax: classes, "
-        "alternation, quantifiers, anchors, \\b; escape regex characters to match "
+        "\"def \\w+_handler\", \"TODO|FIXME\"). Rust regex syntax (ripgrep): "
+        "classes, alternation, quantifiers, anchors, \\b, no look-around or "
+        "backreferences; escape regex characters to match "
         "them literally.")]
     path: Annotated[str, msgspec.Meta(description=
         "File or directory to search, relative to the workspace root (default: the "
@@ -76,6 +81,9 @@ class GrepArgs(_Args, frozen=True, rename={"ignore_case": "ignoreCase"}):
         "matches this glob, for example \"*.py\" or \"src/**/*.rs\".")] | None = None
     ignore_case: Annotated[bool, msgspec.Meta(
         description="Match letters regardless of case.")] = False
+    include_ignored: Annotated[bool, msgspec.Meta(description=
+        "Also search files that .gitignore/.ignore files exclude, and hidden ones (.git is "
+        "always skipped).")] = False
 
 
 class WriteArgs(_Args, frozen=True):

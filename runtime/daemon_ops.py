@@ -238,5 +238,6 @@ class DaemonOps:
             round(max(latencies), 3) if latencies else None,
             host.pid, host.restarts, host.crashes,
             stats.tombstones if stats else 0, stats.calls_in_flight if stats else 0,
+            process_isolation=stats.process_isolation if stats else None,
             turns_running=sum(1 for s in self._daemon.sessions.all()
                               if s.agent.machine.phase.kind is PhaseKind.RUNNING))

@@ -25,13 +25,20 @@ request that needed it was never sent. Requests waiting on that start fail with 
 and for ``START_RETRY_AFTER`` no new start is tried.
 
 The host's direct children die with it (a parent-death signal, ``host/spawn.py``);
-their descendants are killed here by the marker the host set on them, the runtime
-being a child subreaper (orphans of a dead host are re-parented to it and reaped).
+their descendants are killed here: by the cgroups the host made (``host.cgroups``:
+``quiesce-host-<pid>`` is killed and removed once any host is gone, since a cgroup
+outlives its maker), and by the marker the host set on them, the runtime being a
+child subreaper (orphans of a dead host are re-parented to it and reaped). A process
+call whose grace ran out without the host's answer has its processes ended from here
+(``HostLease.end_call_processes``). The cgroup handling lives in ``host.cgroups``
+(standard library and trio only) so that it can move to a package the runtime and the
+host share when the runtime stops importing ``host`` (issue 17).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +48,7 @@ import msgspec
 import psutil
 import trio
 
+from host import cgroups  # stdlib and trio only: it can move to a shared package (issue 17)
 from host.proctree import (
     ENV_MARKER,
     find_marked,
@@ -243,6 +251,13 @@ class HostSupervisor:
                 await link.exited.wait()
                 nursery.cancel_scope.cancel()
             await link.release()
+            if link.pid is not None:
+                # Whatever its end, a host leaves no cgroup: a crashed one leaves its trees'
+                # cgroups populated (a cgroup outlives its maker), an orderly one none.
+                held = await cgroups.kill_host_cgroups(link.pid)
+                if held:
+                    log.warning("killed %d processes in the cgroups of host %s", held,
+                                link.pid)
             if self._restarting:
                 self._restarting = False
                 await self._kill_survivors(link.pid)
@@ -324,7 +339,8 @@ class HostSupervisor:
     @staticmethod
     async def kill_orphans_of_dead_hosts() -> int:
         """At start-up: tool processes whose host is gone (a runtime and host killed
-        together, e.g. by a signal to their process group) are killed by their marker."""
+        together, e.g. by a signal to their process group) are killed: by their host's
+        cgroups (``quiesce-host-<pid>`` of a dead pid, beneath ours), and by marker."""
         pids: set[str] = set()
         for proc in find_marked(ENV_MARKER, "", prefix=True):
             try:
@@ -334,7 +350,7 @@ class HostSupervisor:
             host_pid = value.split(":", 1)[0]
             if host_pid.isdigit() and not psutil.pid_exists(int(host_pid)):
                 pids.add(host_pid)
-        killed = 0
+        killed = await cgroups.sweep_dead_hosts()
         for host_pid in pids:
             report = await kill_marked(ENV_MARKER, f"{host_pid}:", prefix=True,
                                        grace=SURVIVOR_KILL_GRACE)
@@ -395,6 +411,29 @@ class HostLease:
             raise NotSent("this turn has no live host")
         return await host.link.request(method, params)
 
+    async def end_call_processes(self, session_id: str, host_call_id: str) -> str | None:
+        """A process call's grace ran out without the held host's result: its cgroup is
+        killed (the path is known: ``host.cgroups``), or, for a host without cgroups, the
+        host is ended (killed, its trees swept) and waited for. How, or ``None`` if the
+        turn holds no live host."""
+        host = self._host
+        if host is None or host.gone.is_set() or host.link.pid is None:
+            return None
+        pid = host.link.pid
+        if cgroups.host_dir(pid) is not None and await trio.to_thread.run_sync(
+                _is_dir, cgroups.host_dir(pid)):
+            emptied = await cgroups.kill_call_cgroup(pid, session_id, host_call_id)
+            if emptied is None:
+                return "cgroup-gone"  # settled (its cgroup removed), or never spawned
+            if emptied:
+                return "cgroup-killed"
+        log.warning("host %s: a stopped process call's processes cannot be confirmed "
+                    "gone; ending the host", pid)
+        if host.usable:
+            host.link.kill()
+        await self.wait_host_gone()
+        return "host-killed"
+
     async def wait_host_gone(self) -> bool:
         """After the held host died under a call: wait until its leftover tool processes
         are killed, at most ``GONE_TIMEOUT``; whether they were."""
@@ -414,3 +453,7 @@ def _describe(error: BaseException) -> str:
     while isinstance(error, BaseExceptionGroup):
         error = error.exceptions[0]
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _is_dir(path: str | None) -> bool:
+    return path is not None and os.path.isdir(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pathlib
 import time
 import uuid
 
@@ -58,3 +59,15 @@ def wait_no_marked_processes(mark: str, timeout: float = 5.0) -> list[psutil.Pro
         except psutil.NoSuchProcess:
             pass
     return left
+
+
+STUCK_GREP_FILE = "stuck.bin"
+"""A file Grep names explicitly (``path``): ripgrep then reads all of it."""
+
+
+def stuck_grep_file(root: pathlib.Path) -> dict[str, str]:
+    """A Grep that runs for minutes of real ripgrep work (reading a sparse 256 GiB file of
+    zeros costs the kernel seconds per 10 GiB) and finds nothing: its arguments."""
+    with open(root / STUCK_GREP_FILE, "wb") as f:
+        f.truncate(256 * 1024**3)
+    return {"pattern": "zzz", "path": STUCK_GREP_FILE}

@@ -32,7 +32,7 @@ from typing import Any
 import trio
 
 from host.plugins.request import CallOutcome, PluginRequest, ProgressSink
-from host.spawn import Child, start_process
+from host.spawn import Child, new_cgroup, start_process
 from protocol.errors import RemoteError
 from protocol.mcp import (
     CLIENT_TO_SERVER,
@@ -79,12 +79,15 @@ async def _spawn(config: McpServerConfig, cwd: str, marker: tuple[str, str]
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    cgroup = new_cgroup(None)
     try:
-        popen = await start_process([config.command, *config.args], cwd=cwd, env=env,
-                                    stdin=in_r, stdout=out_w, stderr=err_w)
+        popen = await start_process([config.command, *config.args], cgroup=cgroup, cwd=cwd,
+                                    env=env, stdin=in_r, stdout=out_w, stderr=err_w)
     except BaseException as exc:
         for fd in (in_w, out_r, err_r):
             os.close(fd)
+        if cgroup is not None:
+            cgroup.remove()
         if isinstance(exc, OSError):
             raise PluginStartError(f"cannot start {config.command!r}: "
                                    f"{exc.strerror or exc}") from exc
@@ -94,7 +97,8 @@ async def _spawn(config: McpServerConfig, cwd: str, marker: tuple[str, str]
     finally:
         for fd in (in_r, out_w, err_w):
             os.close(fd)
-    child = Child(popen, trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r), marker)
+    child = Child(popen, trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r), marker,
+                  cgroup)
     return child, trio.lowlevel.FdStream(in_w)
 
 

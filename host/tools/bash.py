@@ -61,7 +61,8 @@ async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
     tree = await run_tree(
         [shell(), "-c", args.command], cwd=ctx.workspace.root, stop=ctx.stop,
         limit=timeout_ms / 1000, grace=config.kill_grace, marker=ctx.marker,
-        env_extra=ctx.env_marker, stdout=TextSink("stdout", out), stderr=TextSink("stderr", out))
+        env_extra=ctx.env_marker, stdout=TextSink("stdout", out), stderr=TextSink("stderr", out),
+        cgroup_name=ctx.cgroup_name)
     details = _details(tree, out)
     output = out.text()
     if tree.outcome == "stopped":

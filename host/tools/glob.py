@@ -1,42 +1,59 @@
 """Glob (read-only): files matching a pattern under a directory (default: the root).
 
-Results are workspace-relative paths, sorted, at most ``MAX_RESULTS``. A
-symlink is listed only if it resolves to a file inside the workspace, and a
-symlinked directory is never descended into, so no result lies outside.
+``rg --files`` walks the tree in a child process (``host.tools.ripgrep``: its ignore,
+hidden-file and symlink rules; ``includeIgnored``) and matches the pattern's bounded
+alternatives (``host.tools.pathmatch``) with ripgrep's linear-time glob matcher; names
+are NUL-separated, so any file name comes through. Results are workspace-relative paths
+(non-UTF-8 names shown as ``host.fsnames`` says), sorted by path (directory by
+directory, as ripgrep sorts), at most ``MAX_RESULTS`` shown; the rest are only counted
+(the host keeps no more than those).
+Symlinks are neither followed nor listed, so no result lies outside the workspace.
 """
 
 from __future__ import annotations
 
 import os
-import threading
-from functools import partial
 
-from host.tools.context import ToolContext, run_abandonable
-from host.tools.pathmatch import compile_glob, walk_files
-from host.workspace import ToolInputError, Workspace
+from host import fsnames
+from host.tools import ripgrep
+from host.tools.context import ToolContext
+from host.tools.pathmatch import alternatives, max_depth, rg_globs
+from host.workspace import ToolInputError
 from protocol.errors import ErrorCode
 from protocol.tools import GlobArgs, ToolResult, ok_result
 
 MAX_RESULTS = 1000
 
 
-def glob_files(ws: Workspace, args: GlobArgs, cancelled: threading.Event) -> ToolResult:
-    pattern = compile_glob(args.pattern)
+async def run(args: GlobArgs, ctx: ToolContext) -> ToolResult:
+    ws = ctx.workspace
+    expanded = alternatives(args.pattern)
     base = ws.resolve_optional(args.path)
     if not base.is_dir():
         raise ToolInputError(ErrorCode.TOOL_FAILED, f"{args.path!r} is not a directory")
-    found: list[str] = []
-    for entry in walk_files(str(base), cancelled, max_depth=pattern.max_depth):
-        if not pattern.matches(entry.rel):
-            continue
-        if entry.is_symlink:
-            target = os.path.realpath(entry.path)
-            if not ws.contains(target) or not os.path.isfile(target):
-                continue
-        found.append(ws.relative(entry.path))
-    found.sort()
-    total = len(found)
-    shown = found[:MAX_RESULTS]
+    rg_args = ["--files", "--null", "--sort", "path", *rg_globs(expanded, anchored=True)]
+    depth = max_depth(expanded)
+    if depth is not None:
+        rg_args += ["--max-depth", str(depth)]
+    if args.include_ignored:
+        rg_args += ripgrep.INCLUDE_IGNORED_ARGS
+    prefix = os.fsencode(ws.relative_os(base))
+    kept: list[bytes] = []  # rg sorts (--sort path): the first ones are the ones shown
+    total = 0
+    async with ripgrep.run_rg(rg_args, cwd=str(base), marker=ctx.marker,
+                              cgroup_name=ctx.cgroup_name, sep=b"\0") as rg:
+        while (record := await rg.records.next()) is not None:
+            name, cut = record
+            total += 1
+            if not cut:
+                kept.append(name)
+            if len(kept) >= MAX_RESULTS:
+                total += await rg.records.count_rest()  # the rest are only counted
+                break
+        code = await rg.returncode()
+    if code == 2 and total == 0 and rg.stderr:
+        raise ripgrep.input_error(rg.stderr, f"invalid glob pattern {args.pattern!r}")
+    shown = [fsnames.show(name if prefix == b"." else prefix + b"/" + name) for name in kept]
     if not shown:
         text = f"No files match {args.pattern!r}"
     else:
@@ -45,6 +62,3 @@ def glob_files(ws: Workspace, args: GlobArgs, cancelled: threading.Event) -> Too
             text += f"\n[{total - len(shown)} more files not shown; narrow the pattern]"
     return ok_result(text, details={"count": total, "truncated": total > len(shown)})
 
-
-async def run(args: GlobArgs, ctx: ToolContext) -> ToolResult:
-    return await run_abandonable(partial(glob_files, ctx.workspace, args))

@@ -1,122 +1,127 @@
 """Grep (read-only): a regular expression over a file or a tree, bounded output.
 
-Output lines are ``path:line:text`` (workspace-relative path). A tree walk
-skips symlinks, FIFOs, sockets, devices and binary files (a NUL byte in the
-first block); every open is non-blocking, so a FIFO cannot hang the worker.
-The worker stops early once the caller stops waiting. The output is bounded
-by ``MAX_MATCHES`` lines and ``config.max_output_bytes``; the scan stops at
-the bound and the result says so.
+The search is ``rg --json`` in a child process (``host.tools.ripgrep``: linear-time
+Rust regex syntax, its ignore, hidden-file, binary and symlink rules; ``includeIgnored``);
+the host only reads its output, a bounded number of records, and kills it once the
+output is full or the call is stopped. Output lines are ``path:line:text``
+(workspace-relative path, non-UTF-8 names shown as ``host.fsnames`` says; a line that is
+not UTF-8 is shown with replacement characters), sorted by path. ``glob`` filters files:
+without ``/`` it matches a file's name at any depth, with ``/`` its path relative to
+``path``. The output is bounded by ``MAX_MATCHES`` lines and ``config.max_output_bytes``;
+the result says when it was cut.
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import re
-import threading
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from functools import partial
-from pathlib import Path
 
-from host.tools.context import ToolContext, run_abandonable
-from host.tools.pathmatch import GlobPattern, basename_or_path_matcher, walk_files
-from host.workspace import ToolInputError, Workspace
-from protocol.errors import ErrorCode
+import msgspec
+
+from host import fsnames
+from host.tools import ripgrep
+from host.tools.context import ToolContext
+from host.tools.pathmatch import file_filter_globs
 from protocol.tools import GrepArgs, ToolResult, ok_result
 
 MAX_MATCHES = 1000
 MAX_SHOWN_LINE_CHARS = 500
-_CHUNK = 1024 * 1024  # longest piece of a line read at once
-_SNIFF = 8192
-_YIELD_EVERY = 256
-"""Lines between two hand-overs of the GIL (a few hundred µs of matching)."""
 
 
-@dataclass
-class _Matches:
-    max_bytes: int
-    lines: list[str] = field(default_factory=list)
-    size: int = 0
-    files: set[str] = field(default_factory=set)
-    scanned: int = 0
-    skipped: int = 0
-    full: bool = False
+class _Text(msgspec.Struct, frozen=True, rename={"raw": "bytes"}):
+    """ripgrep's spelling of data that may not be UTF-8: text, or base64 bytes."""
 
-    def add(self, rel: str, number: int, text: str) -> None:
+    text: str | None = None
+    raw: str | None = None
+
+    def as_bytes(self) -> bytes:
+        if self.text is not None:
+            return self.text.encode("utf-8", "surrogatepass")
+        return base64.b64decode(self.raw or "")
+
+
+class _MatchData(msgspec.Struct, frozen=True):
+    path: _Text
+    lines: _Text
+    line_number: int | None = None
+
+
+class _Record(msgspec.Struct, frozen=True):
+    type: str
+    data: msgspec.Raw
+
+
+_records = msgspec.json.Decoder(_Record)
+_matches = msgspec.json.Decoder(_MatchData)
+_CUT_PATH = re.compile(rb'"path":\{"(text|bytes)":"((?:[^"\\]|\\.)*)"')
+
+
+class _Found:
+    def __init__(self, max_bytes: int, prefix: bytes) -> None:
+        self.max_bytes = max_bytes
+        self.prefix = prefix
+        self.lines: list[str] = []
+        self.size = 0
+        self.files: set[str] = set()
+        self.full = False
+
+    def shown_path(self, path: bytes) -> str:
+        return fsnames.show(path if self.prefix == b"." else self.prefix + b"/" + path)
+
+    def add(self, path: str, number: int | None, text: str) -> None:
         if len(text) > MAX_SHOWN_LINE_CHARS:
             text = text[:MAX_SHOWN_LINE_CHARS] + " [line truncated]"
-        line = f"{rel}:{number}:{text}"
-        size = len(line.encode()) + 1
+        line = f"{path}:{number if number is not None else '?'}:{text}"
+        size = len(line.encode("utf-8", "replace")) + 1
         if len(self.lines) >= MAX_MATCHES or self.size + size > self.max_bytes:
             self.full = True
             return
         self.lines.append(line)
         self.size += size
-        self.files.add(rel)
+        self.files.add(path)
 
-
-def _search_file(ws: Workspace, path: str, rel: str, regex: re.Pattern[str],
-                 found: _Matches, cancelled: threading.Event) -> None:
-    fd = ws.open_regular(path, rel)
-    with os.fdopen(fd, "rb") as raw:
-        head = raw.read(_SNIFF)
-        if b"\x00" in head:
-            found.skipped += 1
+    def record(self, raw: bytes, cut: bool) -> None:
+        if cut:  # a match on a line too long to read whole: say where, not what
+            head = _CUT_PATH.search(raw)
+            if head is not None:
+                value: str = msgspec.json.decode(b'"' + head[2] + b'"')
+                path = _Text(text=value) if head[1] == b"text" else _Text(raw=value)
+                self.add(self.shown_path(path.as_bytes()), None,
+                         f"[a matching line longer than {ripgrep.MAX_RECORD} bytes]")
             return
-        raw.seek(0)
-        found.scanned += 1
-        number = pieces = 1
-        while not found.full:
-            piece = raw.readline(_CHUNK)
-            if not piece:
-                return
-            if cancelled.is_set():
-                return
-            pieces += 1
-            if pieces % _YIELD_EVERY == 0:
-                # Hand the GIL over now: the event loop (and so tools.abort) would otherwise
-                # wait a switch interval for it at each of its many steps.
-                time.sleep(0)
-            text = piece.decode("utf-8", "replace").rstrip("\r\n")
-            if regex.search(text):
-                found.add(rel, number, text)
-            if piece.endswith(b"\n"):
-                number += 1
+        record = _records.decode(raw)
+        if record.type != "match":
+            return
+        match = _matches.decode(record.data)
+        text = match.lines.as_bytes().decode("utf-8", "replace").rstrip("\r\n")
+        self.add(self.shown_path(match.path.as_bytes()), match.line_number, text)
 
 
-def _targets(ws: Workspace, target: Path, file_filter: GlobPattern | None,
-             cancelled: threading.Event) -> Iterator[tuple[str, str]]:
-    if not target.is_dir():
-        yield str(target), ws.relative(target)
-        return
-    for entry in walk_files(str(target), cancelled):
-        if entry.is_symlink:
-            continue
-        if file_filter is not None and not file_filter.matches(entry.rel):
-            continue
-        yield entry.path, ws.relative(entry.path)
-
-
-def grep(ws: Workspace, args: GrepArgs, max_bytes: int, cancelled: threading.Event) -> ToolResult:
-    try:
-        regex = re.compile(args.pattern, re.IGNORECASE if args.ignore_case else 0)
-    except re.error as exc:
-        raise ToolInputError(ErrorCode.INVALID_PARAMS,
-                             f"invalid regular expression {args.pattern!r}: {exc}") from None
-    file_filter = basename_or_path_matcher(args.glob) if args.glob else None
+async def run(args: GrepArgs, ctx: ToolContext) -> ToolResult:
+    ws = ctx.workspace
     target = ws.resolve_optional(args.path)
-    single = not target.is_dir()
-    found = _Matches(max_bytes)
-    for path, rel in _targets(ws, target, file_filter, cancelled):
-        if cancelled.is_set() or found.full:
-            break
-        try:
-            _search_file(ws, path, rel, regex, found, cancelled)
-        except ToolInputError:
-            if single:
-                raise
-            found.skipped += 1  # vanished, unreadable, or replaced by a non-file meanwhile
+    rg_args = ["--json", "--sort", "path", "--regexp", args.pattern]
+    if args.ignore_case:
+        rg_args.append("--ignore-case")
+    if args.include_ignored:
+        rg_args += ripgrep.INCLUDE_IGNORED_ARGS
+    if target.is_dir():
+        if args.glob:
+            rg_args += file_filter_globs(args.glob)
+        cwd, prefix = str(target), os.fsencode(ws.relative_os(target))
+    else:
+        ws.open_regular_check(target, args.path or ".")  # a FIFO would block rg's read
+        rg_args += ["--", ws.relative_os(target)]
+        cwd, prefix = str(ws.root), b"."
+    found = _Found(ctx.config.max_output_bytes, prefix)
+    async with ripgrep.run_rg(rg_args, cwd=cwd, marker=ctx.marker,
+                              cgroup_name=ctx.cgroup_name) as rg:
+        while not found.full and (record := await rg.records.next()) is not None:
+            found.record(*record)
+        code = None if found.full else await rg.returncode()
+    if code == 2 and not found.lines and rg.stderr:
+        raise ripgrep.input_error(rg.stderr, f"invalid regular expression {args.pattern!r}")
     if found.lines:
         text = "\n".join(found.lines)
         if found.full:
@@ -125,9 +130,5 @@ def grep(ws: Workspace, args: GrepArgs, max_bytes: int, cancelled: threading.Eve
         text = "No matches found"
     return ok_result(text, details={
         "matches": len(found.lines), "files": len(found.files), "truncated": found.full,
-        "filesScanned": found.scanned, "filesSkipped": found.skipped,
     })
 
-
-async def run(args: GrepArgs, ctx: ToolContext) -> ToolResult:
-    return await run_abandonable(partial(grep, ctx.workspace, args, ctx.config.max_output_bytes))

@@ -1,169 +1,157 @@
-"""Glob patterns as regular expressions, and a confined, stoppable tree walk.
+"""Glob patterns: checked, their ``{a,b}`` alternatives bounded and expanded, and handed
+to ripgrep's glob matcher (linear-time) as ``--glob`` arguments.
 
-Pattern syntax: ``*`` (any characters but ``/``), ``?`` (one character but
-``/``), ``[...]`` / ``[!...]`` classes, ``**`` as a whole segment (any number of
-directories, including none) and ``{a,b}`` alternatives (nestable). Matching is
-against the ``/``-separated path relative to the walk's base.
+Pattern syntax: ``*`` (any characters but ``/``), ``?`` (one character but ``/``),
+``[...]`` / ``[!...]`` classes, ``**`` as a whole segment (any number of directories,
+including none) and ``{a,b}`` alternatives (nestable; an unmatched brace is literal).
+Matching is against the ``/``-separated path relative to the search's base.
+
+Alternatives are counted on the parsed pattern before anything is expanded, so a brace
+bomb (``{a,b}`` twenty times: a million alternatives) is refused at once with
+``INVALID_PARAMS``: at most ``MAX_ALTERNATIVES`` alternatives, ``MAX_PATTERN_CHARS``
+characters and ``MAX_NESTING`` levels of braces.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import stat
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from host.workspace import ToolInputError
 from protocol.errors import ErrorCode
 
-SKIPPED_DIRS = frozenset({".git"})
-"""Directory names a walk never descends into."""
+MAX_ALTERNATIVES = 256
+MAX_PATTERN_CHARS = 4096
+MAX_NESTING = 16
+
+# A parsed pattern: a sequence of literal text and groups; a group is its alternatives.
+_Seq = list["str | _Group"]
 
 
-def _expand_braces(pattern: str) -> list[str]:
-    depth = 0
-    start = -1
+@dataclass
+class _Group:
+    alternatives: list[_Seq]
+
+
+def _matching_braces(pattern: str) -> dict[int, int]:
+    """Open index -> close index of every matched brace pair."""
+    pairs: dict[int, int] = {}
+    opened: list[int] = []
     for i, ch in enumerate(pattern):
         if ch == "{":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif ch == "}" and depth > 0:
-            depth -= 1
-            if depth == 0:
-                body = pattern[start + 1:i]
-                parts, level, last = [], 0, 0
-                for j, c in enumerate(body):
-                    if c == "{":
-                        level += 1
-                    elif c == "}":
-                        level -= 1
-                    elif c == "," and level == 0:
-                        parts.append(body[last:j])
-                        last = j + 1
-                parts.append(body[last:])
-                head, tail = pattern[:start], pattern[i + 1:]
-                return [x for part in parts for x in _expand_braces(head + part + tail)]
-    return [pattern]
+            opened.append(i)
+        elif ch == "}" and opened:
+            pairs[opened.pop()] = i
+    return pairs
 
 
-def _translate_segment(segment: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(segment):
-        ch = segment[i]
-        if ch == "*":
-            out.append("[^/]*")
-        elif ch == "?":
-            out.append("[^/]")
-        elif ch == "[":
-            j = i + 1
-            negate = segment[j:j + 1] in ("!", "^")
-            j += negate
-            j += segment[j:j + 1] == "]"
-            end = segment.find("]", j)
-            if end == -1:
-                out.append(re.escape(ch))
-            else:
-                body = segment[i + 1 + negate:end]
-                escaped = "".join("\\" + c if c in "\\[]&~|^" else c for c in body)
-                out.append("[" + ("^" if negate else "") + escaped + "]")
-                i = end
+def _parse(pattern: str, pairs: dict[int, int], start: int, end: int, depth: int) -> _Seq:
+    """The sequence in ``pattern[start:end]`` (recursion depth: brace nesting)."""
+    if depth > MAX_NESTING:
+        raise ToolInputError(ErrorCode.INVALID_PARAMS,
+                             f"glob pattern nests braces deeper than {MAX_NESTING}")
+    seq: _Seq = []
+    text: list[str] = []
+    i = start
+    while i < end:
+        close = pairs.get(i)
+        if close is None or close >= end:
+            text.append(pattern[i])
+            i += 1
+            continue
+        if text:
+            seq.append("".join(text))
+            text = []
+        alternatives: list[_Seq] = []
+        part_start = j = i + 1
+        while j < close:
+            inner = pairs.get(j)
+            if inner is not None and inner < close:
+                j = inner + 1
+                continue
+            if pattern[j] == ",":
+                alternatives.append(_parse(pattern, pairs, part_start, j, depth + 1))
+                part_start = j + 1
+            j += 1
+        alternatives.append(_parse(pattern, pairs, part_start, close, depth + 1))
+        seq.append(_Group(alternatives))
+        i = close + 1
+    if text:
+        seq.append("".join(text))
+    return seq
+
+
+def _count(seq: _Seq, cap: int) -> int:
+    """How many alternatives ``seq`` expands to, saturating just above ``cap``."""
+    total = 1
+    for item in seq:
+        if isinstance(item, _Group):
+            options = 0
+            for alternative in item.alternatives:
+                options = min(options + _count(alternative, cap), cap + 1)
+            total = min(total * options, cap + 1)
+    return total
+
+
+def _expand(seq: _Seq) -> list[str]:
+    out = [""]
+    for item in seq:
+        if isinstance(item, str):
+            literal = item.replace("{", "[{]").replace("}", "[}]")  # unmatched: literal
+            out = [prefix + literal for prefix in out]
         else:
-            out.append(re.escape(ch))
-        i += 1
-    return "".join(out)
-
-
-def _translate(pattern: str) -> str:
-    segments = [s for s in pattern.split("/") if s not in ("", ".")]
-    out = ""
-    for index, segment in enumerate(segments):
-        last = index == len(segments) - 1
-        if segment == "**":
-            out += ".*" if last else "(?:[^/]+/)*"
-        else:
-            out += _translate_segment(segment) + ("" if last else "/")
+            options = [x for alternative in item.alternatives for x in _expand(alternative)]
+            out = [prefix + option for prefix in out for option in options]
     return out
 
 
-@dataclass(frozen=True)
-class GlobPattern:
-    pattern: str
-    regex: re.Pattern[str]
-    max_depth: int | None
-    """How many path segments a match can have (``None``: unbounded, ``**``)."""
-
-    def matches(self, rel_path: str) -> bool:
-        return self.regex.fullmatch(rel_path) is not None
-
-
-def compile_glob(pattern: str) -> GlobPattern:
-    """A pattern relative to a base; absolute patterns and ``..`` are refused."""
+def alternatives(pattern: str) -> list[str]:
+    """The pattern's brace alternatives (bounded: see the module docstring), each checked
+    to stay below its base."""
     if not pattern:
         raise ToolInputError(ErrorCode.INVALID_PARAMS, "glob pattern is empty")
-    if pattern.startswith("/") or ".." in pattern.split("/"):
-        raise ToolInputError(ErrorCode.PATH_OUTSIDE_WORKSPACE,
-                             f"glob pattern {pattern!r} reaches outside its directory")
-    alternatives = _expand_braces(pattern)
-    if len(alternatives) > 256:
-        raise ToolInputError(ErrorCode.INVALID_PARAMS, "glob pattern has too many alternatives")
-    split = [[s for s in alt.split("/") if s not in ("", ".")] for alt in alternatives]
-    globstar = any("**" in segment for segments in split for segment in segments)
-    try:
-        regex = re.compile("|".join(f"(?:{_translate(alt)})" for alt in alternatives), re.DOTALL)
-    except re.error as exc:
+    if len(pattern) > MAX_PATTERN_CHARS:
         raise ToolInputError(ErrorCode.INVALID_PARAMS,
-                             f"invalid glob pattern {pattern!r}: {exc}") from None
-    return GlobPattern(pattern, regex,
-                       None if globstar else max(len(segments) for segments in split))
+                             f"glob pattern is longer than {MAX_PATTERN_CHARS} characters")
+    tree = _parse(pattern, _matching_braces(pattern), 0, len(pattern), 0)
+    if _count(tree, MAX_ALTERNATIVES) > MAX_ALTERNATIVES:
+        raise ToolInputError(ErrorCode.INVALID_PARAMS, (
+            f"glob pattern has more than {MAX_ALTERNATIVES} brace alternatives; "
+            "narrow it"))
+    expanded = _expand(tree)
+    for alternative in [pattern, *expanded]:
+        if alternative.startswith("/") or ".." in alternative.split("/"):
+            raise ToolInputError(ErrorCode.PATH_OUTSIDE_WORKSPACE,
+                                 f"glob pattern {pattern!r} reaches outside its directory")
+    return expanded
 
 
-def basename_or_path_matcher(pattern: str) -> GlobPattern:
-    """A file filter: a pattern without ``/`` matches a file's name at any depth."""
-    if "/" not in pattern:
-        return compile_glob("**/" + pattern)
-    return compile_glob(pattern)
+def _segments(alternative: str) -> list[str]:
+    return [s for s in alternative.split("/") if s not in ("", ".")]
 
 
-@dataclass(frozen=True)
-class WalkEntry:
-    path: str
-    """Absolute path (under the base, no symlinked directory in between)."""
-    rel: str
-    """``/``-separated path relative to the base."""
-    is_symlink: bool
+def max_depth(expanded: list[str]) -> int | None:
+    """How many path segments a match can have (``None``: unbounded, a ``**``)."""
+    depth = 0
+    for alternative in expanded:
+        segments = _segments(alternative)
+        if any("**" in segment for segment in segments):
+            return None
+        depth = max(depth, len(segments))
+    return depth
 
 
-def walk_files(base: str, cancelled: threading.Event, *,
-               max_depth: int | None = None) -> Iterator[WalkEntry]:
-    """Regular files and symlinks under ``base``, sorted, never following a symlinked dir.
+def rg_globs(expanded: list[str], *, anchored: bool) -> list[str]:
+    """``--glob`` arguments matching any alternative: anchored at the search's base, or
+    (``anchored`` false, for a pattern without ``/``) a file's name at any depth."""
+    args: list[str] = []
+    for alternative in expanded:
+        cleaned = "/".join(_segments(alternative)) or "*"
+        args += ["--glob", f"/{cleaned}" if anchored else cleaned]
+    return args
 
-    FIFOs, sockets and devices are never yielded. Stops early once
-    ``cancelled`` is set. Unreadable directories are skipped.
-    """
-    stack: list[tuple[str, str, int]] = [(base, "", 0)]
-    while stack and not cancelled.is_set():
-        directory, rel_dir, depth = stack.pop()
-        try:
-            with os.scandir(directory) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError:
-            continue
-        subdirs: list[tuple[str, str, int]] = []
-        for entry in entries:
-            if cancelled.is_set():
-                return
-            rel = f"{rel_dir}{entry.name}"
-            try:
-                mode = entry.stat(follow_symlinks=False).st_mode
-            except OSError:
-                continue
-            if stat.S_ISDIR(mode):
-                if entry.name not in SKIPPED_DIRS and (max_depth is None or depth + 1 < max_depth):
-                    subdirs.append((entry.path, rel + "/", depth + 1))
-            elif stat.S_ISREG(mode) or stat.S_ISLNK(mode):
-                yield WalkEntry(entry.path, rel, stat.S_ISLNK(mode))
-        stack.extend(reversed(subdirs))
+
+def file_filter_globs(pattern: str) -> list[str]:
+    """Grep's ``glob`` filter: a pattern without ``/`` matches a file's name at any depth,
+    one with ``/`` the path relative to the search's base."""
+    return rg_globs(alternatives(pattern), anchored="/" in pattern)
+

@@ -115,6 +115,9 @@ class HostStatsResult(Struct, frozen=True):
     admission_waiting: int
     admission_running: int
     calls: tuple[HostCallInfo, ...] = ()  # every call in flight, with its phase
+    process_isolation: Literal["cgroup", "process-tree"] = "process-tree"
+    """How the host attributes processes to calls: a cgroup v2 per tree, or (where it
+    cannot make cgroups) ancestry, session and its own records."""
 
 
 class ToolsForceParams(Struct, frozen=True):

@@ -83,6 +83,7 @@ class OpsStatsResult(Struct, frozen=True):
     calls_in_flight: int = 0
     turns_running: int = 0
     """Turns running now; ``turns`` counts only finished ones."""
+    process_isolation: str | None = None  # the live host's: "cgroup" or "process-tree"
 
 
 class OpsEventParams(Struct, frozen=True):

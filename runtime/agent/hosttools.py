@@ -10,8 +10,11 @@ tool's class:
   the background for ``LATE_RESULT_WAIT``, and a late host result is logged (INFO:
   call, tool, code) and discarded.
 - process: waits up to ``process_grace`` for the host's result (the output the
-  host collected before it killed the tree); past it, ``ABORTED`` with the
-  progress output already received, marked ``unconfirmed``.
+  host collected before it killed the tree); past it, the runtime ends the call's
+  processes itself (``HostPort.end_call_processes``: its cgroup killed, or the host
+  ended and its trees swept), then ``ABORTED`` with the progress output already
+  received, marked ``unconfirmed`` (the host never said what it did) and
+  ``processesEnded``: an aborted answer always means the processes are gone.
 - mutating and plugin: awaits the host's result, with no deadline.
 
 Plugin tools (``mcp__<server>__<tool>``, listed by the host's ``plugins.list``) are
@@ -92,6 +95,13 @@ class HostPort(Protocol):
     @property
     def restarted(self) -> bool:
         """Whether the held host was killed by an operator's restart, not a crash."""
+        ...
+
+    async def end_call_processes(self, session_id: str, host_call_id: str) -> str | None:
+        """A process call's grace ran out without the host's result: make sure its
+        processes are gone, by killing its cgroup, or, where it has none, the host (its
+        trees swept). How (``cgroup-killed``, ``host-killed``), or ``None`` if the turn
+        holds no live host."""
         ...
 
 
@@ -287,8 +297,17 @@ class HostTools:
                 await execution.done.wait()
             if execution.done.is_set():
                 return execution.get()
+            # An aborted answer means the call's processes are gone: end them ourselves.
+            with trio.CancelScope(shield=True):
+                ended = await self._host.end_call_processes(self._session_id,
+                                                            call.host_call_id)
+            if ended is not None:
+                log.warning("call %s (%s): no host result within the grace; its processes "
+                            "were ended by the runtime (%s)", call.host_call_id, call.tool,
+                            ended)
             return self._abandon(call, call.abort_answer, f"no host result within the "
-                                 f"{self._grace:g} s grace window", unconfirmed=True)
+                                 f"{self._grace:g} s grace window", unconfirmed=True,
+                                 ended=ended)
         answer = await self._abort(call, signal)
         if call.tool_class is ToolClass.READ_ONLY:
             return self._abandon(call, answer, "read-only: stopped waiting at once")
@@ -349,7 +368,7 @@ class HostTools:
         return result
 
     def _abandon(self, call: _HostCall, answer: ToolsAbortResult | None, why: str, *,
-                 unconfirmed: bool = False) -> ToolResult:
+                 unconfirmed: bool = False, ended: str | None = None) -> ToolResult:
         call.abandoned = True  # progress stops here
         log.info("call %s (%s) abandoned: %s; a late host result is dropped", call.host_call_id,
                  call.tool, why)
@@ -360,6 +379,8 @@ class HostTools:
                 return aborted_result(before_dispatch=True, details=details)
         if unconfirmed:
             details["unconfirmed"] = True
+        if ended is not None:
+            details["processesEnded"] = ended
         output = "".join(call.progress)
         if output:
             details["output"] = output[-8192:]

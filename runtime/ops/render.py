@@ -166,6 +166,10 @@ def stats_text(stats: OpsStatsResult) -> str:
         ("host", f"pid {stats.host_pid if stats.host_pid is not None else '-'}, "
                  f"{stats.host_restarts} restart(s), {stats.host_crashes} crash(es)"),
         ("tombstones", str(stats.tombstones)),
+        ("processes", {"cgroup": "a cgroup v2 per tree",
+                       "process-tree": "attributed by ancestry and session (no cgroups)",
+                       None: "- (no live host)"}.get(stats.process_isolation,
+                                                   str(stats.process_isolation))),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

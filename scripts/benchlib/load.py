@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import pathlib
 import random
 import statistics
@@ -100,11 +101,10 @@ PLUGIN_SLOTS = DEFAULT_PER_CLASS[ToolClass.PLUGIN]
 """Plugin calls the host runs at once; the rest queue in its admission."""
 TOMBSTONE_CAPACITY = HostConfig().tombstone_capacity
 
-GREP_LINES = 40_000
-GREP_LINE = "a" * 16
-GREP_PATTERN = "(a|aa)*c"
-"""~0.5 ms of GIL-holding backtracking per line: seconds of work per Grep, so it is in
-flight when stopped, without starving the host's event loop for long at a time."""
+GREP_FILE_BYTES = 256 * 1024**3
+GREP_PATTERN = "zzz"
+"""ripgrep reading a sparse file of that size (named explicitly, so read whole): minutes of
+work in its own process, so every Grep is in flight when stopped."""
 TREE = "sleep 300 & echo tree-started; sleep 300"
 TREE_SLEEPS = 2
 TREE_TIMEOUT_MS = 600_000
@@ -146,7 +146,7 @@ class LoadConfig:
     """Phase A: the roles the sessions take in turn (a diagnostic may leave one out)."""
     control: bool = False
     """Run phase A a second time without its Grep sessions, in the same daemon right
-    after, to show what the host's Grep threads cost the other stops."""
+    after, to show what the Greps' ripgrep processes cost the other stops."""
     rss_bound_mb: float = 100.0
     abort_timeout: float = 30.0
     """Seconds an ``agent.abort`` may take before it counts as unanswered (the process
@@ -512,7 +512,8 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
     workspace = bench.workdir / f"ws-load-{name}"
     workspace.mkdir()
     (workspace / "small.txt").write_text("a small file\n")
-    (workspace / "big.txt").write_text((GREP_LINE + "\n") * GREP_LINES)
+    (workspace / "big.txt").write_bytes(b"")
+    os.truncate(workspace / "big.txt", GREP_FILE_BYTES)  # sparse: no disk used
     roles = [cfg.roles[i % len(cfg.roles)] for i in range(cfg.sessions)]
     out.sessions = cfg.sessions
     out.roles = dict(Counter(roles))

@@ -13,8 +13,8 @@ messages of `protocol/messages/client.py` (`scripts/benchlib/harness.py`), sessi
 scripted provider. **Phase A**: each session's one step holds a call of every host class
 (Bash, Grep, Write, Read); the scheduler runs an exclusive call (Bash, Write) alone, so each
 session puts one call first, by role: a Bash tree (`{tree}`; the host runs {slots} at once,
-the others wait in its admission queue), a Grep of `(a|aa)*c` over 40,000 lines of 16 'a'
-(GIL-holding backtracking in a host worker thread) with a Read beside it, or a Write waiting
+the others wait in its admission queue), a Grep of `zzz` over a sparse 256 GiB file (minutes
+of ripgrep work in a child process) with a Read beside it, or a Write waiting
 in a permission prompt (mode `ask`) that the client never answers, or a plugin call (each
 such session has its own MCP SDK server, `tests/plugins/servers/tools_server.py`, tool
 `wait_politely`; the host runs 16 plugin calls at once, the others wait in admission); the

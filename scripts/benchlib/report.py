@@ -146,7 +146,6 @@ class Report:
                 f"{_count(s.extra.get('members'))} | {_count(s.extra.get('processesKilled'))} | "
                 f"{ms(median_of(s.extra.get('killMs', [])))}"
                 f" | {_count(s.extra.get('killedAfterGrace'))} |")
-        out += self._grep_note()
         over = self.series.get("stop-tree-ignoring")
         if over is not None and over.extra.get("overGraceMs"):
             values = over.extra["overGraceMs"]
@@ -180,23 +179,6 @@ class Report:
                 + ("none" if not self.leftovers else ", ".join(self.leftovers)) + ".", ""]
         out += ["## How it is measured", "", _METHOD, "", PERF_METHOD, ""]
         return "\n".join(out)
-
-    def _grep_note(self) -> list[str]:
-        names = ("stop-read-only", "stop-read-only-short", "floor-regex-22", "floor-regex-16")
-        found = [self.series.get(n) for n in names]
-        if any(s is None or not s.samples for s in found):
-            return []
-        long_stop, short_stop, long_re, short_re = (s.median for s in found if s is not None)
-        return ["", (
-            "Why the read-only stop does not depend on what the Grep is doing: the runtime "
-            "does not wait for the host to settle a read-only call. On a stop it stops "
-            "waiting at once, sends `tools.abort` in the background and drops the call's late "
-            "result (`runtime/agent/hosttools.py`; `quiesce demo` shows the host's answer "
-            "arriving after `agent.abort` answered). The host runs Grep in a worker thread, "
-            "and Python's `re` holds the GIL for a whole `re.search` (measured here: "
-            f"{ms(long_re)} ms per 22-'a' line, {ms(short_re)} ms per 16-'a' line), which "
-            "delays only the host's own answer to `tools.abort`. Medians in this run: "
-            f"{ms(long_stop)} ms with 22-'a' lines, {ms(short_stop)} ms with 16-'a' lines.")]
 
     def summary(self) -> str:
         lines = []

@@ -22,6 +22,8 @@ class Goal:
 
     limit_ms: float
     text: str
+    quantile: float = 50.0
+    """Which percentile of the samples must be within the limit (the median by default)."""
 
 
 @dataclass
@@ -65,10 +67,11 @@ class Series:
 
     @property
     def goal_met(self) -> bool | None:
-        """Whether the median meets the goal (``None``: no goal, or no samples)."""
+        """Whether the goal's percentile (the median unless it says otherwise) meets it
+        (``None``: no goal, or no samples)."""
         if self.goal is None or not self.samples:
             return None
-        return self.median <= self.goal.limit_ms
+        return percentile(self.samples, self.goal.quantile) <= self.goal.limit_ms
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -19,7 +19,13 @@ from protocol.messages.events import ToolCallEvent, ToolProgressEvent, TurnEnd
 from runtime.host_supervisor import HostSupervisor
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon, call, text
-from tests.support import MARK_VAR, command_line, marked_processes
+from tests.support import (
+    MARK_VAR,
+    STUCK_GREP_FILE,
+    command_line,
+    marked_processes,
+    stuck_grep_file,
+)
 
 DOUBLE_FORK = "echo up; ( setsid sleep 60 & ) ; ( sleep 60 & ) ; sleep 60"
 
@@ -36,12 +42,12 @@ def tool_processes(mark: str, *exclude: int) -> list[psutil.Process]:
 
 @pytest.mark.parametrize(("tool", "args", "started"), [
     ("Bash", {"command": DOUBLE_FORK}, "progress"),
-    ("Grep", {"pattern": "(a|aa)*c"}, "call"),
+    ("Grep", {"pattern": "zzz", "path": STUCK_GREP_FILE}, "call"),
     ("Write", {"path": "w.txt", "content": "x"}, "permission"),
 ])
 async def test_host_killed_mid_call(tmp_path: pathlib.Path, marked: Marked, tool: str,
                                     args: dict[str, object], started: str) -> None:
-    (tmp_path / "big.txt").write_text(("a" * 22 + "\n") * 40000)
+    stuck_grep_file(tmp_path)
     script = [[call("c1", tool, **args)], [text("second turn works")]]
     async with agent_daemon(marked) as agent:
         await agent.new_session(tmp_path, script, mode="ask" if tool == "Write" else "auto")

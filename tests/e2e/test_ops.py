@@ -76,6 +76,7 @@ async def test_ops_sees_and_stops_a_running_session(tmp_path: pathlib.Path,
         assert code == 0
         assert find_key(stats, "stops") == 1
         assert find_key(stats, "stopLatencyMsMedian") is not None
+        assert find_key(stats, "processIsolation") == "cgroup"  # this machine: root, v2
     # The daemon is gone: its socket and pid file with it.
     assert not socket.exists()
     assert not list(socket.parent.glob("*.json"))

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 import trio
 
+from host import cgroups
 from protocol.messages.common import Empty
 from protocol.messages.host import (
     HostStatsResult,
@@ -125,4 +126,6 @@ async def running_host(workspace: str, env: dict[str, str], *, mode: str = "auto
             yield host
         finally:
             await link.stop()
+            if link.pid is not None:  # as the runtime does after its host's death
+                await cgroups.kill_host_cgroups(link.pid)
             nursery.cancel_scope.cancel()

@@ -18,7 +18,7 @@ from protocol.messages.host import (
 from runtime.rpc import effect_taken
 from tests.conftest import Marked
 from tests.host.harness import running_host
-from tests.support import command_line, marked_processes
+from tests.support import command_line, marked_processes, stuck_grep_file
 
 FAST = {"tools": {"kill_grace": 0.5}}
 TREE = (
@@ -32,9 +32,9 @@ TREE = (
 )
 
 
-def slow_grep_tree(root: pathlib.Path) -> None:
-    # Backtracking regex work: several seconds of Grep that is read-only and real.
-    (root / "big.txt").write_text(("a" * 22 + "\n") * 20000)
+def slow_grep_tree(root: pathlib.Path) -> dict[str, str]:
+    # Minutes of ripgrep reading a sparse file: a Grep that is read-only and real.
+    return stuck_grep_file(root)
 
 
 async def wait_for_output(host_output: Sequence[object], within: float = 10.0) -> None:
@@ -44,13 +44,13 @@ async def wait_for_output(host_output: Sequence[object], within: float = 10.0) -
 
 
 async def test_read_only_stop_returns_at_once(tmp_path: pathlib.Path, marked: Marked) -> None:
-    slow_grep_tree(tmp_path)
+    stuck = slow_grep_tree(tmp_path)
     async with running_host(str(tmp_path), marked.env(), config=FAST) as host:
         async with trio.open_nursery() as nursery:
             results = []
 
             async def run() -> None:
-                results.append(await host.execute("g1", "Grep", {"pattern": "(a|aa)*c"}))
+                results.append(await host.execute("g1", "Grep", stuck))
 
             nursery.start_soon(run)
             await trio.sleep(0.3)

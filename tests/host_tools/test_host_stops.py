@@ -20,6 +20,7 @@ from typing import Any
 import psutil  # type: ignore[import-untyped, unused-ignore]
 import trio
 
+from host.tools import ripgrep
 from protocol.tools import ImageContent, ToolResult
 from tests.conftest import Marked
 from tests.host.harness import Host, running_host
@@ -120,19 +121,26 @@ async def test_grep_over_a_large_tree_with_a_fifo_stops_at_once(tmp_path: pathli
                                                                 marked: Marked) -> None:
     _large_tree(tmp_path)
     results: dict[str, ToolResult] = {}
-    async with running_host(str(tmp_path), marked.env(), config=FAST) as host:
+    # An rg that runs for ever on the pattern of the stopped call (the real one is fast).
+    slow = tmp_path / "slow-rg"
+    pidfile = tmp_path / "rg.pid"
+    slow.write_text(f'#!/bin/sh\ncase "$*" in *zzz*) exec {ripgrep.rg_binary()} "$@";; esac\n'
+                    f"echo $$ > {pidfile}\nexec sleep 30\n")
+    slow.chmod(0o755)
+    env = marked.env(QUIESCE_RG=str(slow))
+    async with running_host(str(tmp_path / "tree"), env, config=FAST) as host:
         host_pid = host.link.pid
         assert host_pid is not None
         with trio.fail_after(10):  # the FIFO is skipped, not opened for a read that blocks
-            done = await host.execute("g0", "Grep", {"pattern": "zzz", "path": "tree"})
-        assert done.code is None and done.details["filesScanned"] == 1000
+            done = await host.execute("g0", "Grep", {"pattern": "zzz"})
+        assert done.code is None and done.details["matches"] == 0
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_execute, host, "g1", "Grep",
-                               {"pattern": "(a|aa)*c", "path": "tree"}, results)
+            nursery.start_soon(_execute, host, "g1", "Grep", {"pattern": "(a|aa)*c"}, results)
             with trio.fail_after(10):  # its body runs: the host says so
                 while not any(c.call_id == "g1" and c.state == "running"
                               for c in (await host.stats()).calls):
                     await trio.sleep(0.01)
+            await wait_until(lambda: pidfile.exists() and pidfile.read_text().strip(), 10)
             sent = time.monotonic()
             state = await host.abort("g1", "Grep")
             assert state.found and state.state == "running"
@@ -140,7 +148,8 @@ async def test_grep_over_a_large_tree_with_a_fifo_stops_at_once(tmp_path: pathli
         result = results["g1"]
         assert result.code == "ABORTED" and result.details.get("discarded") is True
         assert elapsed < 2.0, elapsed  # a scan takes far longer; slack for a loaded machine
-        # The abandoned worker sees the stop and ends its walk: the host goes idle.
+        # Its rg is killed at once, and the host goes idle.
+        await wait_until(lambda: not psutil.pid_exists(int(pidfile.read_text())), 2)
         await trio.sleep(0.2)
         before = _cpu(host_pid)
         await trio.sleep(1.0)

@@ -93,6 +93,9 @@ class _NoHost:
     async def wait_host_gone(self) -> bool:
         raise AssertionError
 
+    async def end_call_processes(self, session_id: str, host_call_id: str) -> str | None:
+        raise AssertionError
+
 
 def test_the_model_is_offered_each_plugin_tool_with_its_server_schema() -> None:
     schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}

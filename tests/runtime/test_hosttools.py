@@ -49,6 +49,8 @@ class FakeHost:
         self.abort_answer: ToolsAbortResult | None = None
         self.gone = trio.Event()
         self.gone_waited = False
+        self.ended: list[str] = []
+        self.ends_by: str | None = None  # how end_call_processes says it ended them
         self.started = trio.Event()
         self.started.set()
         self.starting = trio.Event()
@@ -90,6 +92,10 @@ class FakeHost:
         self.gone_waited = True
         await self.gone.wait()
         return True
+
+    async def end_call_processes(self, session_id: str, host_call_id: str) -> str | None:
+        self.ended.append(host_call_id)
+        return self.ends_by
 
 
 class Recorder:
@@ -206,6 +212,7 @@ async def test_progress_flows_through_the_grace_and_stops_once_abandoned(
 async def test_a_process_stop_is_bounded_by_the_grace_even_if_the_abort_is_unanswered(
         autojump_clock: trio.testing.MockClock) -> None:
     host = FakeHost()  # a frozen host: it answers neither the execute nor the abort
+    host.ends_by = "cgroup-killed"
     run = Run(host, grace=5.0)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(stop_once_sent, host, run)
@@ -214,6 +221,8 @@ async def test_a_process_stop_is_bounded_by_the_grace_even_if_the_abort_is_unans
     assert took == pytest.approx(1.0 + 5.0)  # the grace window, from the stop
     assert result.code == "ABORTED" and result.details["unconfirmed"] is True
     assert "hostState" not in result.details  # the host never said
+    # Before answering, the runtime ended the call's processes itself.
+    assert len(host.ended) == 1 and result.details["processesEnded"] == "cgroup-killed"
 
 
 async def test_mutating_waits_past_the_grace_for_the_host_result(

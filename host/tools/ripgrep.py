@@ -1,0 +1,195 @@
+"""ripgrep as a child process: where ``rg`` is, how it is run, and its output read boundedly.
+
+Grep and Glob never search or walk in the host's interpreter: a catastrophic regular
+expression or a huge tree costs a child process, not the host's event loop (or its
+interpreter lock), and a stop kills that child at once (``host.spawn``; its own cgroup
+where the host has them). ripgrep's regex engine is linear-time.
+
+``rg`` is the one the ``ripgrep`` wheel installed next to the host's interpreter (the
+project depends on ``ripgrep>=14.1,<15``), else the first ``rg`` on ``PATH``; with
+neither, Grep and Glob fail with a message saying so. ``QUIESCE_RG`` names another
+binary (tests, odd installations).
+
+Every run passes ``--no-config`` (a ``RIPGREP_CONFIG_PATH`` cannot change what a tool
+does). ripgrep's defaults decide what is searched: files named by ``.gitignore`` (in a
+git repository), ``.ignore`` and ``.rgignore`` files, hidden files and directories, and
+binary files (a NUL byte) met while walking are skipped, and symlinks are not followed
+(nor listed). A tool's ``includeIgnored: true`` adds ``--no-ignore --hidden`` and still
+skips ``.git`` directories.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import sys
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import trio
+
+from host import spawn
+from host.proctree import Marker
+from host.workspace import ToolInputError
+from protocol.errors import ErrorCode
+
+KILL_GRACE = 0.2
+"""Seconds between TERM and KILL for an ``rg`` stopped early (it honours TERM at once)."""
+MAX_RECORD = 256 * 1024
+"""Longest output record (a JSON line, a file name) read whole; a longer one is cut."""
+NICENESS = 19
+"""A search runs at a lower CPU priority than the host (and the tools it serves): many
+searches at once slow each other, not the host's answers."""
+STDERR_KEEP = 4096
+STDERR_WAIT = 1.0
+"""Seconds to wait for the end of ``rg``'s stderr once it exited."""
+
+BASE_ARGS = ("--no-config",)
+INCLUDE_IGNORED_ARGS = ("--no-ignore", "--hidden", "--glob", "!.git")
+
+
+@functools.cache
+def _found_rg() -> str | None:
+    beside = os.path.join(os.path.dirname(sys.executable), "rg")
+    if os.access(beside, os.X_OK):
+        return beside
+    return shutil.which("rg")
+
+
+def rg_binary() -> str:
+    """The ``rg`` to run, or ``ToolInputError`` (``TOOL_FAILED``) saying none was found."""
+    chosen = os.environ.get("QUIESCE_RG") or _found_rg()
+    if chosen is None:
+        raise ToolInputError(ErrorCode.TOOL_FAILED, (
+            "ripgrep (rg) is not installed: install the `ripgrep` package "
+            "(pip install 'ripgrep>=14.1,<15') or put rg on PATH"))
+    return chosen
+
+
+class Records:
+    """``sep``-terminated records of a stream, each at most ``MAX_RECORD`` bytes kept: a
+    longer one comes as its first ``MAX_RECORD`` bytes with ``cut`` true."""
+
+    def __init__(self, stream: trio.lowlevel.FdStream, sep: bytes) -> None:
+        self._stream = stream
+        self._sep = sep
+        self._buffer = bytearray()
+        self._skipping = False  # inside a record already cut
+        self._ready: deque[tuple[bytes, bool]] = deque()
+        self._eof = False
+
+    async def next(self) -> tuple[bytes, bool] | None:
+        """The next ``(record, cut)``; ``None`` at the end of the stream."""
+        while not self._ready:
+            if self._eof:
+                return None
+            chunk = await self._stream.receive_some(65536)
+            if chunk:
+                self._split(chunk)
+                continue
+            self._eof = True
+            if self._buffer and not self._skipping:
+                self._ready.append((bytes(self._buffer), False))
+        return self._ready.popleft()
+
+    async def count_rest(self) -> int:
+        """How many records are left, counted without splitting them (cheap: the rest of a
+        listing of a huge tree)."""
+        count = len(self._ready)
+        self._ready.clear()
+        partial = bool(self._buffer) or self._skipping
+        self._buffer.clear()
+        self._skipping = False
+        while not self._eof:
+            chunk = await self._stream.receive_some(65536)
+            if not chunk:
+                self._eof = True
+                break
+            count += chunk.count(self._sep)
+            partial = not chunk.endswith(self._sep)
+        return count + partial
+
+    def _split(self, chunk: bytes) -> None:
+        start = 0
+        while (end := chunk.find(self._sep, start)) != -1:
+            if not self._skipping:
+                self._buffer += chunk[start:end]
+                cut = len(self._buffer) > MAX_RECORD
+                self._ready.append((bytes(self._buffer[:MAX_RECORD]), cut))
+            self._buffer.clear()
+            self._skipping = False
+            start = end + 1
+        if not self._skipping:
+            self._buffer += chunk[start:]
+            if len(self._buffer) > MAX_RECORD:
+                self._ready.append((bytes(self._buffer[:MAX_RECORD]), True))
+                self._buffer.clear()
+                self._skipping = True
+
+
+class _Stderr:
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.done = trio.Event()
+
+    async def collect(self, stream: trio.lowlevel.FdStream) -> None:
+        while chunk := await stream.receive_some(65536):
+            if len(self.data) < STDERR_KEEP:
+                self.data += chunk[:STDERR_KEEP - len(self.data)]
+        self.done.set()
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace").strip()
+
+
+class RgRun:
+    """A running ``rg``: its output records, and, once it ended, its status and stderr."""
+
+    def __init__(self, child: spawn.Child, sep: bytes, stderr: _Stderr) -> None:
+        self.child = child
+        self.records = Records(child.stdout, sep)
+        self._stderr = stderr
+
+    @property
+    def stderr(self) -> str:
+        return self._stderr.text()
+
+    async def returncode(self) -> int | None:
+        """Once ``rg`` exited and its stderr was read (its messages are then whole)."""
+        await self.child.wait_exited()
+        with trio.move_on_after(STDERR_WAIT):
+            await self._stderr.done.wait()
+        self.child.popen.poll()  # reaps it: its output was read to the end
+        return self.child.popen.returncode
+
+
+@asynccontextmanager
+async def run_rg(args: Sequence[str], *, cwd: str, marker: Marker | None,
+                 cgroup_name: str | None = None, sep: bytes = b"\n"
+                 ) -> AsyncIterator[RgRun]:
+    """Run ``rg`` with ``args``; however the block ends (read to the end, stopped early,
+    cancelled by a stop), its process tree is killed and reaped."""
+    argv = [rg_binary(), *BASE_ARGS, *args]
+    env_extra = {"RIPGREP_CONFIG_PATH": ""}
+    stderr = _Stderr()
+    async with spawn.spawned(argv, cwd=cwd, marker=marker, grace=KILL_GRACE,
+                             env_extra=env_extra, cgroup_name=cgroup_name,
+                             niceness=NICENESS) as child:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stderr.collect, child.stderr)
+            yield RgRun(child, sep, stderr)
+            nursery.cancel_scope.cancel()
+
+
+_REGEX_ERROR = re.compile(r"regex parse error|error parsing glob|unclosed|regex.*error",
+                          re.IGNORECASE)
+
+
+def input_error(stderr: str, what: str) -> ToolInputError:
+    """``rg`` refused its arguments (exit 2 before any output)."""
+    code = ErrorCode.INVALID_PARAMS if _REGEX_ERROR.search(stderr) else ErrorCode.TOOL_FAILED
+    detail = stderr.removeprefix("rg: ")[:1000] or "ripgrep failed"
+    return ToolInputError(code, f"{what}: {detail}")

@@ -1,0 +1,101 @@
+"""Many process trees stopped at once: 50 sessions, each running one TERM-honouring Bash
+tree (a background job, a ``setsid`` member, the foreground), every tree admitted and
+seen whole, then one ``agent.abort`` per session sent together; a sample is the time
+from sending them until the last answer. The scenario runs its own daemon, whose host
+admits 64 process calls (the default admits 8).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import trio
+
+from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms, open_bench
+from benchlib.stats import Goal, Series
+from protocol.messages.events import ToolProgressEvent
+
+TREES = 50
+MANY_TREE = "sleep 300 & setsid sleep 300 & echo tree-started; sleep 300"
+SLEEPS_PER_TREE = 3
+MANY_GOAL = Goal(500.0, "< 500 ms for all 50 answers, goal 200 ms (issue 14)")
+BEFORE = ("before issue 14 (commit 5326022: process-table scans per tree, polling; "
+          "`./scripts/bench --only stop-tree-term --only stop-50-trees` on this machine on "
+          "2026-12-01, load average ~4): median 6,654 ms, max 6,763 ms (n=5)")
+CONFIG = "[host.admission]\nper_session = 4\n[host.admission.per_class]\nprocess = 64\n"
+
+
+def _prepared(workdir: pathlib.Path) -> pathlib.Path:
+    workdir.mkdir()
+    (workdir / "config.toml").write_text(CONFIG)
+    return workdir
+
+
+def _sleeps(members: list[Member]) -> int:
+    return sum(1 for m in members if m.name == "sleep" and m.status != "zombie")
+
+
+async def _prompt(bench: Bench, session: Session, text: str, done: list[str]) -> None:
+    result = await bench.prompt(session, text)
+    done.append(result.stop_reason)
+
+
+async def _one_round(bench: Bench, sessions: list[Session], rep: int,
+                     series: Series) -> float | None:
+    stop_reasons: list[str] = []
+    async with trio.open_nursery() as nursery:
+        for n, session in enumerate(sessions):
+            nursery.start_soon(_prompt, bench, session, f"tree {rep}.{n}", stop_reasons)
+        await bench.wait_for(lambda: all(any(
+            isinstance(e, ToolProgressEvent) and e.call_id == f"b{rep}"
+            and "tree-started" in e.text for e in s.events) for s in sessions),
+            within=60, what="every tree started")
+        await bench.wait_members(lambda m: _sleeps(m) >= TREES * SLEEPS_PER_TREE,
+                                 within=30, what="every tree's members")
+        answers: list[str] = []
+
+        async def abort(session: Session) -> None:
+            answer = await bench.request("agent.abort", bench.abort_params(session))
+            answers.append(answer.outcome)
+
+        started = now_ms()
+        with trio.fail_after(ABORT_TIMEOUT):
+            async with trio.open_nursery() as aborts:
+                for session in sessions:
+                    aborts.start_soon(abort, session)
+        elapsed = now_ms() - started
+    left = await trio.to_thread.run_sync(bench.members)
+    if left:
+        series.anomalies.append(f"rep {rep}: {len(left)} tree member(s) left after the answers")
+        kill_all(left)
+    if answers.count("aborted") != TREES:
+        series.anomalies.append(f"rep {rep}: outcomes {sorted(set(answers))}")
+    if stop_reasons.count("cancelled") != TREES:
+        series.anomalies.append(f"rep {rep}: prompts answered {sorted(set(stop_reasons))}")
+    return elapsed
+
+
+async def stop_many_trees(bench: Bench, n: int, warmup: int) -> Series:
+    series = Series("stop-50-trees", f"stop: {TREES} TERM-honouring trees at once (`&`, "
+                    "setsid, foreground; one session each), until the last answer",
+                    goal=MANY_GOAL)
+    workdir = _prepared(bench.workdir / "many-trees")
+    config = workdir / "config.toml"
+    series.notes.append(BEFORE)
+    reps = min(n, 5) + warmup  # fifty trees a repetition: fewer repetitions
+    async with open_bench(workdir, {"QUIESCE_CONFIG": str(config)}) as own:
+        sessions = []
+        for k in range(TREES):
+            workspace = workdir / f"ws-{k}"
+            workspace.mkdir()
+            script = [[{"toolCall": {"id": f"b{rep}", "name": "Bash",
+                                     "args": {"command": MANY_TREE}}}] for rep in range(reps)]
+            sessions.append(await own.new_session(workspace, script))
+        for rep in range(reps):
+            began = time.monotonic()
+            elapsed = await _one_round(own, sessions, rep, series)
+            if elapsed is not None and rep >= warmup:
+                series.samples.append(elapsed)
+            series.notes.append(f"rep {rep}: {time.monotonic() - began:.1f} s with set-up")
+    return series
