@@ -86,6 +86,7 @@ class PermissionView:
     preview: str
     risk: str
     call_id: str | None = None
+    drawn: float | None = None  # when the live part first showed it (None: not yet)
 
 
 def _result_note(event: ToolResultEvent) -> str:
@@ -323,6 +324,11 @@ class ChatView:
             return []
         return [Text(f"  {text}", style="yellow")]
 
+    def shown_permission(self) -> tuple[str, float | None] | None:
+        """The prompt first on screen (the one Enter answers), and when it was first drawn."""
+        first = next(iter(self.permissions.values()), None)
+        return None if first is None else (first.request_id, first.drawn)
+
     # -- the part that changes in place --------------------------------------------------
 
     def live(self, now: float) -> Lines:
@@ -340,7 +346,10 @@ class ChatView:
                                        (f"  {call.elapsed(now)}", "dim")))
             lines.extend(Text(f"    │ {line[:100]}", style="dim") for line in call.tail)
         if self.permissions:
-            lines.extend(self._asking(next(iter(self.permissions.values()))))
+            first = next(iter(self.permissions.values()))
+            if first.drawn is None:
+                first.drawn = now
+            lines.extend(self._asking(first))
         if self.stop is not None:
             lines.extend(self.stop.live())
             lines.append(Text(f"{frame} stopping… {(now - self.stop.sent) * 1000:.0f} ms",
