@@ -322,10 +322,15 @@ class Daemon:
                     self.host.forget_session(session.session_id)
                     await self._close_in_host(session.session_id)
                     raise
+            if opening.scope.cancel_called and not opening.scope.cancelled_caught:
+                # session.close came after the open's last checkpoint: undone all the same.
+                self.sessions.discard(session.session_id, forget=True)
+                self.host.forget_session(session.session_id)
+                await self._close_in_host(session.session_id)
         finally:
             del self._opening[session.session_id]
             opening.done.set()
-        if opening.scope.cancelled_caught:
+        if opening.scope.cancel_called:
             raise RpcError(ErrorCode.REQUEST_CANCELLED,
                            "session.close came while the session opened: it was undone")
         self._start_agent(session)

@@ -30,10 +30,12 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 TARGET = REPO / "docs" / "protocol-example.jsonl"
 TIMEOUT = 30.0
 
+# ``exec``: the sleep replaces the shell, so the tree the stop kills is one process
+# whatever the shell (bash 5.2 does so by itself for a last command; older ones do not).
 SCRIPT: list[Any] = [
     [{"text": "Running the build."},
      {"toolCall": {"id": "bash-1", "name": "Bash",
-                   "args": {"command": "echo 'build: starting'; sleep 30"}}}],
+                   "args": {"command": "echo 'build: starting'; exec sleep 30"}}}],
     [{"text": "The build finished."}],
 ]
 

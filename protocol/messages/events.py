@@ -144,7 +144,8 @@ class ToolStartedEvent(_Event, frozen=True, tag="tool/started"):
     """A call's body started (announced, never logged): its permission was granted and
     it was admitted, so the call is running, not waiting. Comes after its ``tool/call``
     and before its first ``tool/progress``; a call stopped or refused before its body
-    never has one. The host's ``tools.started``, relayed."""
+    never has one. The host's ``tools.started``, relayed (for ``Task``, which runs in the
+    runtime, announced when its subagent starts)."""
 
     call_id: str
 

@@ -35,6 +35,7 @@ from protocol.messages.events import (
     StopReason,
     ToolCallEvent,
     ToolResultEvent,
+    ToolStartedEvent,
     TurnEnd,
     TurnOutcome,
 )
@@ -143,7 +144,10 @@ class Agent:
         if self.before_turn is not None:
             await self.before_turn()
         registry, definitions, route = self._tools(slot.turn_id)
-        task = TaskTool(slot.turn_id, self._run_child).definition()
+        def started(call_id: str) -> None:  # a local body: no host says it started
+            self.journal.announce(lambda seq: ToolStartedEvent(seq, slot.turn_id, call_id))
+
+        task = TaskTool(slot.turn_id, self._run_child, started).definition()
         registry.register(task)
         self._routes.append(route)
         turn = Turn(turn_id=slot.turn_id, prompt=slot.prompt.text, journal=self.journal,

@@ -38,9 +38,11 @@ ChildRunner = Callable[[str, str, AbortController], Awaitable[tuple[TurnEnd, str
 
 
 class TaskTool:
-    def __init__(self, parent_turn_id: str, run_child: ChildRunner) -> None:
+    def __init__(self, parent_turn_id: str, run_child: ChildRunner,
+                 on_started: Callable[[str], None] | None = None) -> None:
         self._parent = parent_turn_id
         self._run_child = run_child
+        self._on_started = on_started  # announces tool/started: its body is running
         self._children: dict[str, AbortController] = {}
 
     def definition(self) -> ToolDefinition[TaskArgs]:
@@ -56,6 +58,8 @@ class TaskTool:
             child.abort(ParentCause())
 
     async def _body(self, args: TaskArgs, execution: ToolExecution) -> ToolResult:
+        if self._on_started is not None:
+            self._on_started(execution.call_id)
         child_turn = f"{self._parent}{CHILD_SEPARATOR}{execution.call_id}"
         controller = AbortController()
         self._children[execution.call_id] = controller

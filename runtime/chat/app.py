@@ -72,13 +72,10 @@ async def run_chat(options: ChatOptions) -> None:
     bridge = _Bridge(controller)
     done: asyncio.Future[outcome.Outcome[None]] = loop.create_future()
 
-    def shown_permission() -> str | None:
-        return next(iter(controller.view.permissions), None)
-
     def notice(text: str) -> None:
         terminal.commit([Text(text, style="dim")])
 
-    keys = ChatKeys(terminal.buffer, bridge.post, shown_permission, notice)
+    keys = ChatKeys(terminal.buffer, bridge.post, controller.view.shown_permission, notice)
     terminal.key_bindings = keys.bindings
 
     def finished(result: outcome.Outcome[None]) -> None:

@@ -86,6 +86,7 @@ class PermissionView:
     preview: str
     risk: str
     call_id: str | None = None
+    drawn: float | None = None  # when the live part first showed it (None: not yet)
 
 
 def _result_note(event: ToolResultEvent) -> str:
@@ -317,11 +318,20 @@ class ChatView:
         call = self.calls.get(asked.call_id or "")
         if call is not None:
             call.asking = False
-        text = f"permission prompt for {asked.tool} withdrawn by the stop (the call never ran)"
         if self.stop is not None:
-            self.stop.at(now, text)
+            self.stop.at(now, f"permission prompt for {asked.tool} withdrawn by the stop "
+                         "(the call never ran)")
             return []
-        return [Text(f"  {text}", style="yellow")]
+        # Not our stop: the host gave up waiting (the call is denied) or an operator
+        # stopped the turn; either way the call never ran.
+        return [Text(f"  permission prompt for {asked.tool} withdrawn unanswered (it timed "
+                     "out and the call was denied, or an operator stopped the turn)",
+                     style="yellow")]
+
+    def shown_permission(self) -> tuple[str, float | None] | None:
+        """The prompt first on screen (the one Enter answers), and when it was first drawn."""
+        first = next(iter(self.permissions.values()), None)
+        return None if first is None else (first.request_id, first.drawn)
 
     # -- the part that changes in place --------------------------------------------------
 
@@ -340,7 +350,14 @@ class ChatView:
                                        (f"  {call.elapsed(now)}", "dim")))
             lines.extend(Text(f"    │ {line[:100]}", style="dim") for line in call.tail)
         if self.permissions:
-            lines.extend(self._asking(next(iter(self.permissions.values()))))
+            first = next(iter(self.permissions.values()))
+            if first.drawn is None:
+                first.drawn = now
+            lines.extend(self._asking(first))
+            if len(self.permissions) > 1:
+                more = len(self.permissions) - 1
+                lines.append(Text(f"  ({more} more permission prompt{'s' if more > 1 else ''}"
+                                  " waiting after this one)", style="magenta"))
         if self.stop is not None:
             lines.extend(self.stop.live())
             lines.append(Text(f"{frame} stopping… {(now - self.stop.sent) * 1000:.0f} ms",

@@ -58,6 +58,7 @@ async def cmd_ls(args: argparse.Namespace, found: Discovery) -> int:
             why = "no answer" if isinstance(exc, trio.TooSlowError) else str(exc)
             _note(f"daemon {daemon.pid}: {why}")
             entry["error"] = why
+            entry["sessions"] = entry["unreadableLogs"] = []  # every field, always
             status = EXIT_FAILED
         else:
             listing.append((daemon.pid, result.sessions))
@@ -237,19 +238,28 @@ async def _run(args: argparse.Namespace) -> int:
     except trio.TooSlowError:
         extra = (" (a stop that reached the daemon stays requested; see `quiesce ops show "
                  f"{args.session}`)") if args.command == "abort" else ""
-        _note(f"no answer within {args.timeout:g} s{extra}")
-        return EXIT_TIMEOUT
+        return _failed(args, f"no answer within {args.timeout:g} s{extra}", EXIT_TIMEOUT)
     except (UnsafeRunDir, TargetError) as exc:
-        _note(str(exc))
+        return _failed(args, str(exc))
     except RpcError as exc:
-        _note(f"the daemon answered {exc.code.name}: {exc.message}")
+        return _failed(args, f"the daemon answered {exc.code.name}: {exc.message}")
     except ConnectionClosed:
-        _note("the daemon closed the connection")
+        return _failed(args, "the daemon closed the connection")
     except BrokenPipeError:
         _stdout_gone()
     except OSError as exc:
-        _note(f"cannot reach the daemon: {exc}")
+        return _failed(args, f"cannot reach the daemon: {exc}")
     return EXIT_FAILED
+
+
+def _failed(args: argparse.Namespace, message: str, status: int = EXIT_FAILED) -> int:
+    """Said on stderr; with --json, stdout still gets JSON: the error and the status."""
+    _note(message)
+    if args.json:
+        sys.stdout.write(msgspec.json.encode({"error": message, "exit": status}).decode()
+                         + "\n")
+        sys.stdout.flush()
+    return status
 
 
 HINTS = {"ls": " (ls lists every daemon; `quiesce ops show PID` shows one)",

@@ -16,12 +16,14 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+from runtime.chat.keys import SEEN_S
 from tests.chat.pane import Pane, chat_command, needs_tmux
 from tests.conftest import Marked
 from tests.support import command_line, marked_processes
 
 pytestmark = needs_tmux
 
+READ_S = SEEN_S + 0.2
 READY = "Esc stops the turn"
 TREE = ("echo 'build: starting'; sleep 300 & setsid sleep 300 & ( sleep 300 & ) ; "
         "nohup sleep 300 >/dev/null 2>&1 & "
@@ -108,6 +110,7 @@ def test_a_permission_prompt_answered_and_one_withdrawn_by_a_stop(
     assert '? Write wants to run: {"path":"one.txt"' in asked
     assert not (workspace / "one.txt").exists()  # nothing runs before the answer
 
+    time.sleep(READ_S)  # Enter answers only a prompt on screen long enough to read
     pane.type("y")
     pane.send("Enter")
     asked = pane.wait_for('? Write wants to run: {"path":"two.txt"')
@@ -201,6 +204,7 @@ def test_typing_at_a_permission_prompt_never_answers_it(
     pane.type("write it")
     pane.send("Enter")
     pane.wait_for('? Write wants to run: {"path":"one.txt"')
+    time.sleep(READ_S)  # a line begun at a prompt already read: bound to it
     pane.type("wait, do not do that")
     screen = pane.wait_for("wait, do not do that")
     assert "permission for Write" not in screen
@@ -214,6 +218,7 @@ def test_typing_at_a_permission_prompt_never_answers_it(
     pane.wait_for(lambda _: "? Write wants to run" in (v := pane.visible())
                   and "answer y/a/n/d> wait, do not do that" in v)
     pane.send("C-u")
+    time.sleep(READ_S)  # Enter answers only a prompt on screen long enough to read
     pane.type("y")
     pane.send("Enter")
     pane.wait_for("permission for Write: allow-once")
@@ -226,6 +231,7 @@ def test_typing_at_a_permission_prompt_never_answers_it(
     assert "? Bash wants to run" in pane.visible()
     assert not (workspace / "ran.txt").exists()
     pane.send("C-u")
+    time.sleep(READ_S)  # Enter answers only a prompt on screen long enough to read
     pane.type("n")
     pane.send("Enter")
     pane.wait_for("permission for Bash: deny")
@@ -301,6 +307,7 @@ def test_at_60_columns_the_prompt_and_its_answers_fit(
                   "    n  deny                d  deny for the session"):
         assert whole in visible, (whole, visible)  # each on its own line, not cut
     assert "waiting for permission" in pane.visible()  # no timer runs meanwhile
+    time.sleep(READ_S)  # Enter answers only a prompt on screen long enough to read
     pane.type("y")
     pane.send("Enter")
     pane.wait_for("✓ Write ok")

@@ -222,6 +222,24 @@ def test_permission_prompt_shown_then_answered_or_withdrawn() -> None:
     assert view.permission_withdrawn("p2", 5.004) == []  # once
 
 
+def test_a_prompt_withdrawn_without_a_stop_says_so_and_more_prompts_are_counted() -> None:
+    view = ChatView()
+    start(view)
+    view.permission_asked("p1", "Bash", "ls", "high")
+    view.permission_asked("p2", "Write", "{}", "medium")
+    view.permission_asked("p3", "Edit", "{}", "medium")
+    live = plain(view.live(0.0))
+    assert "  (2 more permission prompts waiting after this one)" in live
+    assert view.shown_permission() == ("p1", 0.0)  # drawn at 0.0
+    lines = plain(view.permission_withdrawn("p1", 120.0))  # the host's timeout
+    assert lines == ["  permission prompt for Bash withdrawn unanswered (it timed out and "
+                     "the call was denied, or an operator stopped the turn)"]
+    assert not any("by the stop" in line for line in lines)
+    assert view.shown_permission() == ("p2", None)  # the next: not drawn yet
+    assert "  (1 more permission prompt waiting after this one)" in plain(view.live(121.0))
+    assert view.shown_permission() == ("p2", 121.0)
+
+
 def test_errors_and_step_limits_end_a_turn_visibly() -> None:
     view = ChatView()
     start(view)

@@ -340,6 +340,8 @@ async def test_a_subagent_answer_becomes_the_task_result(tmp_path: pathlib.Path,
         assert result.stop_reason == "end_turn"
         task = agent.results(result.turn_id or "")["task1"]
         assert task.code is None and "hi from the child" in str(task.content)
+        # Its body (the subagent) started: announced, as for a host tool's body.
+        assert [e.call_id for e in agent.events if isinstance(e, ToolStartedEvent)] == ["task1"]
         agent.assert_balanced()
 
 

@@ -142,6 +142,12 @@ async def test_abort_that_does_not_settle_in_time(nursery: trio.Nursery,
     assert done.returncode == 3
     assert "stays requested" in err(done) and "quiesce ops show s-stuck" in err(done)
     assert backend.aborts == ["s-stuck"]  # the stop reached the daemon
+    as_json_too = await ops("abort", "s-stuck", "--timeout", "1", "--json")
+    assert as_json_too.returncode == 3
+    reported = json.loads(as_json_too.stdout)  # --json: stdout is JSON even on a timeout
+    assert reported["exit"] == 3 and "stays requested" in reported["error"]
+    unknown = await ops("abort", "s-nope", "--json")
+    assert unknown.returncode == 1 and "error" in json.loads(unknown.stdout)
     assert backend.abort_gate is not None
     backend.abort_gate.set()
 
