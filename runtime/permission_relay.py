@@ -25,7 +25,7 @@ from protocol.messages.host import (
     PermissionRequestResult,
     PermissionWithdrawnParams,
 )
-from runtime.rpc import ConnectionClosed, Endpoint
+from runtime.rpc import ConnectionClosed, Endpoint, effect_taken
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,9 @@ class PermissionRelay:
         with trio.CancelScope() as scope:
             self._pending[params.request_id] = scope
             self._calls[params.request_id] = params.call_id
+            # Registered, so a withdrawal now finds it: the host link may read on (its
+            # reader must never wait on this prompt, which may wait for ever below).
+            effect_taken()
             try:
                 answer: PermissionRequestResult = await client.request(
                     "permission.request", client_params(params))

@@ -206,15 +206,17 @@ class Endpoint:
         """Queue a request now (so it keeps its place among what this task sends next);
         its answer is awaited with :meth:`SentRequest.result`. Raise ``NotSent`` if the
         link is closed, :class:`OversizedMessage` if it would not fit a frame."""
+        # Waiting on a peer is waiting: a handler asking one has taken its effect (else
+        # a handler of this link waiting for an answer this reader must read would hang).
+        # Marked first, so a refusal below (closed link, oversized) cannot leave a
+        # handler that goes on waiting with its link's reader held.
+        effect_taken()
         spec = self._outgoing.specs[method]
         assert not spec.is_notification, method
         if self.closed.is_set():
             raise NotSent(f"{self.name}: link closed")
         if request_id is None:
             request_id = next(self._ids)
-        # Waiting on a peer is waiting: a handler asking one has taken its effect (else
-        # a handler of this link waiting for an answer this reader must read would hang).
-        effect_taken()
         payload = encode_request(request_id, method, params)
         if len(payload) > self._max_frame_size:
             raise OversizedMessage(len(payload), self._max_frame_size)
