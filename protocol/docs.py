@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
-from protocol.bounds import MARKER, MAX_BATCH_MEMBERS
+from protocol.bounds import BULKY, MARKER, MAX_BATCH_MEMBERS
 from protocol.errors import ERROR_MESSAGES, ErrorCode
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from protocol.messages.client import ProviderConfig
@@ -214,9 +214,11 @@ def _order_and_bounds() -> list[str]:
         f"**Frames** are at most {DEFAULT_MAX_FRAME_SIZE} bytes both ways. No link writes "
         "a larger one: an answer that would be is replaced by a -32603 error saying so; a "
         "request that would be is not sent (the caller gets the error); a notification "
-        "that would be (a `session.event` announcing a 9 MiB `Write`) has its longest "
-        "strings shortened, each ending in `" + MARKER.format("N") + "` (N: the bytes of "
-        "UTF-8 left out). Only the announcement is shortened: the session log keeps the "
+        "that would be (a `session.event` announcing a 9 MiB `Write`) has its bulky "
+        f"strings (of {BULKY} characters or more) shortened, each ending in `"
+        + MARKER.format("N") + "` (N: the bytes of UTF-8 left out); shorter strings, ids "
+        "and tags (`sessionId`, `callId`, `type`, `kind`, `toolClass`, …) are never cut. "
+        "Only the announcement is shortened: the session log keeps the "
         "whole record.", "",
         "**Lone surrogates.** A `\\uD800` to `\\uDFFF` escape that is not half of a pair "
         "(what JavaScript's `JSON.stringify` writes for half an emoji) is read as U+FFFD, "

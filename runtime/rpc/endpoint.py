@@ -245,9 +245,11 @@ class Endpoint:
 
     def _shortened(self, method: str, params: msgspec.Struct, size: int) -> bytes | None:
         """The notification with its longest strings cut to fit a frame (None: it cannot
-        be made to, and is dropped). The record it announces keeps them whole."""
+        be made to, and is dropped). The record it announces keeps them whole.
+        ``size``: the encoded notification's, so its params are not encoded again."""
         overhead = len(encode_notification(method, {}))  # type: ignore[arg-type]
-        short = shorten(msgspec.to_builtins(params), self._max_frame_size - overhead)
+        short = shorten(msgspec.to_builtins(params), self._max_frame_size - overhead,
+                        size - overhead + 2)  # its params: "{}" is in the overhead
         if short is None:
             log.error("%s: %s of %d bytes cannot be shortened to the %d byte frame limit; "
                       "dropped", self.name, method, size, self._max_frame_size)
