@@ -10,7 +10,8 @@ text that is not quite Unicode.
   it announces (a session log) keeps them whole.
 - A lone UTF-16 surrogate escape (``"\\udcff"``, what JavaScript's ``JSON.stringify``
   writes for half an emoji) is read as U+FFFD, the replacement character
-  (:func:`repair_surrogates`): the request keeps its id and is served.
+  (:func:`repair_surrogates`, only for a frame msgspec refused for one): the request
+  keeps its id (an id holding one is read with U+FFFD too) and is served.
 """
 
 from __future__ import annotations
@@ -58,24 +59,34 @@ def split_batch(data: bytes) -> list[msgspec.Raw]:
 
 # -- lone surrogates ----------------------------------------------------------------------
 
-_ESCAPES = re.compile(
-    rb"\\\\"                                                   # an escaped backslash
-    rb"|\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}"  # a whole pair
-    rb"|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")                      # a lone half
+_HIGH = rb"\\u[dD][89abAB][0-9a-fA-F]{2}"
+_LOW = rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+# What a backslash starts that matters here, each matched as a whole run (so a 4 MiB run
+# of escaped backslashes or of pairs is one match, one call): escaped backslashes with the
+# plain text between them, pairs, or a lone half. Other escapes (\n, \u0041) are skipped
+# by the scan, which only stops at a backslash (a literal prefix: fast).
+_ESCAPES = re.compile(rb"\\(?:\\[^\\]*+(?:\\\\[^\\]*+)*+"
+                      rb"|u[dD][89abAB][0-9a-fA-F]{2}" + _LOW + rb"(?:" + _HIGH + _LOW + rb")*+"
+                      rb"|u[dD][89a-fA-F][0-9a-fA-F]{2})")
 _REPLACEMENT = rb"\ufffd"
+_BACKSLASH = ord("\\")
 
 
 def _repair(match: re.Match[bytes]) -> bytes:
     text = match.group()
-    return text if len(text) != 6 else _REPLACEMENT
+    lone = len(text) == 6 and text[1] != _BACKSLASH
+    return _REPLACEMENT if lone else text
 
 
 def repair_surrogates(data: bytes) -> bytes:
     """``data`` with every lone surrogate escape replaced by ``\\ufffd`` (pairs and
-    escaped backslashes kept). Cheap when there is none: one search for ``\\ud``."""
-    if b"\\ud" not in data and b"\\uD" not in data:
-        return data
+    escaped backslashes kept). For a frame msgspec refused: one scan, one call per run."""
     return _ESCAPES.sub(_repair, data)
+
+
+def has_surrogate_escape(data: bytes) -> bool:
+    """Whether ``data`` may hold a surrogate escape (two byte searches)."""
+    return b"\\ud" in data or b"\\uD" in data
 
 
 # -- shortening ---------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import msgspec
@@ -133,3 +134,37 @@ def test_shortening_a_9_mib_event_is_quick(monkeypatch: pytest.MonkeyPatch) -> N
         assert counting.encoded_bytes < 2.5 * size, (counting.encoded_bytes, size)
         if content[0] == "x":
             assert elapsed < 0.5, elapsed
+
+
+def _prompt_frame(text: bytes) -> bytes:
+    return (b'{"jsonrpc":"2.0","id":7,"method":"agent.prompt","params":'
+            b'{"sessionId":"s-1","text":"' + text + b'"}}')
+
+
+@pytest.mark.parametrize("text", [
+    b"\\\\" * (2 * 2**20) + b"\\udcff",  # 4 MiB of escaped backslashes, one lone half
+    b"\\ud83d\\ude00" * (2**20 * 2 // 3),  # 8 MiB of escaped emoji pairs
+    b"\\ud83d\\ude00" * (2**20 * 2 // 3) + b"\\udcff",  # and one lone half
+    b"\\\\x" * 2**20 + b"\\udcff",
+])
+def test_reading_surrogate_escapes_is_quick(text: bytes) -> None:
+    started = time.perf_counter()
+    parsed = parse_frame(_prompt_frame(text), CLIENT_TO_RUNTIME)
+    elapsed = time.perf_counter() - started
+    assert isinstance(parsed, IncomingRequest) and parsed.id == 7
+    assert elapsed < 0.5, elapsed
+
+
+def test_a_low_half_after_the_text_of_a_high_one_is_repaired() -> None:
+    """An escaped backslash, "ud83d", then a lone low half: not a pair."""
+    parsed = parse_frame(_prompt_frame(b"\\\\ud83d\\udc00"), CLIENT_TO_RUNTIME)
+    assert isinstance(parsed, IncomingRequest)
+    assert parsed.params.text == "\\ud83d\ufffd"
+
+
+@given(st.lists(st.sampled_from([b"\\\\", b"\\ud83d", b"\\ude00", b"a", b"\\u0041", b"\\n",
+                                 b"\\uD800", b"\\udFFF", b"ud83d", b"\\\\\\\\"]), max_size=12))
+def test_repair_reads_as_python_does_with_lone_halves_replaced(parts: list[bytes]) -> None:
+    frame = b'"' + b"".join(parts) + b'"'
+    expected = re.sub("[\ud800-\udfff]", "\ufffd", json.loads(frame))
+    assert msgspec.json.decode(repair_surrogates(frame)) == expected
