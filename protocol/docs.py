@@ -210,7 +210,9 @@ def _order_and_bounds() -> list[str]:
         "with one -32600 (id null) naming the limit, decided while reading it: its members "
         "are not handled. A batch's members are handled like separate requests, one after "
         "the other (the same order rule); their answers come back together, as one array, "
-        "or as several arrays when one would exceed the frame limit.", "",
+        "or as several arrays when one would exceed the frame limit (an extension: standard "
+        "JSON-RPC answers a batch with one array; a client sending large batches must "
+        "accept several).", "",
         f"**Frames** are at most {DEFAULT_MAX_FRAME_SIZE} bytes both ways. No link writes "
         "a larger one: an answer that would be is replaced by a -32603 error saying so; a "
         "request that would be is not sent (the caller gets the error); a notification "
@@ -222,8 +224,9 @@ def _order_and_bounds() -> list[str]:
         "whole record.", "",
         "**Lone surrogates.** A `\\uD800` to `\\uDFFF` escape that is not half of a pair "
         "(what JavaScript's `JSON.stringify` writes for half an emoji) is read as U+FFFD, "
-        "the replacement character, in any string (keys, values, ids); the request keeps "
-        "its id and is served. Invalid UTF-8 bytes stay a -32700.", "",
+        "the replacement character, in any string (keys, values, ids); the request is "
+        "answered under its id as read, so an id holding a lone surrogate comes back "
+        "with U+FFFD in its place, and is served. Invalid UTF-8 bytes stay a -32700.", "",
     ]
 
 

@@ -53,8 +53,10 @@ class PermissionRelay:
         self.client: Endpoint | None = None
         self._pending: dict[str, trio.CancelScope] = {}
         self._calls: dict[str, str] = {}  # request id -> host call id
-        # Withdrawals that overtook their request (a notification is handled inline, a
-        # request in its own task): such a request is refused, never shown.
+        # Withdrawals read before their request (the host withdrew a prompt it had not
+        # yet sent, or sent both in an order a crossing made odd): such a request is
+        # refused, never shown. The link takes frames in wire order, so a withdrawal
+        # read after its request always finds it registered.
         self._withdrawn_early: collections.OrderedDict[str, None] = collections.OrderedDict()
 
     async def request(self, params: PermissionRequestParams) -> PermissionRequestResult:
