@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
-from protocol.bounds import MARKER, MAX_BATCH_MEMBERS
+from protocol.bounds import BULKY, MARKER, MAX_BATCH_MEMBERS
 from protocol.errors import ERROR_MESSAGES, ErrorCode
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from protocol.messages.client import ProviderConfig
@@ -210,18 +210,23 @@ def _order_and_bounds() -> list[str]:
         "with one -32600 (id null) naming the limit, decided while reading it: its members "
         "are not handled. A batch's members are handled like separate requests, one after "
         "the other (the same order rule); their answers come back together, as one array, "
-        "or as several arrays when one would exceed the frame limit.", "",
+        "or as several arrays when one would exceed the frame limit (an extension: standard "
+        "JSON-RPC answers a batch with one array; a client sending large batches must "
+        "accept several).", "",
         f"**Frames** are at most {DEFAULT_MAX_FRAME_SIZE} bytes both ways. No link writes "
         "a larger one: an answer that would be is replaced by a -32603 error saying so; a "
         "request that would be is not sent (the caller gets the error); a notification "
-        "that would be (a `session.event` announcing a 9 MiB `Write`) has its longest "
-        "strings shortened, each ending in `" + MARKER.format("N") + "` (N: the bytes of "
-        "UTF-8 left out). Only the announcement is shortened: the session log keeps the "
+        "that would be (a `session.event` announcing a 9 MiB `Write`) has its bulky "
+        f"strings (of {BULKY} characters or more) shortened, each ending in `"
+        + MARKER.format("N") + "` (N: the bytes of UTF-8 left out); shorter strings, ids "
+        "and tags (`sessionId`, `callId`, `type`, `kind`, `toolClass`, …) are never cut. "
+        "Only the announcement is shortened: the session log keeps the "
         "whole record.", "",
         "**Lone surrogates.** A `\\uD800` to `\\uDFFF` escape that is not half of a pair "
         "(what JavaScript's `JSON.stringify` writes for half an emoji) is read as U+FFFD, "
-        "the replacement character, in any string (keys, values, ids); the request keeps "
-        "its id and is served. Invalid UTF-8 bytes stay a -32700.", "",
+        "the replacement character, in any string (keys, values, ids); the request is "
+        "answered under its id as read, so an id holding a lone surrogate comes back "
+        "with U+FFFD in its place, and is served. Invalid UTF-8 bytes stay a -32700.", "",
     ]
 
 

@@ -14,7 +14,12 @@ from typing import Any, Literal
 
 import msgspec
 
-from protocol.bounds import BatchTooLarge, repair_surrogates, split_batch
+from protocol.bounds import (
+    BatchTooLarge,
+    has_surrogate_escape,
+    repair_surrogates,
+    split_batch,
+)
 from protocol.errors import ErrorCode
 from protocol.methods import Direction, RequestId
 
@@ -99,9 +104,20 @@ def parse_frame(data: bytes, incoming: Direction) -> Parsed:
             return InvalidMessage(None, ErrorCode.PARSE_ERROR,
                                   f"invalid UTF-8 at byte {exc.start}")
     try:
-        return _parse_frame(repair_surrogates(data), incoming)
+        parsed = _parse_frame(data, incoming)
+        # Read first; repair only a frame refused as not JSON that has a surrogate escape
+        # (msgspec's message does not always say so: "truncated" for a half at the end).
+        if _not_json(parsed) and has_surrogate_escape(data):
+            parsed = _parse_frame(repair_surrogates(data), incoming)
+        return parsed
     except RecursionError:  # msgspec's nesting limit, before an id could be read
         return InvalidMessage(None, ErrorCode.PARSE_ERROR, "JSON nested too deeply")
+
+
+def _not_json(parsed: Parsed) -> bool:
+    items = parsed.items if isinstance(parsed, Batch) else (parsed,)
+    return any(isinstance(item, InvalidMessage) and item.code is ErrorCode.PARSE_ERROR
+               for item in items)
 
 
 def _parse_frame(data: bytes, incoming: Direction) -> Parsed:

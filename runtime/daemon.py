@@ -392,6 +392,10 @@ class Daemon:
                 return SessionLoadResult(open_now.session_id, open_now.workspace,
                                          len(open_now.agent.journal.events), False)
             async with self.order.lock_now_or_mark(params.session_id):
+                # Our place in the chain is taken: requests on this session wait for
+                # place.started() below; the link reads on (a stop of another session
+                # must not wait for this log's read).
+                effect_taken()
                 loaded = await self.sessions.load(params.session_id, provider=provider,
                                                   announce=self._announce,
                                                   tools=self.tools.factory)

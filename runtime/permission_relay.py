@@ -25,7 +25,7 @@ from protocol.messages.host import (
     PermissionRequestResult,
     PermissionWithdrawnParams,
 )
-from runtime.rpc import ConnectionClosed, Endpoint
+from runtime.rpc import ConnectionClosed, Endpoint, effect_taken
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +53,10 @@ class PermissionRelay:
         self.client: Endpoint | None = None
         self._pending: dict[str, trio.CancelScope] = {}
         self._calls: dict[str, str] = {}  # request id -> host call id
-        # Withdrawals that overtook their request (a notification is handled inline, a
-        # request in its own task): such a request is refused, never shown.
+        # Withdrawals read before their request (the host withdrew a prompt it had not
+        # yet sent, or sent both in an order a crossing made odd): such a request is
+        # refused, never shown. The link takes frames in wire order, so a withdrawal
+        # read after its request always finds it registered.
         self._withdrawn_early: collections.OrderedDict[str, None] = collections.OrderedDict()
 
     async def request(self, params: PermissionRequestParams) -> PermissionRequestResult:
@@ -66,6 +68,9 @@ class PermissionRelay:
         with trio.CancelScope() as scope:
             self._pending[params.request_id] = scope
             self._calls[params.request_id] = params.call_id
+            # Registered, so a withdrawal now finds it: the host link may read on (its
+            # reader must never wait on this prompt, which may wait for ever below).
+            effect_taken()
             try:
                 answer: PermissionRequestResult = await client.request(
                     "permission.request", client_params(params))

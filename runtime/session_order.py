@@ -26,6 +26,9 @@ from protocol.errors import RpcError
 from runtime.rpc import effect_taken
 from runtime.sessions import Session, SessionStore
 
+STOPPING_POLL = 0.02
+"""How often (s) a turn waiting for its session's chain re-checks whether it is stopped."""
+
 
 class Place:
     """A request's place in its session's chain; a ``trio.TaskStatus[None]``: ``started()``
@@ -86,10 +89,14 @@ class SessionOrder:
 
     async def quiet(self, session_id: str, stopping: Callable[[], bool]) -> None:
         """Return once every request on the session read so far has taken its effect, or
-        at once when ``stopping()`` (the turn waiting here is being stopped: the requests
-        still pending may be waiting for its end)."""
+        soon after ``stopping()`` (the turn waiting here is being stopped: the requests
+        still pending may be waiting for its end), at the latest :data:`STOPPING_POLL`
+        later (it is re-checked on every change of the chain and at that interval)."""
         while self._pending.get(session_id) and not stopping():
-            await self._changed.wait()
+            # A stop that does not touch the chain (ops.abort, shutdown's dispose) is
+            # seen within a poll: the chain changing is not the only way out.
+            with trio.move_on_after(STOPPING_POLL):
+                await self._changed.wait()
 
     def lock_now_or_mark(self, session_id: str) -> trio.Lock:
         """The session's load/close lock; if it is held, the request that is about to

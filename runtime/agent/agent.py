@@ -325,6 +325,7 @@ class Agent:
                 self.inbox.popleft().resolve(None, "cancelled")
         phase, slot = self.machine.phase, self._current
         if phase.kind is PhaseKind.IDLE:
+            task_status.started()  # nothing to stop: taken (a close goes on after this)
             return AgentAbortResult("idle")
         assert phase.controller is not None and phase.settled is not None
         phase.controller.abort(cause)

@@ -206,15 +206,17 @@ class Endpoint:
         """Queue a request now (so it keeps its place among what this task sends next);
         its answer is awaited with :meth:`SentRequest.result`. Raise ``NotSent`` if the
         link is closed, :class:`OversizedMessage` if it would not fit a frame."""
+        # Waiting on a peer is waiting: a handler asking one has taken its effect (else
+        # a handler of this link waiting for an answer this reader must read would hang).
+        # Marked first, so a refusal below (closed link, oversized) cannot leave a
+        # handler that goes on waiting with its link's reader held.
+        effect_taken()
         spec = self._outgoing.specs[method]
         assert not spec.is_notification, method
         if self.closed.is_set():
             raise NotSent(f"{self.name}: link closed")
         if request_id is None:
             request_id = next(self._ids)
-        # Waiting on a peer is waiting: a handler asking one has taken its effect (else
-        # a handler of this link waiting for an answer this reader must read would hang).
-        effect_taken()
         payload = encode_request(request_id, method, params)
         if len(payload) > self._max_frame_size:
             raise OversizedMessage(len(payload), self._max_frame_size)
@@ -243,9 +245,11 @@ class Endpoint:
 
     def _shortened(self, method: str, params: msgspec.Struct, size: int) -> bytes | None:
         """The notification with its longest strings cut to fit a frame (None: it cannot
-        be made to, and is dropped). The record it announces keeps them whole."""
+        be made to, and is dropped). The record it announces keeps them whole.
+        ``size``: the encoded notification's, so its params are not encoded again."""
         overhead = len(encode_notification(method, {}))  # type: ignore[arg-type]
-        short = shorten(msgspec.to_builtins(params), self._max_frame_size - overhead)
+        short = shorten(msgspec.to_builtins(params), self._max_frame_size - overhead,
+                        size - overhead + 2)  # its params: "{}" is in the overhead
         if short is None:
             log.error("%s: %s of %d bytes cannot be shortened to the %d byte frame limit; "
                       "dropped", self.name, method, size, self._max_frame_size)

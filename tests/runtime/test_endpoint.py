@@ -15,6 +15,9 @@ import trio.testing
 from protocol.errors import ErrorCode, RemoteError, RpcError
 from protocol.messages.common import Empty
 from protocol.messages.host import (
+    PluginsListParams,
+    PluginsListResult,
+    PluginTool,
     SessionOpenParams,
     ToolsAbortParams,
     ToolsAbortResult,
@@ -282,29 +285,32 @@ async def test_requests_take_effect_in_wire_order_and_waiting_holds_nothing() ->
 
 
 async def test_a_batch_reply_too_large_for_one_frame_is_split() -> None:
-    async def abort(params: ToolsAbortParams) -> ToolsAbortResult:
-        return ToolsAbortResult(True, "running")
+    async def plugins(params: PluginsListParams) -> PluginsListResult:
+        return PluginsListResult((PluginTool("mcp__s__t", "s", "d" * 150),))
 
     limit = 400
     a_stream, b_stream = trio.testing.memory_stream_pair()
     host = Endpoint("host", b_stream, b_stream, incoming=RUNTIME_TO_HOST,
-                    outgoing=HOST_TO_RUNTIME, handlers={"tools.abort": abort},
+                    outgoing=HOST_TO_RUNTIME, handlers={"plugins.list": plugins},
                     max_frame_size=limit)
-    member = b'{"jsonrpc":"2.0","id":%d,"method":"tools.abort","params":{"sessionId":"s",' \
-             b'"callId":"c","tool":"Bash"}}'
-    batch = b"[" + b",".join(member % i for i in range(3)) + b"]\n"
+    member = b'{"jsonrpc":"2.0","id":%d,"method":"plugins.list","params":{"sessionId":"s"}}'
+    batch = b"[" + b",".join(member % i for i in range(4)) + b"]\n"
     assert len(batch) <= limit
+    frames = 0
     async with trio.open_nursery() as nursery:
         await nursery.start(host.run)
         with trio.fail_after(5):
             await a_stream.send_all(batch)
             data = b""
             answers: list[Any] = []
-            while len(answers) < 3:
+            while len(answers) < 4:
                 data += await a_stream.receive_some()
                 *lines, data = data.split(b"\n")
                 for line in lines:
                     assert len(line) <= limit
                     answers += msgspec.json.decode(line)
-        assert sorted(a["id"] for a in answers) == [0, 1, 2]
+                    frames += 1
+        assert sorted(a["id"] for a in answers) == [0, 1, 2, 3]
+        assert all("result" in a for a in answers), answers
+        assert frames >= 2  # four answers of ~230 bytes: no one frame holds them
         nursery.cancel_scope.cancel()

@@ -4,14 +4,14 @@ import pytest
 import trio
 import trio.testing
 
-from protocol.errors import ErrorCode, RpcError
+from protocol.errors import ErrorCode, RemoteError, RpcError
 from protocol.messages.client import ClientPermissionRequestParams
 from protocol.messages.host import (
     PermissionRequestParams,
     PermissionRequestResult,
     PermissionWithdrawnParams,
 )
-from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
+from protocol.methods import CLIENT_TO_RUNTIME, HOST_TO_RUNTIME, RUNTIME_TO_CLIENT, RUNTIME_TO_HOST
 from runtime.permission_relay import PermissionRelay
 from runtime.rpc import Endpoint, effect_taken
 
@@ -61,3 +61,31 @@ async def test_the_client_can_match_a_prompt_to_its_tool_call(
     assert asked == [ClientPermissionRequestParams("s", "perm-1", turn_id, call_id, "Write",
                                                    '{"path":"a"}', "high")]
     assert relay.pending_calls() == set()
+
+
+async def test_a_prompt_after_the_client_left_does_not_hold_the_host_links_reader() -> None:
+    """The client link is closed; the host asks a permission: the host link reads on, so
+    the withdrawal that follows reaches the prompt (and ends it)."""
+    relay = PermissionRelay()
+    gone_daemon, _gone_client = trio.testing.memory_stream_pair()
+    relay.client = Endpoint("client", gone_daemon, gone_daemon, incoming=CLIENT_TO_RUNTIME,
+                            outgoing=RUNTIME_TO_CLIENT)
+    relay.client._on_closed()  # the client went away
+    runtime_side, host_side = trio.testing.memory_stream_pair()
+    runtime = Endpoint("host", runtime_side, runtime_side, incoming=HOST_TO_RUNTIME,
+                       outgoing=RUNTIME_TO_HOST, handlers={"permission.request": relay.request},
+                       notification_handlers={"permission.withdrawn": relay.withdrawn})
+    host = Endpoint("runtime", host_side, host_side, incoming=RUNTIME_TO_HOST,
+                    outgoing=HOST_TO_RUNTIME)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(runtime.run)
+        await nursery.start(host.run)
+        with trio.fail_after(5):
+            asked = host.send_request("permission.request", PermissionRequestParams(
+                "s", "perm-1", "t1.c1", "Write", "{}"))
+            await trio.sleep(0.05)
+            host.notify("permission.withdrawn", PermissionWithdrawnParams("s", "perm-1"))
+            with pytest.raises(RemoteError) as info:
+                await asked.result()
+        nursery.cancel_scope.cancel()
+    assert info.value.code == ErrorCode.PERMISSION_WITHDRAWN
