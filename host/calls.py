@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import trio
 
-from protocol.messages.host import AbortCause, CallPhase, CallState
+from protocol.causes import Cause
+from protocol.messages.host import CallPhase, CallState
 from protocol.toolclass import ToolClass
 
 CallKey = tuple[str, str]  # (session id, call id)
@@ -29,7 +30,7 @@ class Call:
     tool: str
     tool_class: ToolClass
     state: CallState = "admission"
-    cause: AbortCause | None = None
+    cause: Cause | None = None
     body_invoked: bool = False
     forced: bool = False
     permission_request_id: str | None = None
@@ -52,7 +53,7 @@ class Call:
             return None
         return self.state
 
-    def request_stop(self, cause: AbortCause) -> None:
+    def request_stop(self, cause: Cause) -> None:
         """First cause wins; cancels whatever may be abandoned in the call's phase."""
         if self.stop.is_set():
             return

@@ -42,12 +42,12 @@ from host.tombstones import TombstoneRegistry
 from host.tools import TOOLS, ToolSpec
 from host.tools.context import HostToolConfig, ToolContext
 from host.workspace import Workspace
+from protocol.causes import Cause, DisposedCause
 from protocol.errors import ErrorCode, RpcError
 from protocol.mcp import PluginConfigError
 from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig
 from protocol.messages.host import (
-    AbortCause,
     PluginsListResult,
     ToolsAbortParams,
     ToolsAbortResult,
@@ -221,7 +221,7 @@ class CallManager:
                                          f"perm-{next(self._permission_ids)}", raw_args,
                                          self.config.permission_timeout)
                     if decision is None:  # the runtime is gone: as for a stop
-                        call.request_stop("disposed")
+                        call.request_stop(DisposedCause())
                         return aborted_result(before_dispatch=True)
                     if decision in ("deny", "deny-session"):
                         if decision == "deny-session":
@@ -401,7 +401,7 @@ class CallManager:
         """Where bodies that outlive a forced call run."""
         self._background = nursery
 
-    async def stop_all(self, cause: AbortCause, *, within: float | None = None) -> None:
+    async def stop_all(self, cause: Cause, *, within: float | None = None) -> None:
         """Stop every call and wait until none is left (the runtime is gone or leaving);
         past the kill grace plus ``stop_timeout``, force the calls still waiting on a body."""
         for call in self.calls:
