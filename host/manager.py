@@ -34,7 +34,7 @@ import msgspec
 import trio
 
 from host.admission import Admission, AdmissionLimits, Overloaded
-from host.calls import Call, CallTable
+from host.calls import Call, CallEvent, CallTable
 from host.permissions import PermissionPort, Verdict, ask, evaluate
 from host.plugins import PluginSettings, SessionPlugins, load_servers
 from host.proctree import ENV_MARKER
@@ -216,7 +216,7 @@ class CallManager:
                     outside = await self._outside_workspace(call, session, args)
                     if outside is not None:
                         return outside  # refused without bothering the user
-                    call.state = "permission-pending"
+                    call.fire(CallEvent.ASK_PERMISSION)
                     decision = await ask(self._runtime, call,
                                          f"perm-{next(self._permission_ids)}", raw_args,
                                          self.config.permission_timeout)
@@ -231,7 +231,7 @@ class CallManager:
                                             body_invoked=False)
                     if decision == "allow-session":
                         session.allowed.add(call.tool)
-                call.state = "admission"
+                call.fire(CallEvent.ADMIT)
                 try:
                     await slot.enter_async_context(
                         self.admission.slot(call.session_id, call.tool_class))
@@ -239,7 +239,7 @@ class CallManager:
                     return error_result(ErrorCode.HOST_OVERLOADED, str(exc), body_invoked=False)
             if call.stop.is_set():
                 return aborted_result(before_dispatch=True)
-            call.state = "running"
+            call.fire(CallEvent.START_BODY)
             call.body_invoked = True  # immediately before the body
             self._runtime.tool_started(ToolsStartedParams(call.session_id, call.call_id))
             result = await self._invoke(call, spec, session, args)

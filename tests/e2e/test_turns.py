@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 
-from protocol.causes import HookCause, ParentCause, UserCause
+from protocol.causes import CauseKind, HookCause, ParentCause, UserCause
 from protocol.messages.client import AgentAbortResult, AgentPromptResult
 from protocol.messages.common import Empty
 from protocol.messages.events import (
@@ -245,7 +245,7 @@ async def test_concurrent_aborts_all_answer_with_the_first_cause(tmp_path: pathl
         await agent.new_session(tmp_path, script)
         answers: list[AgentAbortResult] = []
 
-        async def stop(cause: str, reason: str | None = None) -> None:
+        async def stop(cause: CauseKind, reason: str | None = None) -> None:
             answers.append(await agent.stop_and_check(cause, reason=reason))
 
         async with trio.open_nursery() as nursery:
