@@ -1,7 +1,13 @@
-"""One tool call as the host tracks it, and the table of calls in flight.
+"""One tool call as the host tracks it, its lifecycle as a state table, and the table
+of calls in flight.
 
 A call is registered before anything is evaluated for it (arguments,
-permission, admission), so an abort always finds it. ``stop`` is the call's
+permission, admission), so an abort always finds it. Its ``state`` moves only
+through ``TRANSITIONS`` (``Call.fire``): ``admission`` (registered: arguments,
+permission evaluation, an admission slot) → ``permission-pending`` while the
+user is asked → back to ``admission`` → ``running`` once the body is about to be
+called → ``settled`` (from any of them) when its one result is published. A stop
+is not a state: it records the state it found (``stopped_in``). ``stop`` is the call's
 stop request; ``pre_body`` is the cancel scope of everything before the body
 (a stop there means the body never ran); ``body`` is the cancel scope of a
 body that may be abandoned (read-only tools).
@@ -9,6 +15,7 @@ body that may be abandoned (read-only tools).
 
 from __future__ import annotations
 
+import enum
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -16,10 +23,34 @@ from dataclasses import dataclass, field
 
 import trio
 
-from protocol.messages.host import AbortCause, CallPhase, CallState
+from protocol.causes import Cause
+from protocol.messages.host import CallPhase, CallState
 from protocol.toolclass import ToolClass
 
 CallKey = tuple[str, str]  # (session id, call id)
+
+
+class CallEvent(enum.Enum):
+    ASK_PERMISSION = "ask-permission"  # the user is asked for permission
+    ADMIT = "admit"  # permission granted (or not needed): waits for an admission slot
+    START_BODY = "start-body"  # immediately before the body is called
+    SETTLE = "settle"  # its one result is published
+
+
+TRANSITIONS: dict[tuple[CallState, CallEvent], CallState] = {
+    ("admission", CallEvent.ASK_PERMISSION): "permission-pending",
+    ("permission-pending", CallEvent.ADMIT): "admission",
+    ("admission", CallEvent.ADMIT): "admission",
+    ("admission", CallEvent.START_BODY): "running",
+    ("admission", CallEvent.SETTLE): "settled",
+    ("permission-pending", CallEvent.SETTLE): "settled",
+    ("running", CallEvent.SETTLE): "settled",
+}
+"""Every allowed move of a call's ``state``; anything else is a bug (``InvalidTransition``)."""
+
+
+class InvalidTransition(Exception):
+    pass
 
 
 @dataclass(eq=False)
@@ -29,7 +60,7 @@ class Call:
     tool: str
     tool_class: ToolClass
     state: CallState = "admission"
-    cause: AbortCause | None = None
+    cause: Cause | None = None
     body_invoked: bool = False
     forced: bool = False
     permission_request_id: str | None = None
@@ -45,6 +76,13 @@ class Call:
     def key(self) -> CallKey:
         return (self.session_id, self.call_id)
 
+    def fire(self, event: CallEvent) -> CallState:
+        target = TRANSITIONS.get((self.state, event))
+        if target is None:
+            raise InvalidTransition(f"{event.value} is not allowed in {self.state}")
+        self.state = target
+        return target
+
     @property
     def phase(self) -> CallPhase | None:
         """Where a call in flight is (``host.stats``); None once settled."""
@@ -52,7 +90,7 @@ class Call:
             return None
         return self.state
 
-    def request_stop(self, cause: AbortCause) -> None:
+    def request_stop(self, cause: Cause) -> None:
         """First cause wins; cancels whatever may be abandoned in the call's phase."""
         if self.stop.is_set():
             return
@@ -88,7 +126,7 @@ class CallTable:
         return True
 
     def settle(self, call: Call) -> None:
-        call.state = "settled"
+        call.fire(CallEvent.SETTLE)
         if self._calls.get(call.key) is call:
             del self._calls[call.key]
         self.remember_settled(call.session_id, call.call_id, call.tool)

@@ -25,6 +25,7 @@ import trio
 from host import cgroups
 from host.manager import CallManager, HostConfig
 from host.tools import TOOLS
+from protocol.causes import DisposedCause
 from protocol.errors import ErrorCode, RemoteError, RpcError
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.messages.host import (
@@ -157,7 +158,7 @@ class HostServer:
             async for signum in signals:
                 log.info("signal %s: stopping %d calls", signal.Signals(signum).name,
                          len(self.manager.calls))
-                await self.manager.stop_all("disposed")
+                await self.manager.stop_all(DisposedCause())
                 self.endpoint.stop_reading()
                 return
 
@@ -165,7 +166,7 @@ class HostServer:
         await self.endpoint.closed.wait()
         if len(self.manager.calls):
             log.info("runtime link closed: stopping %d calls", len(self.manager.calls))
-        await self.manager.stop_all("disposed")
+        await self.manager.stop_all(DisposedCause())
 
     async def initialize(self, params: InitializeParams) -> InitializeResult:
         check_compatible(params.protocol_version)  # a mismatch leaves the link uninitialized
@@ -207,6 +208,6 @@ class HostServer:
 
     async def shutdown(self, params: Empty) -> Empty:
         effect_taken()
-        await self.manager.stop_all("disposed")
+        await self.manager.stop_all(DisposedCause())
         self.endpoint.stop_reading()
         return Empty()

@@ -56,7 +56,6 @@ from protocol.version import PROTOCOL_VERSION, check_compatible
 from runtime.agent.agent import DEFAULT_STUCK_AFTER
 from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE
 from runtime.agent.turn import TurnConfig
-from runtime.causes import from_wire
 from runtime.daemon_ops import DaemonOps
 from runtime.host_supervisor import (
     DEFAULT_LIVENESS_TIMEOUT,
@@ -474,7 +473,7 @@ class Daemon:
         self._require_initialized()
         async with self.order.place(params.session_id) as place:
             agent = self.sessions.get(params.session_id).agent
-            return await agent.cancel(from_wire(params.cause), keep_inbox=params.keep_inbox,
+            return await agent.cancel(params.cause, keep_inbox=params.keep_inbox,
                                       task_status=place)
 
     async def debug_run_tool(self, params: DebugRunToolParams) -> DebugRunToolResult:

@@ -42,6 +42,7 @@ from protocol.messages.events import (
     TurnStart,
     UserMessageEvent,
 )
+from runtime import eventsummary as summary
 from runtime.client import DaemonClient, spawn_daemon
 
 TREE = ("echo 'build: starting workers'; "
@@ -197,16 +198,15 @@ def _timeline(watched: Watched) -> None:
         if t < watched.abort_sent:
             continue
         if isinstance(event, ToolAbortEvent):
-            state = event.host_state + (", body running" if event.body_invoked else "")
-            entries.append((t, f"tools.abort {event.call_id} ({event.tool}): host found it "
-                               f"{state}"))
+            entries.append((t, summary.host_found(event)
+                               + (", body running" if event.body_invoked else "")))
         elif isinstance(event, ToolResultEvent):
             note = ""
-            if "exitStatus" in event.details or "signal" in event.details:
+            if summary.ran_a_process(event):
                 note = " (process tree terminated)"
-            if event.details.get("abandoned"):
-                note = " (stopped waiting at once; the host drops its late result)"
-            entries.append((t, f"{event.call_id}: {event.code or 'ok'}{note}"))
+            if summary.abandoned(event):
+                note = f" ({summary.stop_note(event)})"
+            entries.append((t, f"{event.call_id}: {summary.result_code(event)}{note}"))
         elif isinstance(event, TurnEnd):
             entries.append((t, f"turn/end {event.end.kind} on disk (fsynced)"))
     entries.append((watched.answered, f"agent.abort answered: {answer.outcome}, settled in "
@@ -227,16 +227,15 @@ def _transcript(watched: Watched) -> None:
         elif isinstance(event, UserMessageEvent):
             _say(f"  user: {event.text}")
         elif isinstance(event, AssistantMessageEvent):
-            text = " ".join(b.text for b in event.blocks)
+            text = summary.message_text(event)
             mark = " [interrupted]" if event.interrupted else ""
             _say(f"  assistant{mark}: {text}")
         elif isinstance(event, ToolCallEvent):
-            _say(f"  tool/call {event.call_id} {event.tool} ({event.tool_class})")
+            _say(f"  tool/call {summary.call_label(event)}")
         elif isinstance(event, ToolResultEvent):
-            _say(f"  tool/result {event.call_id}: {event.code or 'ok'}")
+            _say(f"  tool/result {event.call_id}: {summary.result_code(event)}")
         elif isinstance(event, TurnEnd):
-            reason = f" ({event.end.reason.kind})" if event.end.reason else ""
-            _say(f"  turn/end {event.end.kind}{reason}, stopReason {event.stop_reason}")
+            _say(f"  turn/end {summary.turn_end_label(event)}, stopReason {event.stop_reason}")
 
 
 def run_demo(*, keep: bool = False) -> int:

@@ -6,8 +6,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from protocol.causes import Cause, ClientCause, UserCause
 from protocol.messages.common import McpServerConfig, PluginServerStatus, Struct
-from protocol.messages.events import AnnouncedEvent, Cause, StopReason
+from protocol.messages.events import AnnouncedEvent, StopReason
 from protocol.tools import ToolResult
 
 PermissionMode = Literal["ask", "accept-edits", "auto"]
@@ -138,7 +139,7 @@ class AgentPromptResult(Struct, frozen=True):
 
 class AgentAbortParams(Struct, frozen=True):
     session_id: str
-    cause: Cause = Cause("user")
+    cause: ClientCause = UserCause()
     keep_inbox: bool = False
 
 

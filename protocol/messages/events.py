@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 import msgspec
 
+from protocol.causes import Cause
 from protocol.messages.common import McpServerConfig
 from protocol.tools import Content
 
 TurnEndKind = Literal["completed", "aborted", "error", "interrupted"]
-CauseKind = Literal["user", "parent", "hook", "disposed", "operator"]
 StopReason = Literal["end_turn", "cancelled", "error", "max_steps"]
 
 
@@ -23,11 +23,6 @@ class _Event(msgspec.Struct, frozen=True, tag_field="kind", rename="camel",
              forbid_unknown_fields=True, omit_defaults=True):
     seq: int
     turn_id: str
-
-
-class Cause(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    kind: CauseKind
-    reason: str | None = None
 
 
 class SessionMeta(_Event, frozen=True, tag="session/meta"):
@@ -110,7 +105,8 @@ class ToolResultEvent(_Event, frozen=True, tag="tool/result", omit_defaults=Fals
 
 
 class TurnOutcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True):
-    """How a turn ended: ``{kind: aborted, reason: {kind: user}}`` and the like."""
+    """How a turn ended: ``{kind: aborted, reason: {kind: user}}`` and the like; ``reason``
+    is the stop's cause (``protocol.causes``)."""
 
     kind: TurnEndKind
     reason: Cause | None = None

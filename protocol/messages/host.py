@@ -6,10 +6,10 @@ from typing import Any, Literal
 
 import msgspec
 
+from protocol.causes import Cause, UserCause
 from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig, PluginServerStatus, Struct
 
-AbortCause = Literal["user", "parent", "hook", "disposed", "operator", "timeout"]
 CallPhase = Literal["admission", "permission-pending", "running"]  # of a call in flight
 CallState = Literal["tombstoned", CallPhase, "settled"]
 
@@ -35,8 +35,7 @@ class ToolsAbortParams(Struct, frozen=True):
     session_id: str
     call_id: str
     tool: str
-    cause: AbortCause = "user"
-    reason: str | None = None
+    cause: Cause = UserCause()
 
 
 class ToolsAbortResult(Struct, frozen=True):

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 import trio
 
+from protocol.causes import ClientCause, DisposedCause, UserCause
 from protocol.envelope import IncomingNotification, IncomingRequest
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import (
@@ -36,7 +37,7 @@ from protocol.messages.client import (
     SessionLoadParams,
     SessionNewParams,
 )
-from protocol.messages.events import Cause, CauseKind, SessionMeta, TurnEnd
+from protocol.messages.events import SessionMeta, TurnEnd
 from protocol.methods import RequestId
 from runtime.acp.convert import mcp_servers, prompt_text
 from runtime.acp.messages import (
@@ -64,6 +65,7 @@ from runtime.acp.translate import Translator
 from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler, SentRequest
 
 log = logging.getLogger(__name__)
+_USER: ClientCause = UserCause()  # the cause of an editor's session/cancel
 
 VERSION = "0.1.0"
 ABORT_RETRY = 0.02  # seconds between stops while our prompt has not reached the agent
@@ -78,7 +80,7 @@ class _Prompt:
     request_id: RequestId | None
     params: PromptRequest
     cancelled: trio.Event = field(default_factory=trio.Event)
-    cause: CauseKind = "user"
+    cause: ClientCause = field(default_factory=UserCause)
     done: trio.Event = field(default_factory=trio.Event)
     sent: bool = False  # its agent.prompt is queued on the native link
     abort: SentRequest | None = None  # the agent.abort queued right behind it, if any
@@ -284,7 +286,7 @@ class AcpServer:
                         raise RpcError(ErrorCode.INTERNAL, "the runtime stopped") from exc
                 else:
                     result = await self._native(
-                        "agent.abort", AgentAbortParams(prompt.session_id, Cause(prompt.cause)))
+                        "agent.abort", AgentAbortParams(prompt.session_id, prompt.cause))
             except RpcError as exc:
                 # The prompt's own answer says how the turn ended (cancelled, since it was
                 # marked); a failed stop must not turn that answer into an error.
@@ -318,7 +320,7 @@ class AcpServer:
         else:
             prompt.cancelled.set()  # not started: it answers cancelled when it is
 
-    def _cancel_session(self, session_id: str, cause: CauseKind = "user") -> None:
+    def _cancel_session(self, session_id: str, cause: ClientCause = _USER) -> None:
         for prompt in self._unstarted.get(session_id, ()):
             prompt.cancelled.set()
         session = self._sessions.get(session_id)
@@ -337,7 +339,7 @@ class AcpServer:
         assert self.native is not None
         try:
             prompt.abort = self.native.send_request(
-                "agent.abort", AgentAbortParams(prompt.session_id, Cause(prompt.cause)))
+                "agent.abort", AgentAbortParams(prompt.session_id, prompt.cause))
         except ConnectionClosed:
             prompt.abort = None  # the task that waits for it reports the closed link
 
@@ -348,7 +350,7 @@ class AcpServer:
         over the stop."""
         running = [s.active for s in self._sessions.values() if s.active is not None]
         for session_id in list(self._sessions):
-            self._cancel_session(session_id, "disposed")
+            self._cancel_session(session_id, DisposedCause())
         for prompt in running:
             await prompt.done.wait()
 

@@ -36,7 +36,7 @@ from protocol.messages.events import (
     TurnEnd,
     UserMessageEvent,
 )
-from protocol.tools import TextContent
+from runtime import eventsummary
 from runtime.acp.messages import (
     AgentMessageChunk,
     AgentThoughtChunk,
@@ -170,7 +170,7 @@ class Translator:
         acp_id = tool_call_id(event.turn_id, event.call_id)
         if self._open.pop(acp_id, None) is None:
             return []  # a result without a call we showed (e.g. replay of a broken log)
-        text = "\n".join(c.text for c in event.content if isinstance(c, TextContent))
+        text = eventsummary.result_text(event)
         output: dict[str, Any] = {"code": event.code} if event.code else {}
         if event.details:
             output["details"] = event.details

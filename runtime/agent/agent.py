@@ -45,7 +45,7 @@ from runtime.agent.history import ModelHistory
 from runtime.agent.journal import Journal
 from runtime.agent.phase import PhaseEvent, PhaseKind, PhaseMachine
 from runtime.agent.task import CHILD_SEPARATOR, TaskTool
-from runtime.agent.turn import StepListener, Turn, TurnConfig, TurnEnding, wire_cause
+from runtime.agent.turn import StepListener, Turn, TurnConfig, TurnEnding
 from runtime.providers.base import Provider
 from runtime.registry import (
     AbortController,
@@ -342,7 +342,7 @@ class Agent:
                         self.stuck_after)
             await phase.settled.wait()
         settled_ms = round((time.perf_counter() - started) * 1000, 3)
-        stop_cause = wire_cause(phase.controller.signal.cause)
+        stop_cause = phase.controller.signal.cause
         if slot is None:  # maintenance: no turn, no calls
             return AgentAbortResult("aborted", None, stop_cause, settled_ms)
         if slot.end is None and slot.turn_id not in self.journal.by_turn:

@@ -44,7 +44,6 @@ import trio
 
 from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.host import (
-    AbortCause,
     PluginTool,
     ToolsAbortParams,
     ToolsAbortResult,
@@ -57,10 +56,10 @@ from protocol.tools import TOOL_ARGS, ToolResult, aborted_result, error_result
 from protocol.toolspecs import TOOL_SPECS
 from runtime.registry import (
     AbortSignal,
-    Cause,
     JsonObjectArgs,
     ToolDefinition,
     ToolExecution,
+    UserCause,
     cancel_on_abort,
     define_tool,
 )
@@ -116,12 +115,6 @@ def lost_host(result: ToolResult) -> bool:
 ProgressSink = Callable[[str, str, str], None]  # (call id, stream, text)
 StartedSink = Callable[[str], None]  # (call id): the host started the call's body
 AbortSink = Callable[[str, str, ToolsAbortResult], None]  # (call id, tool, host answer)
-
-
-def _wire_cause(cause: Cause | None) -> tuple[AbortCause, str | None]:
-    if cause is None:
-        return "user", None
-    return cause.kind, getattr(cause, "reason", None)
 
 
 @dataclass
@@ -237,11 +230,11 @@ class HostTools:
         """Send ``tools.abort`` once; every caller waits for the one answer."""
         if not call.abort_started:
             call.abort_started = True
-            kind, reason = _wire_cause(signal.cause)
+            cause = signal.cause or UserCause()  # the one cause type: nothing to convert
             try:
                 answer: ToolsAbortResult = await self._host.request_if_alive(
                     "tools.abort", ToolsAbortParams(
-                    self._session_id, call.host_call_id, call.tool, kind, reason))
+                    self._session_id, call.host_call_id, call.tool, cause))
                 call.abort_answer = answer
                 self._on_abort(call.call_id, call.tool, answer)
             except NotSent as exc:  # no host to stop it on: nothing of it runs there

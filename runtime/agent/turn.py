@@ -19,7 +19,6 @@ from protocol.messages.events import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
     Block,
-    Cause,
     StopReason,
     ToolCallEvent,
     ToolResultEvent,
@@ -52,7 +51,6 @@ from runtime.registry import (
     cancel_on_abort,
     run_tool_calls,
 )
-from runtime.registry import Cause as RegistryCause
 
 log = logging.getLogger(__name__)
 
@@ -83,15 +81,6 @@ class TurnConfig:
 class TurnEnding:
     outcome: TurnOutcome
     stop_reason: StopReason
-
-
-def wire_cause(cause: RegistryCause | None) -> Cause | None:
-    if cause is None:
-        return None
-    kind = cause.kind
-    if kind == "timeout":
-        return Cause("hook", "timeout")
-    return Cause(kind, getattr(cause, "reason", None))
 
 
 def tool_schemas(definitions: list[ToolDefinition[Any]]) -> tuple[ToolSchema, ...]:
@@ -170,7 +159,7 @@ class Turn:
             signal.raise_if_aborted()
             return TurnEnding(TurnOutcome("completed"), "max_steps")
         except AbortError as stop:
-            return TurnEnding(TurnOutcome("aborted", wire_cause(stop.cause)), "cancelled")
+            return TurnEnding(TurnOutcome("aborted", stop.cause), "cancelled")
         except ProviderError as exc:
             log.warning("turn %s: provider failed: %s", turn_id, exc)
             return TurnEnding(TurnOutcome("error", error=str(exc)), "error")

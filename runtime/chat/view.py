@@ -12,7 +12,6 @@ feed events and read lines.
 from __future__ import annotations
 
 import collections
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +33,7 @@ from protocol.messages.events import (
     TurnStart,
     UserMessageEvent,
 )
+from runtime import eventsummary as summary
 from runtime.chat.commands import CHOOSE_MODEL
 from runtime.chat.timeline import StopTimeline, ms
 from runtime.providers.factory import NO_PROVIDER_ERROR
@@ -47,17 +47,8 @@ Lines = list[Text]
 
 
 def summarize_args(tool: str, args: Mapping[str, Any], width: int = SUMMARY_WIDTH) -> str:
-    """One line naming what a call works on: its command, path or pattern."""
-    key = {"Bash": "command", "Read": "path", "Write": "path", "Edit": "path",
-           "Glob": "pattern", "Grep": "pattern", "GenerateImages": "prompt"}.get(tool)
-    if key is not None and isinstance(args.get(key), str):
-        text = str(args[key])
-        if tool == "Grep" and isinstance(args.get("path"), str):
-            text = f"{text} in {args['path']}"
-    else:
-        text = json.dumps(dict(args), separators=(",", ":"), default=str)
-    text = " ".join(text.split())  # one line, whatever the command looked like
-    return text if len(text) <= width else text[: width - 1] + "…"
+    """One line naming what a call works on (``runtime.eventsummary``)."""
+    return summary.summarize_args(tool, args, width)
 
 
 @dataclass
@@ -89,21 +80,6 @@ class PermissionView:
     drawn: float | None = None  # when the live part first showed it (None: not yet)
 
 
-def _result_note(event: ToolResultEvent) -> str:
-    details = event.details
-    if details.get("abandoned"):
-        return "stopped waiting at once; the host drops its late result"
-    if "processesKilled" in details and (event.code or "").startswith("ABORTED"):
-        killed = details.get("processesKilled", 0)
-        survivors = details.get("survivors") or []
-        note = (f"process tree terminated: {killed} processes killed in "
-                f"{details.get('killMs', 0)} ms")
-        return note + (f", {len(survivors)} SURVIVED" if survivors else "")
-    if details.get("forced"):
-        return "forced by an operator"
-    return ""
-
-
 def _took(event: ToolResultEvent, call: CallView | None, now: float) -> str:
     """How long the call's body ran: the host's measure when it gives one, else from its
     tool/started (a replayed call has none: no made-up 0.0s), else nothing."""
@@ -112,15 +88,6 @@ def _took(event: ToolResultEvent, call: CallView | None, now: float) -> str:
         return f"{duration / 1000:.1f}s"
     if call is not None and call.started is not None:
         return f"{now - call.started:.1f}s"
-    return ""
-
-
-def _first_line(event: ToolResultEvent, width: int = 70) -> str:
-    for item in event.content:
-        for line in getattr(item, "text", "").splitlines():
-            if line.strip():
-                line = line.strip()
-                return line if len(line) <= width else line[: width - 1] + "…"
     return ""
 
 
@@ -185,12 +152,10 @@ class ChatView:
             return []
         if isinstance(event, ToolAbortEvent):
             if stop is None:  # an operator's stop: shown, without a timeline of ours
-                return [Text(f"  ■ tools.abort {event.call_id} ({event.tool}): host found it "
-                             f"{event.host_state}", style="yellow")]
+                return [Text(f"  ■ {summary.host_found(event)}", style="yellow")]
             stop.calls.add(event.call_id)
             body = ", body running" if event.body_invoked else ", body never started"
-            stop.at(now, f"tools.abort {event.call_id} ({event.tool}): host found it "
-                    f"{event.host_state}{body}")
+            stop.at(now, f"{summary.host_found(event)}{body}")
             return []
         if isinstance(event, ToolResultEvent):
             return self._result(event, now)
@@ -208,18 +173,18 @@ class ChatView:
         return lines
 
     def _call(self, event: ToolCallEvent, now: float) -> Lines:
-        summary = summarize_args(event.tool, event.args)
+        subject = summarize_args(event.tool, event.args)
         self.calls[event.call_id] = CallView(event.call_id, event.tool, event.tool_class,
-                                             summary)
+                                             subject)
         return [Text.assemble(("● ", "cyan"), (event.tool, "bold"),
-                              (f" ({event.tool_class}) ", "dim"), summary,
+                              (f" ({event.tool_class}) ", "dim"), subject,
                               (f"  [{event.call_id}]", "dim"))]
 
     def _result(self, event: ToolResultEvent, now: float) -> Lines:
         call = self.calls.pop(event.call_id, None)
         tool = call.tool if call is not None else "?"
-        code = event.code or "ok"
-        note = _result_note(event)
+        code = summary.result_code(event)
+        note = summary.stop_note(event)
         stop = self.stop
         if stop is not None and (event.call_id in stop.calls or event.is_error):
             stop.calls.add(event.call_id)
@@ -227,7 +192,7 @@ class ChatView:
             return []
         took = f" {_took(event, call, now)}" if _took(event, call, now) else ""
         mark, style = ("✓", "green") if not event.is_error else ("✗", "red")
-        detail = note or ("" if not event.is_error else _first_line(event))
+        detail = note or ("" if not event.is_error else summary.first_line(event, 70))
         line = Text.assemble((f"{mark} ", style), (tool, "bold"), f" {code}",
                              (took, "dim"), (f"  [{event.call_id}]", "dim"))
         if detail:
@@ -241,7 +206,7 @@ class ChatView:
         end = event.end
         stop = self.stop
         if end.kind == "aborted":
-            cause = end.reason.kind if end.reason else "?"
+            cause = summary.cause_label(end.reason)
             if stop is not None and not stop.turn_ended:
                 stop.at(now, f"turn/end aborted ({cause}) on disk")
                 stop.turn_ended = True

@@ -36,6 +36,7 @@ from protocol.messages.ops import (
     OpsStatsResult,
     OpsUnreadableLog,
 )
+from runtime import eventsummary as summary
 from runtime.ops.client import RunningDaemon
 
 SNIPPET = 60
@@ -83,8 +84,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _snippet(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= SNIPPET else text[:SNIPPET - 1] + "…"
+    return summary.one_line(text, SNIPPET)
 
 
 def sessions_table(listing: Sequence[tuple[int, Sequence[OpsSession]]]) -> str:
@@ -178,7 +178,7 @@ def stats_text(stats: OpsStatsResult) -> str:
 def abort_text(session_id: str, r: AgentAbortResult) -> str:
     if r.outcome == "idle":
         return f"{session_id}: idle, nothing to stop"
-    cause = r.cause.kind if r.cause else "?"
+    cause = summary.cause_label(r.cause)
     lines = [f"{session_id}: turn {r.turn_id or '?'} aborted (cause {cause}), settled in "
              f"{r.settled_ms:.1f} ms"]
     lines += [f"  {c.call_id}: {c.code}" for c in r.tool_calls]
@@ -217,24 +217,23 @@ def event_summary(event: AnnouncedEvent) -> str:
     if isinstance(event, UserMessageEvent):
         return repr(_snippet(event.text))
     if isinstance(event, AssistantMessageEvent):
-        text = " ".join(b.text for b in event.blocks if b.type == "text")
+        text = summary.message_text(event, reasoning=False)
         mark = " INTERRUPTED" if event.interrupted else ""
         return f"step {event.step}{mark} {_snippet(text)!r}"
     if isinstance(event, AssistantDeltaEvent):
         return f"step {event.step} {event.type} {_snippet(event.text)!r}"
     if isinstance(event, ToolCallEvent):
-        return f"{event.call_id} {event.tool} ({event.tool_class})"
+        return summary.call_label(event)
     if isinstance(event, ToolStartedEvent):
         return f"{event.call_id} body started"
     if isinstance(event, ToolProgressEvent):
         return f"{event.call_id} {event.stream}: {_snippet(event.text)!r}"
     if isinstance(event, ToolResultEvent):
-        forced = " forced" if event.details.get("forced") else ""
+        forced = " forced" if summary.forced(event) else ""
         return f"{event.call_id} {event.code or ('error' if event.is_error else 'ok')}{forced}"
     if isinstance(event, TurnEnd):
-        reason = f" ({event.end.reason.kind})" if event.end.reason else ""
         error = f": {_snippet(event.end.error)}" if event.end.error else ""
-        return f"{event.end.kind}{reason}{error}, stop reason {event.stop_reason}"
+        return f"{summary.turn_end_label(event)}{error}, stop reason {event.stop_reason}"
     assert isinstance(event, ToolAbortEvent)
     body = "body invoked" if event.body_invoked else "body not invoked"
     return f"{event.call_id} {event.tool}: host {event.host_state}, {body}"

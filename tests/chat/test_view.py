@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from protocol.causes import UserCause
 from protocol.messages.client import AbortedCall, AgentAbortResult, SessionInfo
 from protocol.messages.events import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
     Block,
-    Cause,
     ToolAbortEvent,
     ToolCallEvent,
     ToolProgressEvent,
@@ -111,10 +111,10 @@ def test_a_stop_renders_its_timeline_from_the_abort_sent() -> None:
     assert view.event(ToolResultEvent(
         3, "t1", 0, "bash-1", True, "ABORTED", (TextContent("Error: tool call aborted"),),
         {"processesKilled": 5, "killMs": 12, "survivors": []}), 10.0153) == []
-    assert view.event(TurnEnd(4, "t1", TurnOutcome("aborted", Cause("user")), "cancelled"),
+    assert view.event(TurnEnd(4, "t1", TurnOutcome("aborted", UserCause()), "cancelled"),
                       10.016) == []
     lines = view.stop_answered(AgentAbortResult(
-        "aborted", "t1", Cause("user"), 14.2,
+        "aborted", "t1", UserCause(), 14.2,
         (AbortedCall("bash-1", "Bash", "process", "ABORTED"),)), 10.0165, processes_alive=0)
     assert plain(lines) == [
         "■ Stop (Esc): stop timeline",
@@ -141,12 +141,12 @@ def test_a_stop_block_keeps_the_stopped_turn_before_and_the_next_turn_after() ->
                                      interrupted=True), 10.004)
     view.event(ToolResultEvent(4, "t1", 0, "w", True, "ABORTED_BEFORE_DISPATCH", ()), 10.003)
     assert view.permission_withdrawn("p1", 10.002) == []
-    view.event(TurnEnd(5, "t1", TurnOutcome("aborted", Cause("user")), "cancelled"), 10.005)
+    view.event(TurnEnd(5, "t1", TurnOutcome("aborted", UserCause()), "cancelled"), 10.005)
     view.event(TurnStart(6, "t2"), 10.006)
     view.event(UserMessageEvent(7, "t2", "next one"), 10.006)
     view.event(AssistantMessageEvent(8, "t2", 0, (Block("text", "Next answer"),)), 10.007)
     assert view.hold([Text("  (queued) later")]) == []
-    lines = plain(view.stop_answered(AgentAbortResult("aborted", "t1", Cause("user"), 5.0),
+    lines = plain(view.stop_answered(AgentAbortResult("aborted", "t1", UserCause(), 5.0),
                                      10.0055, processes_alive=0))
     assert lines == [
         "Half a [interrupted]",

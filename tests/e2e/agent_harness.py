@@ -25,6 +25,7 @@ import psutil
 import trio
 
 from host.proctree import ENV_MARKER
+from protocol.causes import CauseKind, cause_of
 from protocol.messages.client import (
     AgentAbortParams,
     AgentAbortResult,
@@ -36,7 +37,6 @@ from protocol.messages.client import (
 )
 from protocol.messages.events import (
     AnnouncedEvent,
-    Cause,
     DurableEvent,
     ToolCallEvent,
     ToolResultEvent,
@@ -105,10 +105,10 @@ class Agent:
         nursery.start_soon(prompt)
         return answers
 
-    async def abort(self, cause: str = "user", *, keep_inbox: bool = False,
+    async def abort(self, cause: CauseKind = "user", *, keep_inbox: bool = False,
                     reason: str | None = None) -> AgentAbortResult:
         result: AgentAbortResult = await self.daemon.request("agent.abort", AgentAbortParams(
-            self.session_id, Cause(cause, reason), keep_inbox))  # type: ignore[arg-type]
+            self.session_id, cause_of(cause, reason), keep_inbox))  # type: ignore[arg-type]
         return result
 
     async def wait_for(self, predicate: Callable[[AnnouncedEvent], bool],
@@ -144,7 +144,7 @@ class Agent:
 
     # -- the checks after every stop ---------------------------------------------------
 
-    async def stop_and_check(self, cause: str = "user", *, keep_inbox: bool = False,
+    async def stop_and_check(self, cause: CauseKind = "user", *, keep_inbox: bool = False,
                              reason: str | None = None, within: float = 15.0,
                              processes_gone_within: float = 0.0,
                              spare: Collection[int] = ()) -> AgentAbortResult:

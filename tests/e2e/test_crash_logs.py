@@ -14,9 +14,9 @@ from typing import Any
 
 import trio
 
+from protocol.causes import UserCause
 from protocol.errors import RemoteError
 from protocol.messages.events import (
-    Cause,
     SessionMeta,
     ToolCallEvent,
     ToolResultEvent,
@@ -69,7 +69,7 @@ def test_the_checks_catch_what_a_load_must_not_do() -> None:
     end = TurnEnd(4, "t1", TurnOutcome("interrupted", error=crashtest().INTERRUPTED), "error")
     assert check_log("s", before, [meta, start, call, result, end]) == []
     # An invented end, an unanswered call, a changed prefix, a gap in the seqs:
-    invented = TurnEnd(4, "t1", TurnOutcome("aborted", Cause("user")), "cancelled")
+    invented = TurnEnd(4, "t1", TurnOutcome("aborted", UserCause()), "cancelled")
     assert check_log("s", before, [meta, start, call, result, invented])
     assert check_log("s", before, [meta, start, call, TurnEnd(3, "t1", end.end, "error")])
     assert check_log("s", before, [meta, TurnStart(1, "t9"), call, result, end])

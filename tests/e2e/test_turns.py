@@ -15,12 +15,12 @@ import pytest
 import trio
 import trio.testing
 
+from protocol.causes import CauseKind, HookCause, ParentCause, UserCause
 from protocol.messages.client import AgentAbortResult, AgentPromptResult
 from protocol.messages.common import Empty
 from protocol.messages.events import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
-    Cause,
     ToolAbortEvent,
     ToolCallEvent,
     ToolProgressEvent,
@@ -100,7 +100,7 @@ async def test_stop_during_the_stream_keeps_the_interrupted_prefix(
             prompts = agent.prompt_soon(nursery, "hi")
             await agent.wait_for(lambda e: isinstance(e, AssistantDeltaEvent) and e.text == "wor")
             aborted = await agent.stop_and_check()
-        assert aborted.outcome == "aborted" and aborted.cause == Cause("user")
+        assert aborted.outcome == "aborted" and aborted.cause == UserCause()
         assert aborted.tool_calls == ()
         assert prompts[0].stop_reason == "cancelled"
         messages = [e for e in agent.log() if isinstance(e, AssistantMessageEvent)]
@@ -222,7 +222,7 @@ async def test_a_stop_before_the_turn_started_stops_it_unasked(tmp_path: pathlib
                 consumed += 1
                 continue
             assert aborted.turn_id == result.turn_id and result.stop_reason == "cancelled"
-            assert aborted.cause == Cause("hook", "policy")
+            assert aborted.cause == HookCause("policy")
             # The model was never asked: nothing streamed, said or called.
             assert said == [] and not any(
                 isinstance(e, AssistantDeltaEvent | AssistantMessageEvent | ToolCallEvent)
@@ -246,7 +246,7 @@ async def test_concurrent_aborts_all_answer_with_the_first_cause(tmp_path: pathl
         await agent.new_session(tmp_path, script)
         answers: list[AgentAbortResult] = []
 
-        async def stop(cause: str, reason: str | None = None) -> None:
+        async def stop(cause: CauseKind, reason: str | None = None) -> None:
             answers.append(await agent.stop_and_check(cause, reason=reason))
 
         async with trio.open_nursery() as nursery:
@@ -266,7 +266,7 @@ async def test_concurrent_aborts_all_answer_with_the_first_cause(tmp_path: pathl
                 assert answers == []
         assert len(answers) == 4
         assert {(a.outcome, a.turn_id) for a in answers} == {("aborted", "t1")}
-        assert [a.cause for a in answers] == [Cause("hook", "first")] * 4
+        assert [a.cause for a in answers] == [HookCause("first")] * 4
         again = await agent.stop_and_check()  # repeated after the settlement: a no-op
         assert again.outcome == "idle"
 
@@ -320,8 +320,8 @@ async def test_a_parent_stop_stops_the_subagent(tmp_path: pathlib.Path, marked: 
         assert [(c.tool, c.code) for c in aborted.tool_calls] == [("Task", "ABORTED")]
         ends = {e.turn_id: e for e in agent.log() if isinstance(e, TurnEnd)}
         child = ends[f"{aborted.turn_id}~task1"]
-        assert child.end.kind == "aborted" and child.end.reason == Cause("parent")
-        assert ends[aborted.turn_id or ""].end.reason == Cause("user")
+        assert child.end.kind == "aborted" and child.end.reason == ParentCause()
+        assert ends[aborted.turn_id or ""].end.reason == UserCause()
         child_results = agent.results(f"{aborted.turn_id}~task1")
         assert child_results["b1"].code == "ABORTED"
 

@@ -93,7 +93,7 @@ async def test_fuzz_host(marked: Marked, tmp_path: pathlib.Path) -> None:
                 ("over-limit", limit + 1, None, frozenset({wire.INVALID_REQUEST})),
                 ("far-over", 9 * 2**20, None, frozenset({wire.INVALID_REQUEST})),
             ]:
-                frame = wire.exact_size_request("tools.abort", abort, "reason", size, rid)
+                frame = wire.exact_size_request("tools.abort", abort, "callId", size, rid)
                 msgs.insert(rnd.randrange(len(msgs)),
                             wire.Msg(frame, wire.Answer(answer_id, codes), f"{rid} frame"))
             # In two halves, each answered in full: memory after the first is the plateau.

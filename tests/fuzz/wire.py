@@ -225,7 +225,13 @@ def _make_wrong_value(f: Field) -> st.SearchStrategy[Any]:
                          st.fixed_dictionaries({"kind": strings.filter(
                              lambda s: s not in ("user", "parent", "hook", "disposed",
                                                  "operator"))}),
-                         st.fixed_dictionaries({"kind": st.just("user"), "why": texts}))
+                         st.fixed_dictionaries({"kind": st.just("user"), "why": texts}),
+                         st.fixed_dictionaries({"kind": st.just("user"), "reason": texts}),
+                         st.fixed_dictionaries({"kind": st.just("hook")}),
+                         st.fixed_dictionaries({"kind": st.just("hook"),
+                                                "reason": st.one_of(st.none(), st.just(""))}),
+                         st.fixed_dictionaries({"kind": st.just("timeout"),
+                                                "seconds": st.one_of(strings, st.none())}))
     if f.kind == "provider":
         return st.one_of(strings, numbers, st.booleans(), st.just({}),
                          st.fixed_dictionaries({"kind": strings.filter(
@@ -332,23 +338,14 @@ def client_methods(*, live_session: str | None = None) -> list[Method]:
     causes = st.one_of(
         st.fixed_dictionaries({"kind": st.sampled_from(
             ["user", "parent", "hook", "disposed", "operator"])}),
-        st.fixed_dictionaries({"kind": st.just("hook"), "reason": st.one_of(st.none(),
-                                                                          strings)}),
+        st.fixed_dictionaries({"kind": st.just("hook"), "reason": strings.filter(bool)}),
     )
     def live_or_not(unknown: st.SearchStrategy[dict[str, Any]],
                     live: st.SearchStrategy[dict[str, Any]]) -> st.SearchStrategy[Any]:
-        """Requests naming no session (NOT_FOUND) and, half of the time, the live one (OK,
-        unless its cause is a hook's without a reason)."""
+        """Requests naming no session (NOT_FOUND) and, half of the time, the live one (OK)."""
         if live_session is None:
             return with_codes(unknown, nf)
-
-        def live_codes(p: dict[str, Any]) -> tuple[dict[str, Any], dict[str, frozenset[int]]]:
-            cause = p.get("cause") or {}
-            if cause.get("kind") == "hook" and not cause.get("reason"):
-                return p, _codes(NOT_INITIALIZED, INVALID_PARAMS)
-            return p, ok
-
-        return st.one_of(with_codes(unknown, nf), live.map(live_codes))
+        return st.one_of(with_codes(unknown, nf), with_codes(live, ok))
 
     known = st.just(live_session) if live_session is not None else st.nothing()
     abort_options = {"cause": causes, "keepInbox": st.booleans()}
@@ -416,9 +413,12 @@ def host_methods(*, session_id: str) -> list[Method]:
     abort = st.fixed_dictionaries(
         {"sessionId": st.one_of(st.just(session_id), session_ids), "callId": strings,
          "tool": tool_names},
-        optional={"cause": st.sampled_from(["user", "parent", "hook", "disposed", "operator",
-                                            "timeout"]),
-                  "reason": st.one_of(st.none(), strings)})
+        optional={"cause": st.one_of(
+            st.fixed_dictionaries({"kind": st.sampled_from(
+                ["user", "parent", "disposed", "operator"])}),
+            st.fixed_dictionaries({"kind": st.just("hook"), "reason": strings.filter(bool)}),
+            st.fixed_dictionaries({"kind": st.just("timeout"), "seconds": st.floats(
+                min_value=0, max_value=1e6)}))})
     return [
         Method("tools.execute", (Field("sessionId", "str", True),
                                  Field("callId", "str", True), Field("tool", "str", True),
@@ -426,10 +426,7 @@ def host_methods(*, session_id: str) -> list[Method]:
                execute.map(lambda p: (p, ok))),
         Method("tools.abort", (Field("sessionId", "str", True), Field("callId", "str", True),
                                Field("tool", "str", True),
-                               Field("cause", "enum", False,
-                                     ("user", "parent", "hook", "disposed", "operator",
-                                      "timeout")),
-                               Field("reason", "opt_str", False)),
+                               Field("cause", "cause", False)),
                abort.map(lambda p: (p, ok))),
         # Valid session.opens are the test's own (an accepted one is kept for good); the
         # fuzz sends only ones naming no usable directory (a NUL).

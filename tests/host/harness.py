@@ -12,6 +12,7 @@ import msgspec
 import trio
 
 from host import cgroups
+from protocol.causes import CauseKind, cause_of
 from protocol.messages.common import Empty
 from protocol.messages.host import (
     HostStatsResult,
@@ -72,9 +73,9 @@ class Host:
             "tools.execute", ToolsExecuteParams(self.session_id, call_id, tool, args))
         return result
 
-    async def abort(self, call_id: str, tool: str, cause: str = "user") -> ToolsAbortResult:
-        result: ToolsAbortResult = await self.link.request(
-            "tools.abort", ToolsAbortParams(self.session_id, call_id, tool, cause))  # type: ignore[arg-type]
+    async def abort(self, call_id: str, tool: str, cause: CauseKind = "user") -> ToolsAbortResult:
+        result: ToolsAbortResult = await self.link.request("tools.abort", ToolsAbortParams(
+            self.session_id, call_id, tool, cause_of(cause, "a test's hook")))
         return result
 
     async def stats(self) -> HostStatsResult:

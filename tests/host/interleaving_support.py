@@ -28,6 +28,7 @@ import msgspec
 import trio
 from hypothesis import strategies as st
 
+from protocol.causes import cause_of
 from protocol.envelope import IncomingResponse
 from protocol.messages.host import (
     PermissionRequestParams,
@@ -482,7 +483,7 @@ class InterleavingHost:
         before, after = not run.execute_sent, run.done.is_set()
         sent_at = time.monotonic()
         answer: ToolsAbortResult = await self.link.request(
-            "tools.abort", ToolsAbortParams(*key, op.cause))
+            "tools.abort", ToolsAbortParams(*key, cause_of(op.cause, "a test's hook")))
         self.ids_by_task.pop(trio.lowlevel.current_task(), None)
         sent_at = sent_at - run.execute_at if run.execute_sent and not before else -1.0
         run.aborts.append(AbortRecord(op, key, before, after, answer, sent_at))

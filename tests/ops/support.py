@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 
 import trio
 
+from protocol.causes import OperatorCause
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import AbortedCall, AgentAbortResult
-from protocol.messages.events import AnnouncedEvent, Cause, ToolCallEvent, TurnStart
+from protocol.messages.events import AnnouncedEvent, ToolCallEvent, TurnStart
 from protocol.messages.ops import (
     OpsCall,
     OpsForceResult,
@@ -54,7 +55,7 @@ class FakeBackend:
             await self.abort_gate.wait()
         if session_id == IDLE.session_id:
             return AgentAbortResult("idle")
-        return AgentAbortResult("aborted", "t-7", Cause("operator"), 12.5, (
+        return AgentAbortResult("aborted", "t-7", OperatorCause(), 12.5, (
             AbortedCall("t-7.grep-2", "Grep", "read-only", "ABORTED_BEFORE_DISPATCH"),))
 
     async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult:

@@ -12,7 +12,8 @@ from typing import Any
 
 import trio
 
-from protocol.messages.events import Cause, ToolResultEvent, TurnEnd, TurnOutcome
+from protocol.causes import OperatorCause
+from protocol.messages.events import ToolResultEvent, TurnEnd, TurnOutcome
 from runtime.ops.pidfile import PidFile, write_pid_file
 from runtime.ops.server import OpsServer
 from tests.ops.support import FakeBackend, tool_call, turn_start
@@ -116,7 +117,7 @@ async def test_abort_force_restart_and_stats(nursery: trio.Nursery, xdg: pathlib
 
     aborted = as_json(done["abort"])
     assert aborted["outcome"] == "aborted"
-    assert aborted["cause"] == {"kind": "operator", "reason": None}  # every field
+    assert aborted["cause"] == {"kind": "operator"}
     assert backend.aborts == ["s-stuck"]
     assert done["force"].returncode == 0
     assert "t-7.write-1: forced" in out(done["force"])
@@ -180,7 +181,7 @@ async def test_tail_a_session(nursery: trio.Nursery, xdg: pathlib.Path) -> None:
         runs.start_soon(tail, "--count", "2")
         await backend.wait_listeners(1, within=10)
         backend.emit("s-idle", turn_start(1, "t-1"))
-        backend.emit("s-idle", TurnEnd(2, "t-1", TurnOutcome("aborted", Cause("operator")),
+        backend.emit("s-idle", TurnEnd(2, "t-1", TurnOutcome("aborted", OperatorCause()),
                                        "cancelled"))
     lines = out(as_done(results[1])).splitlines()
     assert lines[0].split()[1:] == [str(PID), "s-idle", "t-1", "turn/start"]

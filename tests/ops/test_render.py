@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import typing
 
+from protocol.causes import UserCause
 from protocol.messages.events import (
     AnnouncedEvent,
     AssistantDeltaEvent,
     AssistantMessageEvent,
     Block,
-    Cause,
     SessionMeta,
     ToolAbortEvent,
     ToolProgressEvent,
@@ -50,7 +50,7 @@ def test_every_event_kind_has_a_summary() -> None:
     assert event_summary(ToolStartedEvent(7, "t-7", "c")) == "c body started"
     assert event_summary(ToolResultEvent(8, "t-7", 1, "c", True, "ABORTED", (),
                                          {"forced": True})) == "c ABORTED forced"
-    assert event_summary(TurnEnd(9, "t-7", TurnOutcome("aborted", Cause("user")),
+    assert event_summary(TurnEnd(9, "t-7", TurnOutcome("aborted", UserCause()),
                                  "cancelled")) == "aborted (user), stop reason cancelled"
 
 

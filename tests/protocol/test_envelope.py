@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.causes import UserCause
 from protocol.envelope import (
     Batch,
     IncomingNotification,
@@ -194,6 +195,6 @@ def test_fuzzed_envelopes_are_classified_as_their_members_say(obj: dict[str, obj
 def test_abort_params_defaults() -> None:
     params = msgspec.json.decode(b'{"sessionId":"s","callId":"c","tool":"Bash"}',
                                  type=ToolsAbortParams)
-    assert params.cause == "user"
+    assert params.cause == UserCause()
     assert msgspec.json.decode(msgspec.json.encode(SessionNewParams("/w")),
                                type=SessionNewParams).permission_mode == "ask"

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from protocol.causes import UserCause
 from protocol.envelope import encode_notification
 from protocol.messages.client import (
     AbortedCall,
@@ -16,7 +17,7 @@ from protocol.messages.client import (
     ClientPermissionRequestParams,
     SessionEventParams,
 )
-from protocol.messages.events import Cause, ToolCallEvent, ToolResultEvent
+from protocol.messages.events import ToolCallEvent, ToolResultEvent
 from protocol.tools import TextContent
 from runtime.rpc.dispatch import encode_response
 
@@ -36,9 +37,9 @@ def test_an_idle_abort_answer_carries_every_field() -> None:
 
 
 def test_an_aborted_answer_carries_every_field_and_each_calls_code() -> None:
-    quiet = _result(AgentAbortResult("aborted", "t1", Cause("user"), 2.5))
+    quiet = _result(AgentAbortResult("aborted", "t1", UserCause(), 2.5))
     assert quiet["toolCalls"] == [] and quiet["turnId"] == "t1"
-    answer = _result(AgentAbortResult("aborted", "t1", Cause("user"), 2.5, (
+    answer = _result(AgentAbortResult("aborted", "t1", UserCause(), 2.5, (
         AbortedCall("c1", "Read", "read-only"),
         AbortedCall("c2", "Bash", "process", "ABORTED"))))
     assert answer["toolCalls"] == [

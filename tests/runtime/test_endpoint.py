@@ -12,6 +12,7 @@ import pytest
 import trio
 import trio.testing
 
+from protocol.causes import HookCause, UserCause
 from protocol.errors import ErrorCode, RemoteError, RpcError
 from protocol.messages.common import Empty
 from protocol.messages.host import (
@@ -151,13 +152,13 @@ async def test_oversized_request_fails_at_once_instead_of_hanging() -> None:
 
 async def test_oversized_answer_becomes_an_error_instead_of_a_hang() -> None:
     async def big(params: ToolsAbortParams) -> ToolsAbortResult:
-        return ToolsAbortResult(True, "running", body_invoked=True) if params.reason is None \
+        return ToolsAbortResult(True, "running", body_invoked=True) if params.cause == UserCause() \
             else ToolsAbortResult(True, "x" * 5000)  # type: ignore[arg-type]
 
     async with linked({"tools.abort": big}, limit=2000) as (runtime, _):
         with trio.fail_after(5), pytest.raises(RemoteError) as info:
             await runtime.request("tools.abort", ToolsAbortParams("s", "c", "Bash",
-                                                                  reason="big"))
+                                                                  HookCause("big")))
         assert info.value.code == ErrorCode.INTERNAL
 
 

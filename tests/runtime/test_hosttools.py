@@ -333,7 +333,7 @@ async def test_a_lease_never_reaches_a_host_started_after_its_own_died() -> None
     first, second = generation(1), generation(2)
     supervisor = FakeSupervisor(first)
     lease = HostLease(supervisor)  # type: ignore[arg-type]
-    params = ToolsAbortParams("s-1", "t1.c1", "Bash", "user")
+    params = ToolsAbortParams("s-1", "t1.c1", "Bash", UserCause())
     with pytest.raises(NotSent):
         await lease.request_if_alive("tools.abort", params)  # a stop never starts a host
     await lease.request("tools.abort", params)  # the turn's first request: it holds first

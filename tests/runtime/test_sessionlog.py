@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from protocol.causes import UserCause
 from protocol.messages.events import (
-    Cause,
     SessionMeta,
     ToolCallEvent,
     ToolResultEvent,
@@ -29,7 +29,7 @@ async def test_append_read_and_sync(tmp_path: pathlib.Path) -> None:
     log = SessionLog.create(path)
     log.append(meta(log.next_seq()))
     log.append(TurnStart(log.next_seq(), "t1"))
-    log.append(TurnEnd(log.next_seq(), "t1", TurnOutcome("aborted", Cause("user")), "cancelled"))
+    log.append(TurnEnd(log.next_seq(), "t1", TurnOutcome("aborted", UserCause()), "cancelled"))
     await log.sync()
     log.close()
     contents = read_log(path)
