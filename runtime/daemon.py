@@ -21,6 +21,7 @@ import trio
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
+from protocol.ids import debug_call_id
 from protocol.mcp import PluginConfigError, check_servers
 from protocol.messages.client import (
     AgentAbortParams,
@@ -471,7 +472,7 @@ class Daemon:
     async def debug_run_tool(self, params: DebugRunToolParams) -> DebugRunToolResult:
         self._require_initialized()
         session = self.sessions.get(params.session_id)
-        call_id = f"dbg-{next(self._debug_ids)}"
+        call_id = debug_call_id(next(self._debug_ids))
         result: ToolResult = await self.host.request("tools.execute", ToolsExecuteParams(
             session.session_id, call_id, params.tool, dict(params.args)))
         return DebugRunToolResult(call_id, result)

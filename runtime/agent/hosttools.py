@@ -39,6 +39,7 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
+from protocol import ids
 from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.host import (
     AbortCause,
@@ -197,7 +198,7 @@ class HostTools:
 
     def host_call_id(self, call_id: str) -> str:
         # Unique per turn, so a late abort or tombstone can never meet a later turn's call.
-        return f"{self._turn_id}.{call_id}"
+        return ids.host_call_id(self._turn_id, call_id)
 
     def on_output(self, params: ToolsOutputParams | ToolsStartedParams) -> bool:
         """Route a ``tools.output`` or ``tools.started`` notification; False if the call is
