@@ -18,10 +18,10 @@ import msgspec
 import trio
 
 from host.manager import HostConfig
-from host.proctree import become_subreaper
 from host.server import HostServer
-from runtime.logs import setup_logging
-from runtime.stdio import take_stdio
+from runtime.shared.logs import setup_logging
+from runtime.shared.proctree import become_subreaper
+from runtime.shared.stdio import take_stdio
 
 log = logging.getLogger(__name__)
 

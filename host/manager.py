@@ -37,7 +37,6 @@ from host.admission import Admission, AdmissionLimits, Overloaded
 from host.calls import Call, CallTable
 from host.permissions import PermissionPort, Verdict, ask, evaluate
 from host.plugins import PluginSettings, SessionPlugins, load_servers
-from host.proctree import ENV_MARKER
 from host.tombstones import TombstoneRegistry
 from host.tools import TOOLS, ToolSpec
 from host.tools.context import HostToolConfig, ToolContext
@@ -62,6 +61,7 @@ from protocol.tools import (
     aborted_result,
     error_result,
 )
+from runtime.shared.proctree import ENV_MARKER
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Starting tool processes so they can be found and die with the host.
 
 A tool process is started in a new session (its pid is its session and group id) with an
-attribution marker in its environment; :mod:`host.proctree` finds and kills its tree.
+attribution marker in its environment; :mod:`runtime.shared.proctree` finds and kills its tree.
 
 ``start_process`` forks every child from one spawner thread that lives as
 long as the process, and arms a parent-death signal (KILL) in the child
@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from host.proctree import (
+from runtime.shared.proctree import (
     PR_SET_PDEATHSIG,
     KillReport,
     Marker,

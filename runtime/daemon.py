@@ -71,11 +71,11 @@ from runtime.popen_process import PopenProcess
 from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, open_provider
 from runtime.registry import DisposedCause
-from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent, effect_taken
 from runtime.session_order import SessionOrder
 from runtime.session_tools import SessionTools
 from runtime.sessionlog import default_data_dir
 from runtime.sessions import Session, SessionStore
+from runtime.shared.rpc import ConnectionClosed, Endpoint, Handler, NotSent, effect_taken
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,7 @@ from runtime.agent.hosttools import HostTools
 from runtime.agent.phase import PhaseKind
 from runtime.percentiles import percentile
 from runtime.registry import OperatorCause
-from runtime.rpc import ConnectionClosed, effect_status
+from runtime.shared.rpc import ConnectionClosed, effect_status
 
 if TYPE_CHECKING:
     from runtime.daemon import Daemon

@@ -41,19 +41,19 @@ import msgspec
 import psutil
 import trio
 
-from host.proctree import (
+from protocol.errors import RemoteError, RpcError
+from protocol.messages.common import Empty
+from protocol.messages.host import SessionOpenParams
+from runtime.host_link import HostLink, default_host_command
+from runtime.popen_process import PopenProcess
+from runtime.shared.proctree import (
     ENV_MARKER,
     find_marked,
     kill_adopted_children,
     kill_marked,
     sweeps_orphans,
 )
-from protocol.errors import RemoteError, RpcError
-from protocol.messages.common import Empty
-from protocol.messages.host import SessionOpenParams
-from runtime.host_link import HostLink, default_host_command
-from runtime.popen_process import PopenProcess
-from runtime.rpc import ConnectionClosed, Handler, NotificationHandler, NotSent
+from runtime.shared.rpc import ConnectionClosed, Handler, NotificationHandler, NotSent
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from protocol.messages.host import (
     PermissionRequestResult,
     PermissionWithdrawnParams,
 )
-from runtime.rpc import ConnectionClosed, Endpoint
+from runtime.shared.rpc import ConnectionClosed, Endpoint
 
 log = logging.getLogger(__name__)
 

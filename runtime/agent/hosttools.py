@@ -62,7 +62,7 @@ from runtime.registry import (
     cancel_on_abort,
     define_tool,
 )
-from runtime.rpc import ConnectionClosed, NotSent, OversizedMessage
+from runtime.shared.rpc import ConnectionClosed, NotSent, OversizedMessage
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from protocol.messages.events import (
     TurnStart,
 )
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
-from runtime.rpc import effect_taken
+from runtime.shared.rpc import effect_taken
 from tests.conftest import Marked
 from tests.e2e.agent_harness import (
     agent_daemon,

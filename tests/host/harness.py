@@ -26,7 +26,7 @@ from protocol.messages.host import (
 )
 from protocol.tools import Decision, ToolResult
 from runtime.host_link import HostLink
-from runtime.rpc import effect_taken
+from runtime.shared.rpc import effect_taken
 
 
 class NoRuntime:

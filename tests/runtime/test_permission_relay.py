@@ -14,7 +14,7 @@ from protocol.messages.host import (
 )
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from runtime.permission_relay import PermissionRelay
-from runtime.rpc import Endpoint, effect_taken
+from runtime.shared.rpc import Endpoint, effect_taken
 
 
 async def test_a_withdrawal_that_overtakes_its_request_refuses_it() -> None:
