@@ -19,10 +19,8 @@ import trio
 
 from host.admission import Admission, Overloaded
 from host.calls import Call, CallEvent, CallTable
-from host.cgroups import call_cgroup_name
 from host.config import HostConfig
 from host.permissions import PermissionPort, Verdict, ask, evaluate
-from host.proctree import ENV_MARKER
 from host.sessions import HostSession, HostSessions
 from host.tombstones import TombstoneRegistry
 from host.tools import ToolSpec
@@ -32,6 +30,8 @@ from protocol.errors import ErrorCode
 from protocol.messages.host import ToolsExecuteParams, ToolsOutputParams, ToolsStartedParams
 from protocol.toolclass import ToolClass
 from protocol.tools import TextContent, ToolResult, aborted_result, error_result
+from runtime.shared.cgroups import call_cgroup_name
+from runtime.shared.proctree import ENV_MARKER
 
 log = logging.getLogger(__name__)
 

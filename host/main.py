@@ -17,12 +17,12 @@ from typing import Any
 import msgspec
 import trio
 
-from host import cgroups
 from host.manager import HostConfig
-from host.proctree import become_subreaper
 from host.server import HostServer
-from runtime.logs import setup_logging
-from runtime.stdio import take_stdio
+from runtime.shared import cgroups
+from runtime.shared.logs import setup_logging
+from runtime.shared.proctree import become_subreaper
+from runtime.shared.stdio import take_stdio
 
 log = logging.getLogger(__name__)
 

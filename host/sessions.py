@@ -11,13 +11,13 @@ import trio
 
 from host.config import HostConfig
 from host.plugins import SessionPlugins, load_servers
-from host.proctree import ENV_MARKER
 from host.workspace import Workspace
 from protocol.errors import ErrorCode, RpcError
 from protocol.mcp import PluginConfigError
 from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig
 from protocol.messages.host import PluginsListResult
+from runtime.shared.proctree import ENV_MARKER
 
 
 @dataclass

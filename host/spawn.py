@@ -2,10 +2,10 @@
 
 A tool process is started in a new session (its pid is its session and group id) with an
 attribution marker in its environment, and, where the host has cgroups
-(:mod:`host.cgroups`), inside a fresh cgroup of its own: the forked child writes itself
+(:mod:`runtime.shared.cgroups`), inside a fresh cgroup of its own: the forked child writes itself
 into the cgroup's ``cgroup.procs`` (a descriptor the spawner opened) before it execs, so
 it is a member before it can fork. ``Child.finish`` then stops the tree by its cgroup;
-without one, :mod:`host.proctree` finds and kills its tree.
+without one, :mod:`runtime.shared.proctree` finds and kills its tree.
 
 ``start_process`` forks every child from one spawner thread that lives as
 long as the process, and arms a parent-death signal (KILL) in the child
@@ -31,8 +31,8 @@ from typing import Any
 
 import trio
 
-from host import cgroups
-from host.proctree import (
+from runtime.shared import cgroups
+from runtime.shared.proctree import (
     KILL_TIMEOUT,
     PR_SET_PDEATHSIG,
     KillReport,

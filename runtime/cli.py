@@ -105,8 +105,8 @@ def _run_serve(args: argparse.Namespace, host: subprocess.Popen[bytes]) -> int:
     import trio
 
     from protocol.framing import DEFAULT_MAX_FRAME_SIZE
-    from runtime.logs import setup_logging
     from runtime.popen_process import adopt_or_kill
+    from runtime.shared.logs import setup_logging
 
     setup_logging("runtime")
     if args.max_frame_size is None:
@@ -118,9 +118,9 @@ def _run_serve(args: argparse.Namespace, host: subprocess.Popen[bytes]) -> int:
 async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> None:
     import pathlib
 
-    from host.proctree import become_subreaper
     from runtime.daemon import Daemon
-    from runtime.stdio import take_stdio
+    from runtime.shared.proctree import become_subreaper
+    from runtime.shared.stdio import take_stdio
 
     daemon = Daemon(
         host_command=args.host_command,

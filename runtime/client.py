@@ -18,7 +18,7 @@ import trio
 from protocol.messages.common import InitializeParams, InitializeResult, PeerInfo
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.version import PROTOCOL_VERSION
-from runtime.rpc import Endpoint, Handler, NotificationHandler
+from runtime.shared.rpc import Endpoint, Handler, NotificationHandler
 
 SHUTDOWN_TIMEOUT = 15.0
 

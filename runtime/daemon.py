@@ -21,6 +21,7 @@ import trio
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
+from protocol.ids import debug_call_id
 from protocol.mcp import PluginConfigError, check_servers
 from protocol.messages.client import (
     AgentAbortParams,
@@ -69,11 +70,11 @@ from runtime.popen_process import PopenProcess
 from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, open_provider
 from runtime.registry import DisposedCause
-from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotSent, effect_taken
 from runtime.session_order import SessionOrder
 from runtime.session_tools import SessionTools
 from runtime.sessionlog import default_data_dir
 from runtime.sessions import Session, SessionStore
+from runtime.shared.rpc import ConnectionClosed, Endpoint, Handler, NotSent, effect_taken
 
 log = logging.getLogger(__name__)
 
@@ -479,7 +480,7 @@ class Daemon:
     async def debug_run_tool(self, params: DebugRunToolParams) -> DebugRunToolResult:
         self._require_initialized()
         session = self.sessions.get(params.session_id)
-        call_id = f"dbg-{next(self._debug_ids)}"
+        call_id = debug_call_id(next(self._debug_ids))
         result: ToolResult = await self.host.request("tools.execute", ToolsExecuteParams(
             session.session_id, call_id, params.tool, dict(params.args)))
         return DebugRunToolResult(call_id, result)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from protocol.errors import ErrorCode, RemoteError, RpcError
+from protocol.ids import root_turn_id
 from protocol.messages.client import AgentAbortResult
 from protocol.messages.common import Empty
 from protocol.messages.events import AnnouncedEvent, ToolCallEvent, TurnEnd
@@ -43,10 +44,9 @@ from protocol.messages.ops import (
 )
 from runtime.agent.hosttools import HostTools
 from runtime.agent.phase import PhaseKind
-from runtime.agent.task import CHILD_SEPARATOR
 from runtime.percentiles import percentile
 from runtime.registry import OperatorCause
-from runtime.rpc import ConnectionClosed, effect_status
+from runtime.shared.rpc import ConnectionClosed, effect_status
 
 if TYPE_CHECKING:
     from runtime.daemon import Daemon
@@ -111,11 +111,11 @@ class DaemonOps:
 
     def track_tools(self, session_id: str, turn_id: str, tools: HostTools) -> None:
         turns = self._tools.setdefault(session_id, {})
-        top = turn_id.split(CHILD_SEPARATOR, 1)[0]
+        top = root_turn_id(turn_id)
         # Keep every turn of the current top-level turn (a parent outlives its subagents'
         # turns); drop older turns once nothing of theirs waits on the host.
         for old in [t for t, h in turns.items()
-                    if t.split(CHILD_SEPARATOR, 1)[0] != top and not h.in_flight()]:
+                    if root_turn_id(t) != top and not h.in_flight()]:
             del turns[old]
         turns[turn_id] = tools
 

@@ -22,7 +22,7 @@ from protocol.errors import RemoteError
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
 from protocol.version import PROTOCOL_VERSION, check_compatible
-from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler, NotSent
+from runtime.shared.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler, NotSent
 
 log = logging.getLogger(__name__)
 

@@ -25,12 +25,12 @@ request that needed it was never sent. Requests waiting on that start fail with 
 and for ``START_RETRY_AFTER`` no new start is tried.
 
 The host's direct children die with it (a parent-death signal, ``host/spawn.py``);
-their descendants are killed here: by the cgroups the host made (``host.cgroups``:
+their descendants are killed here: by the cgroups the host made (``runtime.shared.cgroups``:
 ``quiesce-host-<pid>`` is killed and removed once any host is gone, since a cgroup
 outlives its maker), and by the marker the host set on them, the runtime being a
 child subreaper (orphans of a dead host are re-parented to it and reaped). A process
 call whose grace ran out without the host's answer has its processes ended from here
-(``HostLease.end_call_processes``). The cgroup handling lives in ``host.cgroups``
+(``HostLease.end_call_processes``). The cgroup handling lives in ``runtime.shared.cgroups``
 (standard library and trio only) so that it can move to a package the runtime and the
 host share when the runtime stops importing ``host`` (issue 17).
 """
@@ -48,20 +48,20 @@ import msgspec
 import psutil
 import trio
 
-from host import cgroups  # stdlib and trio only: it can move to a shared package (issue 17)
-from host.proctree import (
+from protocol.errors import RemoteError, RpcError
+from protocol.messages.common import Empty
+from protocol.messages.host import SessionOpenParams
+from runtime.host_link import HostLink, default_host_command
+from runtime.popen_process import PopenProcess
+from runtime.shared import cgroups
+from runtime.shared.proctree import (
     ENV_MARKER,
     find_marked,
     kill_adopted_children,
     kill_marked,
     sweeps_orphans,
 )
-from protocol.errors import RemoteError, RpcError
-from protocol.messages.common import Empty
-from protocol.messages.host import SessionOpenParams
-from runtime.host_link import HostLink, default_host_command
-from runtime.popen_process import PopenProcess
-from runtime.rpc import ConnectionClosed, Handler, NotificationHandler, NotSent
+from runtime.shared.rpc import ConnectionClosed, Handler, NotificationHandler, NotSent
 
 log = logging.getLogger(__name__)
 
@@ -413,7 +413,7 @@ class HostLease:
 
     async def end_call_processes(self, session_id: str, host_call_id: str) -> str | None:
         """A process call's grace ran out without the held host's result: its cgroup is
-        killed (the path is known: ``host.cgroups``), or, for a host without cgroups, the
+        killed (the path is known: ``runtime.shared.cgroups``), or, for a host without cgroups, the
         host is ended (killed, its trees swept) and waited for. How, or ``None`` if the
         turn holds no live host."""
         host = self._host

@@ -7,7 +7,7 @@ prompt is withdrawn; the client's late answer is a response to a forgotten
 request and is dropped.
 
 The host names a call by its host call id, ``<turnId>.<callId>``
-(``runtime.agent.hosttools``); the client is told the ``turnId`` and ``callId`` of
+(``protocol.ids``); the client is told the ``turnId`` and ``callId`` of
 the call's ``tool/call`` event instead, so it can match the prompt to the call.
 """
 
@@ -19,26 +19,18 @@ import logging
 import trio
 
 from protocol.errors import ErrorCode, RemoteError, RpcError
+from protocol.ids import split_host_call_id
 from protocol.messages.client import ClientPermissionRequestParams
 from protocol.messages.host import (
     PermissionRequestParams,
     PermissionRequestResult,
     PermissionWithdrawnParams,
 )
-from runtime.rpc import ConnectionClosed, Endpoint, effect_taken
+from runtime.shared.rpc import ConnectionClosed, Endpoint, effect_taken
 
 log = logging.getLogger(__name__)
 
 EARLY_WITHDRAWALS_KEPT = 1024
-
-
-def split_host_call_id(host_call_id: str) -> tuple[str | None, str]:
-    """``(turnId, callId)`` of a host call id ``<turnId>.<callId>``; a call outside any
-    turn (``debug.runTool``'s ``dbg-<n>``) has no turn. Turn ids are ``t<n>``, and
-    ``<parent turn>~<Task callId>`` for a subagent: the first dot ends the turn id unless
-    a Task call's own id has one."""
-    turn_id, dot, call_id = host_call_id.partition(".")
-    return (turn_id, call_id) if dot and turn_id and call_id else (None, host_call_id)
 
 
 def client_params(params: PermissionRequestParams) -> ClientPermissionRequestParams:

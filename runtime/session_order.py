@@ -23,8 +23,8 @@ from contextlib import asynccontextmanager
 import trio
 
 from protocol.errors import RpcError
-from runtime.rpc import effect_taken
 from runtime.sessions import Session, SessionStore
+from runtime.shared.rpc import effect_taken
 
 STOPPING_POLL = 0.02
 """How often (s) a turn waiting for its session's chain re-checks whether it is stopped."""

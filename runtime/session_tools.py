@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from protocol.errors import RpcError
+from protocol.ids import root_turn_id
 from protocol.messages.events import ToolAbortEvent, ToolProgressEvent, ToolStartedEvent
 from protocol.messages.host import ToolsAbortResult, ToolsOutputParams, ToolsStartedParams
 from runtime.agent.agent import CallNotice, ToolsFactory
 from runtime.agent.hosttools import HostTools
-from runtime.agent.task import CHILD_SEPARATOR
 from runtime.host_supervisor import HostLease, HostSupervisor
 from runtime.registry import ToolRegistry
 from runtime.sessions import SessionStore
@@ -83,7 +83,7 @@ class SessionTools:
         self._leases.pop(session_id, None)
 
     def _lease(self, session_id: str, turn_id: str) -> HostLease:
-        top = turn_id.split(CHILD_SEPARATOR, 1)[0]
+        top = root_turn_id(turn_id)
         held = self._leases.get(session_id)
         if held is None or held[0] != top:
             held = self._leases[session_id] = (top, self._host.lease())

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 import trio
 
+from protocol import ids
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import PermissionMode, ProviderConfig, SessionInfo
 from protocol.messages.common import McpServerConfig
@@ -107,7 +108,7 @@ class SessionStore:
         if not os.path.isdir(workspace):
             raise RpcError(ErrorCode.INVALID_PARAMS, "workspace is not a directory",
                            {"workspace": workspace})
-        session_id = f"s-{uuid.uuid4().hex[:12]}"
+        session_id = ids.session_id(uuid.uuid4().hex[:12])
         real = os.path.realpath(workspace)
         try:
             slog = SessionLog.create(self.path_of(session_id))

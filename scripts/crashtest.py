@@ -55,8 +55,8 @@ from protocol.messages.events import (
     TurnStart,
 )
 from runtime.client import DaemonClient, serve_command, spawn_daemon
-from runtime.rpc import ConnectionClosed
 from runtime.sessionlog import LogContents, read_log
+from runtime.shared.rpc import ConnectionClosed
 
 INTERRUPTED = "the runtime stopped before this turn's end was recorded"
 TURNS_PER_SCRIPT = 200

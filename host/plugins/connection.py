@@ -53,7 +53,7 @@ from protocol.mcp import (
     RequestMeta,
 )
 from protocol.messages.common import McpServerConfig
-from runtime.rpc import ConnectionClosed, Endpoint
+from runtime.shared.rpc import ConnectionClosed, Endpoint
 
 log = logging.getLogger(__name__)
 

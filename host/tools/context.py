@@ -57,7 +57,7 @@ class ToolContext:
     env_marker: dict[str, str] = field(default_factory=dict)
     """Environment variables set on every spawned process (attribution marker)."""
     cgroup_name: str | None = None
-    """The name of the call's cgroup (``host.cgroups.call_cgroup_name``), where there are
+    """The name of the call's cgroup (``runtime.shared.cgroups.call_cgroup_name``), where there are
     cgroups: the runtime can find it by the same name."""
 
     @property

@@ -32,9 +32,9 @@ from contextlib import asynccontextmanager
 import trio
 
 from host import spawn
-from host.proctree import Marker
 from host.workspace import ToolInputError
 from protocol.errors import ErrorCode
+from runtime.shared.proctree import Marker
 
 KILL_GRACE = 0.2
 """Seconds between TERM and KILL for an ``rg`` stopped early (it honours TERM at once)."""

@@ -30,9 +30,9 @@ from runtime.acp.messages import AGENT_TO_CLIENT, CLIENT_TO_AGENT
 from runtime.acp.server import VERSION, AcpServer
 from runtime.acp.taps import ReceiveTap
 from runtime.config_file import positive_float, positive_int
-from runtime.logs import setup_logging
 from runtime.popen_process import PopenProcess, adopt_or_kill
-from runtime.rpc import Endpoint
+from runtime.shared.logs import setup_logging
+from runtime.shared.rpc import Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +73,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace, first_host: PopenProcess | None = None) -> None:
-    from host.proctree import become_subreaper
     from runtime.daemon import Daemon
-    from runtime.stdio import take_stdio
+    from runtime.shared.proctree import become_subreaper
+    from runtime.shared.stdio import take_stdio
 
     daemon = Daemon(
         host_command=args.host_command, max_steps=args.max_steps,

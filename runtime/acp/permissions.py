@@ -41,7 +41,7 @@ from runtime.acp.messages import (
     ToolCallUpdate,
 )
 from runtime.acp.translate import tool_call_id, tool_kind
-from runtime.rpc import ConnectionClosed, Endpoint, effect_taken
+from runtime.shared.rpc import ConnectionClosed, Endpoint, effect_taken
 
 log = logging.getLogger(__name__)
 

@@ -62,7 +62,7 @@ from runtime.acp.messages import (
 from runtime.acp.opening import Openings
 from runtime.acp.permissions import PermissionBridge
 from runtime.acp.translate import Translator
-from runtime.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler, SentRequest
+from runtime.shared.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler, SentRequest
 
 log = logging.getLogger(__name__)
 _USER: ClientCause = UserCause()  # the cause of an editor's session/cancel

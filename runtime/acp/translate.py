@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.ids import is_child_turn, is_within
 from protocol.messages.events import (
     AnnouncedEvent,
     AssistantDeltaEvent,
@@ -53,7 +54,6 @@ from runtime.acp.messages import (
 
 PROGRESS_TAIL = 16 * 1024  # characters of a call's output an update carries
 TITLE_MAX = 120
-CHILD_MARK = "~"  # runtime.agent.task.CHILD_SEPARATOR
 
 _KINDS: dict[str, ToolKind] = {"Read": "read", "Write": "edit", "Edit": "edit",
                                "Glob": "search", "Grep": "search", "Bash": "execute"}
@@ -114,7 +114,7 @@ class Translator:
         return list(self._open)
 
     def translate(self, event: AnnouncedEvent, *, replay: bool = False) -> list[SessionUpdate]:
-        child = CHILD_MARK in event.turn_id
+        child = is_child_turn(event.turn_id)
         if isinstance(event, UserMessageEvent):
             if replay and not child:
                 return [UserMessageChunk(TextBlock(event.text))]
@@ -182,7 +182,7 @@ class Translator:
         daemon shutting down stops announcing): a call of the turn (or of its subagents)
         still open is reported failed rather than left spinning."""
         left = [acp_id for acp_id, call in self._open.items()
-                if call.turn_id == turn_id or call.turn_id.startswith(turn_id + CHILD_MARK)]
+                if is_within(call.turn_id, turn_id)]
         for acp_id in left:
             del self._open[acp_id]
         return [ToolCallProgress(acp_id, status="failed",

@@ -28,6 +28,7 @@ from typing import Any
 
 import trio
 
+from protocol import ids
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import AbortedCall, AgentAbortResult, AgentPromptResult
 from protocol.messages.events import (
@@ -44,7 +45,7 @@ from protocol.tools import error_result
 from runtime.agent.history import ModelHistory
 from runtime.agent.journal import Journal
 from runtime.agent.phase import PhaseEvent, PhaseKind, PhaseMachine
-from runtime.agent.task import CHILD_SEPARATOR, TaskTool
+from runtime.agent.task import TaskTool
 from runtime.agent.turn import StepListener, Turn, TurnConfig, TurnEnding
 from runtime.providers.base import Provider
 from runtime.registry import (
@@ -99,7 +100,7 @@ class Agent:
         self._wake = trio.Event()
         self._turn_ids = itertools.count(_turn_count(journal) + 1)
         self._routes: list[Callable[[CallNotice], bool]] = []
-        self._history = ModelHistory(journal.by_turn, journal.turn_order, CHILD_SEPARATOR)
+        self._history = ModelHistory(journal.by_turn, journal.turn_order)
         self.stuck_after = DEFAULT_STUCK_AFTER
         self.on_step: StepListener | None = None  # told each step's calls (the ops view)
         self.on_stop: Callable[[float], None] | None = None
@@ -124,7 +125,7 @@ class Agent:
         return pending
 
     def _begin(self, pending: PendingPrompt) -> None:
-        turn_id = f"t{next(self._turn_ids)}"
+        turn_id = ids.top_turn_id(next(self._turn_ids))
         self.machine.fire(PhaseEvent.START_TURN, turn_id=turn_id)
         self._current = _TurnSlot(turn_id, pending)
         self._wake.set()
@@ -399,8 +400,8 @@ class Agent:
 def _turn_count(journal: Journal) -> int:
     """The highest top-level turn number in the log (ids are ``t<n>``; a turn the log never
     took leaves a gap, so counting turns could reuse a later one's id)."""
-    return max((int(t[1:]) for t in journal.turn_order
-                if t.startswith("t") and t[1:].isdigit()), default=0)
+    return max((n for n in map(ids.top_turn_number, journal.turn_order) if n is not None),
+               default=0)
 
 
 def _describe(exc: Exception) -> str:

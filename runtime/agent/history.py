@@ -7,6 +7,7 @@ followed by the results; so events are grouped by (turn, step).
 
 from __future__ import annotations
 
+from protocol.ids import is_child_turn
 from protocol.messages.events import (
     AssistantMessageEvent,
     DurableEvent,
@@ -75,22 +76,20 @@ class ModelHistory:
     (``<parent>~<call>``) sees only itself.
     """
 
-    def __init__(self, by_turn: dict[str, list[DurableEvent]], turn_order: list[str],
-                 child_separator: str) -> None:
+    def __init__(self, by_turn: dict[str, list[DurableEvent]], turn_order: list[str]) -> None:
         self._by_turn = by_turn
         self._order = turn_order
-        self._separator = child_separator
         self._folded = 0  # turns of _order already folded into _messages
         self._messages: list[ModelMessage] = []
 
     def for_turn(self, turn_id: str) -> list[ModelMessage]:
         own = model_messages(self._by_turn.get(turn_id, []))
-        if self._separator in turn_id:
+        if is_child_turn(turn_id):
             return own
         # Turns run one after another: every turn begun before this one has ended.
         while self._folded < len(self._order) and self._order[self._folded] != turn_id:
             earlier = self._order[self._folded]
-            if earlier and self._separator not in earlier:
+            if earlier and not is_child_turn(earlier):
                 self._messages.extend(model_messages(self._by_turn[earlier]))
             self._folded += 1
         return [*self._messages, *own]

@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
+from protocol import ids
 from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.host import (
     PluginTool,
@@ -63,7 +64,7 @@ from runtime.registry import (
     cancel_on_abort,
     define_tool,
 )
-from runtime.rpc import ConnectionClosed, NotSent, OversizedMessage
+from runtime.shared.rpc import ConnectionClosed, NotSent, OversizedMessage
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +201,7 @@ class HostTools:
 
     def host_call_id(self, call_id: str) -> str:
         # Unique per turn, so a late abort or tombstone can never meet a later turn's call.
-        return f"{self._turn_id}.{call_id}"
+        return ids.host_call_id(self._turn_id, call_id)
 
     def on_output(self, params: ToolsOutputParams | ToolsStartedParams) -> bool:
         """Route a ``tools.output`` or ``tools.started`` notification; False if the call is

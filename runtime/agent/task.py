@@ -16,6 +16,7 @@ from typing import Any
 import trio
 
 from protocol.errors import ErrorCode
+from protocol.ids import child_turn_id
 from protocol.messages.events import TurnEnd
 from protocol.toolclass import ToolClass
 from protocol.tools import TaskArgs, ToolResult, aborted_result, error_result, ok_result
@@ -28,7 +29,6 @@ from runtime.registry import (
     define_tool,
 )
 
-CHILD_SEPARATOR = "~"
 HOST_CRASHED_ERROR = "the host crashed under"  # how a turn's turn/end names a host crash
 HOST_RESTARTED_ERROR = "an operator restarted the host under"  # ... and an operator's restart
 
@@ -60,7 +60,7 @@ class TaskTool:
     async def _body(self, args: TaskArgs, execution: ToolExecution) -> ToolResult:
         if self._on_started is not None:
             self._on_started(execution.call_id)
-        child_turn = f"{self._parent}{CHILD_SEPARATOR}{execution.call_id}"
+        child_turn = child_turn_id(self._parent, execution.call_id)
         controller = AbortController()
         self._children[execution.call_id] = controller
         try:

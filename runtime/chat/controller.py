@@ -61,7 +61,7 @@ from runtime.chat.commands import (
 from runtime.chat.link import open_daemon, still_alive, tool_processes
 from runtime.chat.view import ChatView, session_lines
 from runtime.client import DaemonClient
-from runtime.rpc import ConnectionClosed, effect_taken
+from runtime.shared.rpc import ConnectionClosed, effect_taken
 
 _C = TypeVar("_C", bound=Command)
 

@@ -16,9 +16,9 @@ from typing import IO
 
 import psutil
 
-from host.proctree import ENV_MARKER  # in the environment of every tool process
 from runtime.client import DaemonClient, serve_command, spawn_daemon
-from runtime.rpc import Handler, NotificationHandler
+from runtime.shared.proctree import ENV_MARKER  # in the environment of every tool process
+from runtime.shared.rpc import Handler, NotificationHandler
 
 
 @asynccontextmanager

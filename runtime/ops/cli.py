@@ -24,7 +24,7 @@ from runtime.ops import render
 from runtime.ops.client import Discovery, RunningDaemon, connect, discover
 from runtime.ops.rundir import UnsafeRunDir
 from runtime.ops.targets import TargetError, locate_session, parse_target, pick_daemon
-from runtime.rpc import ConnectionClosed
+from runtime.shared.rpc import ConnectionClosed
 
 EXIT_OK, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 3
 DEFAULT_TIMEOUT = 30.0

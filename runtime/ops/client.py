@@ -3,7 +3,7 @@
 ``discover`` reads the pid files of the run directory and keeps the daemons that are
 alive and accept a connection; the files of the others (process gone, socket refusing,
 file garbled) are removed. ``connect`` opens an :class:`OpsClient` on one socket: the
-same :class:`~runtime.rpc.Endpoint` as every other link, after the ``initialize``
+same :class:`~runtime.shared.rpc.Endpoint` as every other link, after the ``initialize``
 handshake.
 """
 
@@ -35,7 +35,7 @@ from protocol.methods import OPS_TO_RUNTIME, RUNTIME_TO_OPS
 from protocol.version import PROTOCOL_VERSION
 from runtime.ops.pidfile import PidFile, pid_files, read_pid_file, remove_daemon_files
 from runtime.ops.rundir import check_private_dir, run_dir
-from runtime.rpc import Endpoint
+from runtime.shared.rpc import Endpoint
 
 CLIENT_INFO = PeerInfo("quiesce-ops", "0.1.0")
 

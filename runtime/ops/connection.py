@@ -2,7 +2,7 @@
 
 Each method maps to the daemon's :class:`OpsBackend`; errors it raises (``RpcError``
 and anything unexpected) become JSON-RPC errors in the endpoint's one place
-(``runtime.rpc.dispatch``), never here.
+(``runtime.shared.rpc.dispatch``), never here.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from protocol.messages.ops import (
 from protocol.methods import OPS_TO_RUNTIME, RUNTIME_TO_OPS
 from protocol.version import PROTOCOL_VERSION, check_compatible
 from runtime.ops.backend import OpsBackend
-from runtime.rpc import ConnectionClosed, Endpoint, Handler, effect_taken
+from runtime.shared.rpc import ConnectionClosed, Endpoint, Handler, effect_taken
 
 log = logging.getLogger(__name__)
 

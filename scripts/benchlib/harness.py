@@ -34,7 +34,7 @@ from protocol.messages.host import (
     PermissionWithdrawnParams,
 )
 from runtime.client import DaemonClient, serve_command, spawn_daemon
-from runtime.rpc import effect_taken
+from runtime.shared.rpc import effect_taken
 
 MARK_VAR = "QUIESCE_BENCH_MARK"
 """Set on the daemon; the host and every process a tool starts inherit it."""

@@ -90,8 +90,8 @@ from protocol.messages.events import (
 from protocol.toolclass import ToolClass
 from runtime.ops import OpsClient, connect
 from runtime.percentiles import percentile
-from runtime.rpc import ConnectionClosed
 from runtime.sessionlog import read_log
+from runtime.shared.rpc import ConnectionClosed
 
 ABD = "ABORTED_BEFORE_DISPATCH"
 ABORTED = "ABORTED"

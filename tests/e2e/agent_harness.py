@@ -24,7 +24,6 @@ import msgspec
 import psutil
 import trio
 
-from host.proctree import ENV_MARKER
 from protocol.causes import CauseKind, cause_of
 from protocol.messages.client import (
     AgentAbortParams,
@@ -48,8 +47,9 @@ from protocol.messages.host import (
     PermissionWithdrawnParams,
 )
 from runtime.client import DaemonClient, spawn_daemon
-from runtime.rpc import effect_taken
 from runtime.sessionlog import read_log
+from runtime.shared.proctree import ENV_MARKER
+from runtime.shared.rpc import effect_taken
 from tests.conftest import Marked
 from tests.support import command_line, marked_processes
 

@@ -24,7 +24,7 @@ from runtime.client import DaemonClient, serve_command, spawn_daemon
 from runtime.daemon import Daemon
 from runtime.host_link import default_host_command
 from runtime.popen_process import PopenProcess
-from runtime.rpc import Endpoint
+from runtime.shared.rpc import Endpoint
 from tests.conftest import Marked
 from tests.support import MARK_VAR, marked_processes
 

@@ -22,9 +22,9 @@ import psutil
 import pytest
 import trio
 
-from host import cgroups
 from protocol.messages.events import ToolProgressEvent
-from runtime.rpc import ConnectionClosed
+from runtime.shared import cgroups
+from runtime.shared.rpc import ConnectionClosed
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon, call, text
 

@@ -16,7 +16,12 @@ import trio
 import trio.testing
 
 from protocol.causes import CauseKind, HookCause, ParentCause, UserCause
-from protocol.messages.client import AgentAbortResult, AgentPromptResult
+from protocol.ids import child_turn_id
+from protocol.messages.client import (
+    AgentAbortResult,
+    AgentPromptResult,
+    ClientPermissionRequestParams,
+)
 from protocol.messages.common import Empty
 from protocol.messages.events import (
     AssistantDeltaEvent,
@@ -30,7 +35,7 @@ from protocol.messages.events import (
     TurnStart,
 )
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
-from runtime.rpc import effect_taken
+from runtime.shared.rpc import effect_taken
 from tests.conftest import Marked
 from tests.e2e.agent_harness import (
     agent_daemon,
@@ -342,6 +347,34 @@ async def test_a_subagent_answer_becomes_the_task_result(tmp_path: pathlib.Path,
         assert task.code is None and "hi from the child" in str(task.content)
         # Its body (the subagent) started: announced, as for a host tool's body.
         assert [e.call_id for e in agent.events if isinstance(e, ToolStartedEvent)] == ["task1"]
+        agent.assert_balanced()
+
+
+async def test_a_subagent_prompt_names_its_call_when_the_ids_have_dots(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """A provider's call ids may have dots: the client is still told the turn and call of
+    the prompting call's tool/call event (protocol.ids keeps host call ids unambiguous)."""
+    async def allow(params: PermissionRequestParams) -> PermissionRequestResult:
+        effect_taken()  # a client answering later: the link reads on
+        return PermissionRequestResult("allow-once")
+
+    script = [
+        [call("fn.task1", "Task", prompt="write it")],
+        [call("w.1", "Write", path="x.txt", content="yes")],
+        [text("written")],
+        [text("the child wrote it")],
+    ]
+    async with agent_daemon(marked, answer=allow) as agent:
+        await agent.new_session(tmp_path, script, mode="ask")
+        with trio.fail_after(15):
+            result = await agent.prompt("go")
+        assert result.stop_reason == "end_turn"
+        assert (tmp_path / "x.txt").read_text() == "yes"
+        [write] = [e for e in agent.log() if isinstance(e, ToolCallEvent) and e.tool == "Write"]
+        [asked] = agent.permission_requests
+        assert isinstance(asked, ClientPermissionRequestParams)
+        assert (asked.turn_id, asked.call_id) == (write.turn_id, "w.1")
+        assert write.turn_id == child_turn_id(result.turn_id or "", "fn.task1")
         agent.assert_balanced()
 
 

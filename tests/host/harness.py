@@ -11,7 +11,6 @@ from typing import Any
 import msgspec
 import trio
 
-from host import cgroups
 from protocol.causes import CauseKind, cause_of
 from protocol.messages.common import Empty
 from protocol.messages.host import (
@@ -28,7 +27,8 @@ from protocol.messages.host import (
 )
 from protocol.tools import Decision, ToolResult
 from runtime.host_link import HostLink
-from runtime.rpc import effect_taken
+from runtime.shared import cgroups
+from runtime.shared.rpc import effect_taken
 
 
 class NoRuntime:

@@ -48,7 +48,7 @@ from protocol.tools import (
     ToolResult,
 )
 from runtime.host_link import HostLink
-from runtime.rpc import effect_taken
+from runtime.shared.rpc import effect_taken
 from tests.support import command_line, marked_processes
 
 # -- what an example is made of ------------------------------------------------------

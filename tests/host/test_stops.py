@@ -15,7 +15,7 @@ from protocol.messages.host import (
     ToolsOutputParams,
     ToolsStartedParams,
 )
-from runtime.rpc import effect_taken
+from runtime.shared.rpc import effect_taken
 from tests.conftest import Marked
 from tests.host.harness import running_host
 from tests.support import command_line, marked_processes, stuck_grep_file

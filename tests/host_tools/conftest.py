@@ -19,9 +19,9 @@ import psutil  # type: ignore[import-untyped, unused-ignore]
 import pytest
 import trio
 
-from host.proctree import become_subreaper, find_marked
 from host.tools.context import HostToolConfig, ToolContext
 from host.workspace import Workspace
+from runtime.shared.proctree import become_subreaper, find_marked
 
 MARKER_KEY = "QUIESCE_TEST_MARKER"
 TEST_GRACE = 0.3

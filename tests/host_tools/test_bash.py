@@ -6,9 +6,9 @@ import time
 
 import trio
 
-from host.proctree import find_marked
 from host.tools import TOOLS
 from protocol.tools import BashArgs, TextContent, ToolResult
+from runtime.shared.proctree import find_marked
 
 from .conftest import TEST_GRACE, Harness, wait_until
 

@@ -10,9 +10,9 @@ import trio
 from PIL import Image
 
 from host.imaging import render
-from host.proctree import find_marked
 from host.tools import TOOLS
 from protocol.tools import GenerateImagesArgs, ImageContent, TextContent, ToolResult
+from runtime.shared.proctree import find_marked
 
 from .conftest import Harness, wait_until
 

@@ -18,8 +18,9 @@ import psutil  # type: ignore[import-untyped, unused-ignore]
 import pytest
 import trio
 
-from host import proctree, spawn
-from host.proctree import find_marked, kill_marked, kill_tree
+from host import spawn
+from runtime.shared import proctree
+from runtime.shared.proctree import find_marked, kill_marked, kill_tree
 
 from .conftest import TEST_GRACE, wait_until
 

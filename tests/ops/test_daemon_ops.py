@@ -16,7 +16,7 @@ from protocol.messages.events import ToolCallEvent, TurnEnd, TurnOutcome
 from protocol.messages.host import HostCallInfo, HostStatsResult
 from protocol.toolclass import ToolClass
 from runtime.daemon_ops import DaemonOps, shown_state
-from runtime.rpc import ConnectionClosed, NotSent
+from runtime.shared.rpc import ConnectionClosed, NotSent
 
 
 @dataclass

@@ -1,4 +1,8 @@
-"""protocol/ is sans-IO: it imports msgspec and the standard library only, no I/O modules."""
+"""protocol/ is sans-IO: it imports msgspec and the standard library only, no I/O modules.
+
+The second check beside the import-linter contracts (pyproject.toml): those see the
+packages of the project and of the libraries, this one also the standard library's.
+"""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from protocol.messages.host import (
     ToolsOutputParams,
 )
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
-from runtime.rpc import (
+from runtime.shared.rpc import (
     ConnectionClosed,
     Endpoint,
     Handler,
@@ -198,7 +198,7 @@ async def test_a_failing_notification_handler_is_logged_and_the_link_keeps_servi
     async def abort(params: ToolsAbortParams) -> ToolsAbortResult:
         return ToolsAbortResult(True, "running")
 
-    with caplog.at_level(logging.ERROR, logger="runtime.rpc.endpoint"):
+    with caplog.at_level(logging.ERROR, logger="runtime.shared.rpc.endpoint"):
         async with linked({"tools.abort": abort}, on_output=on_output) as (runtime, host):
             host.notify("tools.output", ToolsOutputParams("s", "c", 1, "stdout", "a\n"))
             host.notify("tools.output", ToolsOutputParams("s", "c", 2, "stdout", "b\n"))

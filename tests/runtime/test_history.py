@@ -56,7 +56,7 @@ def test_turns_see_earlier_turns_and_subagents_only_themselves() -> None:
         TurnStart(9, "t2"), UserMessageEvent(10, "t2", "two"),
     ]
     by_turn, order = index(events)
-    history = ModelHistory(by_turn, order, "~")
+    history = ModelHistory(by_turn, order)
     assert history.for_turn("t1~task") == [UserMessage("sub"), AssistantMessage("child says")]
     second = history.for_turn("t2")
     assert second[0] == UserMessage("one") and second[-1] == UserMessage("two")

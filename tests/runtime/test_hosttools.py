@@ -31,7 +31,7 @@ from runtime.registry import (
     UserCause,
     run_tool_calls,
 )
-from runtime.rpc import ConnectionClosed, NotSent
+from runtime.shared.rpc import ConnectionClosed, NotSent
 
 NEVER = trio.Event()  # never set: a host that never answers
 

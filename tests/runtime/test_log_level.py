@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 
-PROGRAM = ("import logging; from runtime.logs import setup_logging; setup_logging('runtime'); "
+PROGRAM = ("import logging; from runtime.shared.logs import setup_logging; "
+           "setup_logging('runtime'); "
            "logging.getLogger('t').info('an info line'); "
            "logging.getLogger('t').warning('a warning line')")
 

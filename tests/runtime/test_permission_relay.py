@@ -4,6 +4,7 @@ import pytest
 import trio
 import trio.testing
 
+from protocol import ids
 from protocol.errors import ErrorCode, RemoteError, RpcError
 from protocol.messages.client import ClientPermissionRequestParams
 from protocol.messages.host import (
@@ -13,7 +14,7 @@ from protocol.messages.host import (
 )
 from protocol.methods import CLIENT_TO_RUNTIME, HOST_TO_RUNTIME, RUNTIME_TO_CLIENT, RUNTIME_TO_HOST
 from runtime.permission_relay import PermissionRelay
-from runtime.rpc import Endpoint, effect_taken
+from runtime.shared.rpc import Endpoint, effect_taken
 
 
 async def test_a_withdrawal_that_overtakes_its_request_refuses_it() -> None:
@@ -30,6 +31,8 @@ async def test_a_withdrawal_that_overtakes_its_request_refuses_it() -> None:
     ("t3~task1.w2", "t3~task1", "w2"),  # a subagent's call
     ("t1.call.with.dots", "t1", "call.with.dots"),
     ("dbg-4", None, "dbg-4"),  # debug.runTool: no turn
+    # a subagent run by a Task call whose own id has a dot (protocol.ids escapes it)
+    (ids.host_call_id(ids.child_turn_id("t2", "fn.read"), "x.y"), "t2~fn%2Eread", "x.y"),
 ])
 async def test_the_client_can_match_a_prompt_to_its_tool_call(
         host_call_id: str, turn_id: str | None, call_id: str) -> None:

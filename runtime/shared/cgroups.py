@@ -17,7 +17,7 @@ runtime can kill one call's processes itself when its host does not answer, and
 (``kill_host_cgroups``, ``sweep_dead_hosts``). A cgroup outlives the processes that made
 it: these are the sweeps that leave none behind.
 
-``QUIESCE_CGROUPS=off`` forces the fallback (``host.proctree``: process trees found by
+``QUIESCE_CGROUPS=off`` forces the fallback (``runtime.shared.proctree``: process trees found by
 ancestry, session and marker). Which one a host uses is ``mechanism()``: ``cgroup`` or
 ``process-tree``.
 

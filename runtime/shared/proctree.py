@@ -31,7 +31,7 @@ registered, so such a child can only be an escapee of some tree; it may belong
 to another call still running, but it is killed now, since the host cannot tell
 whose it is and it must not outlive its own call.
 
-This is the fallback: where the host has cgroups (:mod:`host.cgroups`), a tree
+This is the fallback: where the host has cgroups (:mod:`runtime.shared.cgroups`), a tree
 is its cgroup, and none of the above is needed. Starting processes so they can
 be found is :mod:`host.spawn`.
 """

@@ -4,8 +4,8 @@ Both processes use it: the runtime for its client and host links, the host for
 its runtime link.
 """
 
-from runtime.rpc.dispatch import Handler, NotificationHandler, effect_status, effect_taken
-from runtime.rpc.endpoint import (
+from runtime.shared.rpc.dispatch import Handler, NotificationHandler, effect_status, effect_taken
+from runtime.shared.rpc.endpoint import (
     ConnectionClosed,
     Endpoint,
     NotSent,

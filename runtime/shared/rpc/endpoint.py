@@ -7,7 +7,7 @@ correlation for the requests this side sends.
 
 Requests take effect in wire order: the reader hands each request to
 ``nursery.start`` and reads the next frame once the handler has taken its effect
-(``runtime.rpc.dispatch.effect_taken``); what the handler then waits for runs in
+(``runtime.shared.rpc.dispatch.effect_taken``); what the handler then waits for runs in
 its own task, so a later ``tools.abort`` is read while earlier requests still
 run, and answers come back in any order. A batch's members are started the same
 way, one after the other, and answered together (split over several frames if
@@ -50,8 +50,8 @@ from protocol.envelope import (
 from protocol.errors import ERROR_MESSAGES, ErrorCode, RemoteError, RpcError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE, Frame, FrameDecoder, encode_frame
 from protocol.methods import Direction, RequestId
-from runtime.rpc.batch import BatchReply
-from runtime.rpc.dispatch import (
+from runtime.shared.rpc.batch import BatchReply
+from runtime.shared.rpc.dispatch import (
     Handler,
     NotificationHandler,
     dispatch_request,
