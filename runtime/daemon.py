@@ -131,8 +131,9 @@ class Daemon:
             ping_interval=ping_interval, liveness_timeout=liveness_timeout,
             first_host=first_host,
         )
-        self.tools = SessionTools(self.sessions, self.host, process_grace=process_grace)
-        self.ops = self.tools.ops = DaemonOps(self)
+        self.ops = DaemonOps(self.sessions, self.host, self.permissions)
+        self.tools = SessionTools(self.sessions, self.host, process_grace=process_grace,
+                                  on_tools=self.ops.track_tools)
         self.ops_server = OpsServer(self.ops, data_dir=self.data_dir)
         self._client: Endpoint | None = None
         self._initialized = False
@@ -166,7 +167,7 @@ class Daemon:
                           max_frame_size=self.max_frame_size)
         self._client = self.permissions.client = client
         async with trio.open_nursery() as nursery:
-            self._nursery = self.tools.background = nursery
+            self._nursery = nursery
             # In the outer nursery: it must not hold the client's drain open.
             nursery.start_soon(self._shutdown_on_signal)
             await nursery.start(self.host.run)

@@ -17,7 +17,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import trio
 
@@ -41,15 +40,16 @@ from protocol.messages.ops import (
     OpsStatsResult,
     OpsUnreadableLog,
 )
+from runtime.agent.hostcall import HostCallState
 from runtime.agent.hosttools import HostTools
 from runtime.agent.phase import PhaseKind
 from runtime.agent.task import CHILD_SEPARATOR
+from runtime.host_supervisor import HostSupervisor
 from runtime.percentiles import percentile
+from runtime.permission_relay import PermissionRelay
 from runtime.registry import OperatorCause
 from runtime.rpc import ConnectionClosed, effect_status
-
-if TYPE_CHECKING:
-    from runtime.daemon import Daemon
+from runtime.sessions import SessionStore
 
 EventListener = Callable[[str, AnnouncedEvent], None]
 
@@ -58,13 +58,18 @@ EventListener = Callable[[str, AnnouncedEvent], None]
 HOST_ANSWER_LIMIT = 1.0
 
 
-def shown_state(runtime_state: str, host_state: CallPhase | None,
+_SHOWN: dict[HostCallState, OpsCallState] = {
+    HostCallState.RUNNING: "running", HostCallState.ABORTING: "aborting",
+    HostCallState.DRAINING: "draining", HostCallState.ABANDONED: "draining"}
+
+
+def shown_state(runtime_state: HostCallState, host_state: CallPhase | None,
                 permission_pending: bool) -> OpsCallState:
     """What ``ops.sessions`` shows of a call sent to the host: the runtime's state
     (running, aborting, draining), unless the runtime thinks it running and the host
     holds it before its body: waiting for admission (``queued``) or for the user."""
-    if runtime_state != "running":
-        return runtime_state  # type: ignore[return-value]  # aborting, draining
+    if runtime_state is not HostCallState.RUNNING:
+        return _SHOWN[runtime_state]
     if host_state == "permission-pending" or permission_pending:
         return "permission-pending"
     if host_state == "admission":
@@ -83,8 +88,14 @@ class PlannedCall:
 
 
 class DaemonOps:
-    def __init__(self, daemon: Daemon) -> None:
-        self._daemon = daemon
+    """``sessions``: the loaded sessions; ``host``: the host supervisor (asked for
+    ``host.stats``, ``tools.force``, a restart); ``permissions``: the prompts open."""
+
+    def __init__(self, sessions: SessionStore, host: HostSupervisor,
+                 permissions: PermissionRelay) -> None:
+        self._sessions = sessions
+        self._host = host
+        self._permissions = permissions
         self._listeners: list[EventListener] = []
         self._started = time.monotonic()
         self.host_answer_limit = HOST_ANSWER_LIMIT
@@ -160,18 +171,20 @@ class DaemonOps:
         stats = await self._host_stats(self.host_answer_limit)
         host_states: dict[tuple[str, str], CallPhase] = {
             (c.session_id, c.call_id): c.state for c in stats.calls} if stats else {}
-        pending = self._daemon.permissions.pending_calls()
+        pending = self._permissions.pending_calls()
         now = time.monotonic()
         out = []
-        for session in self._daemon.sessions.all():
+        for session in self._sessions.all():
             agent = session.agent
             current = agent.current_turn
             calls = []
             for tools in self._tools.get(session.session_id, {}).values():
-                for call_id, host_id, tool, cls, state, age in tools.in_flight():
-                    shown = shown_state(state, host_states.get((session.session_id, host_id)),
-                                        host_id in pending)
-                    calls.append(OpsCall(call_id, tool, cls.value, shown, round(age, 3)))
+                for call in tools.in_flight():
+                    shown = shown_state(call.state, host_states.get(
+                        (session.session_id, call.host_call_id)),
+                        call.host_call_id in pending)
+                    calls.append(OpsCall(call.call_id, call.tool, call.tool_class.value, shown,
+                                         round(call.age, 3)))
             calls += self._queued(session.session_id, now)
             waiting = current[2] if current else None
             out.append(OpsSession(
@@ -183,9 +196,9 @@ class DaemonOps:
                 waiting is not None and waiting > agent.stuck_after,
                 len(agent.inbox), tuple(calls)))
         # Off the event loop (a listing reads the logs it has not seen yet).
-        broken = await trio.to_thread.run_sync(self._daemon.sessions.unreadable)
+        broken = await trio.to_thread.run_sync(self._sessions.unreadable)
         return OpsSessionsResult(os.getpid(), tuple(out), tuple(
-            OpsUnreadableLog(i.session_id, i.error or "", str(self._daemon.sessions.dir /
+            OpsUnreadableLog(i.session_id, i.error or "", str(self._sessions.dir /
                                                               f"{i.session_id}.jsonl"),
                              i.workspace) for i in broken))
 
@@ -195,7 +208,7 @@ class DaemonOps:
         is bounded by the liveness ping, which kills it)."""
         with trio.move_on_after(limit):
             try:
-                stats: HostStatsResult = await self._daemon.host.request_if_alive(
+                stats: HostStatsResult = await self._host.request_if_alive(
                     "host.stats", Empty())
             except (ConnectionClosed, RemoteError):  # NotSent (no live host) included
                 return None
@@ -203,40 +216,40 @@ class DaemonOps:
         return None
 
     async def ops_abort(self, session_id: str) -> AgentAbortResult:
-        return await self._daemon.sessions.get(session_id).agent.cancel(
+        return await self._sessions.get(session_id).agent.cancel(
             OperatorCause(), task_status=effect_status())
 
     async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult:
-        self._daemon.sessions.get(session_id)
+        self._sessions.get(session_id)
         for tools in self._tools.get(session_id, {}).values():
-            for model_id, host_id, tool, _cls, _state, _age in tools.in_flight():
-                if model_id != call_id:
-                    continue
-                try:
-                    answer: ToolsForceResult = await self._daemon.host.request(
-                        "tools.force", ToolsForceParams(session_id, host_id, tool))
-                except (ConnectionClosed, RemoteError) as exc:
-                    return OpsForceResult(False, f"the host could not force it: {exc}")
-                return OpsForceResult(answer.forced, answer.detail)
+            call = tools.find(call_id)
+            if call is None:
+                continue
+            try:
+                answer: ToolsForceResult = await self._host.request(
+                    "tools.force", ToolsForceParams(session_id, call.host_call_id, call.tool))
+            except (ConnectionClosed, RemoteError) as exc:
+                return OpsForceResult(False, f"the host could not force it: {exc}")
+            return OpsForceResult(answer.forced, answer.detail)
         raise RpcError(ErrorCode.NOT_FOUND, f"no call {call_id!r} waiting on the host in "
                                             f"session {session_id}")
 
     async def ops_restart_host(self) -> OpsRestartHostResult:
-        old, new = await self._daemon.host.restart()
+        old, new = await self._host.restart()
         return OpsRestartHostResult(old, new)
 
     async def ops_stats(self) -> OpsStatsResult:
-        host = self._daemon.host
+        host = self._host
         stats = await self._host_stats()
         latencies = list(self.stop_latencies_ms)
         return OpsStatsResult(
             os.getpid(), round(time.monotonic() - self._started, 3),
-            len(self._daemon.sessions.all()),
-            sum(s.agent.turns for s in self._daemon.sessions.all()), self.stops,
+            len(self._sessions.all()),
+            sum(s.agent.turns for s in self._sessions.all()), self.stops,
             round(percentile(latencies, 50), 3) if latencies else None,
             round(percentile(latencies, 90), 3) if latencies else None,
             round(max(latencies), 3) if latencies else None,
             host.pid, host.restarts, host.crashes,
             stats.tombstones if stats else 0, stats.calls_in_flight if stats else 0,
-            turns_running=sum(1 for s in self._daemon.sessions.all()
+            turns_running=sum(1 for s in self._sessions.all()
                               if s.agent.machine.phase.kind is PhaseKind.RUNNING))

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-import trio
+from typing import Any
 
 from protocol.errors import RpcError
 from protocol.messages.events import ToolAbortEvent, ToolProgressEvent, ToolStartedEvent
@@ -16,25 +14,24 @@ from protocol.messages.host import ToolsAbortResult, ToolsOutputParams, ToolsSta
 from runtime.agent.agent import CallNotice, ToolsFactory
 from runtime.agent.hosttools import HostTools
 from runtime.agent.task import CHILD_SEPARATOR
-from runtime.host_supervisor import HostLease, HostSupervisor
+from runtime.host_lease import HostLease
+from runtime.host_supervisor import HostSupervisor
 from runtime.registry import ToolRegistry
 from runtime.sessions import SessionStore
 
-if TYPE_CHECKING:
-    from runtime.daemon_ops import DaemonOps
+ToolsListener = Callable[[str, str, HostTools], None]
+"""Told of each turn's host tools as they are made (session id, turn id, tools)."""
 
 log = logging.getLogger(__name__)
 
 
 class SessionTools:
     def __init__(self, sessions: SessionStore, host: HostSupervisor, *,
-                 process_grace: float) -> None:
+                 process_grace: float, on_tools: ToolsListener | None = None) -> None:
         self._sessions = sessions
         self._host = host
         self.process_grace = process_grace
-        self.ops: DaemonOps | None = None
-        self.background: trio.Nursery | None = None
-        """Where a stopped read-only call's request may finish (the daemon's nursery)."""
+        self._on_tools = on_tools
         # Each session's current top-level turn and its hold on a host, which the turn's
         # subagents share: nothing of a turn reaches a host started after its own died.
         self._leases: dict[str, tuple[str, HostLease]] = {}
@@ -59,11 +56,10 @@ class SessionTools:
             tools = HostTools(self._lease(session_id, turn_id), session_id, turn_id,
                               on_progress=on_progress, on_started=on_started,
                               on_abort=on_abort, process_grace=self.process_grace,
-                              background=self.background,
                               plugin_tools=session.plugin_tools)
             definitions = tools.definitions()
-            if self.ops is not None:
-                self.ops.track_tools(session_id, turn_id, tools)
+            if self._on_tools is not None:
+                self._on_tools(session_id, turn_id, tools)
             return ToolRegistry(definitions), definitions, tools.on_output
 
         return make
