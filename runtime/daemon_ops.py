@@ -15,8 +15,7 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 import trio
 
@@ -41,9 +40,7 @@ from protocol.messages.ops import (
     OpsUnreadableLog,
 )
 from runtime.agent.hostcall import HostCallState
-from runtime.agent.hosttools import HostTools
 from runtime.agent.phase import PhaseKind
-from runtime.agent.task import CHILD_SEPARATOR
 from runtime.host_supervisor import HostSupervisor
 from runtime.percentiles import percentile
 from runtime.permission_relay import PermissionRelay
@@ -77,16 +74,6 @@ def shown_state(runtime_state: HostCallState, host_state: CallPhase | None,
     return "running"
 
 
-@dataclass(frozen=True)
-class PlannedCall:
-    """A call of a step the scheduler has not started yet."""
-
-    call_id: str
-    tool: str
-    tool_class: str
-    since: float = field(default_factory=time.monotonic)
-
-
 class DaemonOps:
     """``sessions``: the loaded sessions; ``host``: the host supervisor (asked for
     ``host.stats``, ``tools.force``, a restart); ``permissions``: the prompts open."""
@@ -101,34 +88,8 @@ class DaemonOps:
         self.host_answer_limit = HOST_ANSWER_LIMIT
         self.stop_latencies_ms: deque[float] = deque(maxlen=1000)
         self.stops = 0
-        # Host tools of each session's recent turns: where in-flight calls are seen.
-        self._tools: dict[str, dict[str, HostTools]] = {}
-        # Each session's turns' planned calls not started yet: listed ``queued`` until their
-        # ``tool/call`` is recorded (recorded means started) or the turn ends.
-        self._planned: dict[str, dict[str, dict[str, PlannedCall]]] = {}
 
-    # -- fed by the daemon ------------------------------------------------------------
-
-    def forget_session(self, session_id: str) -> None:
-        self._tools.pop(session_id, None)
-        self._planned.pop(session_id, None)
-
-    def plan_step(self, session_id: str, turn_id: str,
-                  calls: Sequence[tuple[str, str, str]]) -> None:
-        """A step's calls (call id, tool, class), before the scheduler starts any of them (it
-        starts them in order, some only after others settle)."""
-        self._planned.setdefault(session_id, {})[turn_id] = {
-            call_id: PlannedCall(call_id, tool, tool_class) for call_id, tool, tool_class in calls}
-
-    def track_tools(self, session_id: str, turn_id: str, tools: HostTools) -> None:
-        turns = self._tools.setdefault(session_id, {})
-        top = turn_id.split(CHILD_SEPARATOR, 1)[0]
-        # Keep every turn of the current top-level turn (a parent outlives its subagents'
-        # turns); drop older turns once nothing of theirs waits on the host.
-        for old in [t for t, h in turns.items()
-                    if t.split(CHILD_SEPARATOR, 1)[0] != top and not h.in_flight()]:
-            del turns[old]
-        turns[turn_id] = tools
+    # -- fed by the daemon (each session's calls are its own ``Session.ops``) -----------
 
     def record_stop(self, settled_ms: float) -> None:
         """A stop that settled (``Agent.on_stop``): asked by a client, an operator, a
@@ -138,23 +99,11 @@ class DaemonOps:
 
     def announce(self, session_id: str, event: AnnouncedEvent) -> None:
         if isinstance(event, ToolCallEvent | TurnEnd):
-            self._unplan(session_id, event)
+            session = self._sessions.find(session_id)
+            if session is not None:
+                session.ops.unplan(event)
         for listener in list(self._listeners):
             listener(session_id, event)
-
-    def _unplan(self, session_id: str, event: ToolCallEvent | TurnEnd) -> None:
-        turns = self._planned.get(session_id)
-        if not turns or event.turn_id not in turns:
-            return
-        if isinstance(event, TurnEnd):
-            del turns[event.turn_id]
-        else:
-            turns[event.turn_id].pop(event.call_id, None)
-
-    def _queued(self, session_id: str, now: float) -> list[OpsCall]:
-        return [OpsCall(c.call_id, c.tool, c.tool_class, "queued", round(now - c.since, 3))
-                for calls in self._planned.get(session_id, {}).values()
-                for c in calls.values()]
 
     # -- OpsBackend -------------------------------------------------------------------
 
@@ -178,14 +127,14 @@ class DaemonOps:
             agent = session.agent
             current = agent.current_turn
             calls = []
-            for tools in self._tools.get(session.session_id, {}).values():
+            for tools in session.ops.tools():
                 for call in tools.in_flight():
                     shown = shown_state(call.state, host_states.get(
                         (session.session_id, call.host_call_id)),
                         call.host_call_id in pending)
                     calls.append(OpsCall(call.call_id, call.tool, call.tool_class.value, shown,
                                          round(call.age, 3)))
-            calls += self._queued(session.session_id, now)
+            calls += session.ops.queued(now)
             waiting = current[2] if current else None
             out.append(OpsSession(
                 session.session_id, session.workspace,
@@ -220,8 +169,7 @@ class DaemonOps:
             OperatorCause(), task_status=effect_status())
 
     async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult:
-        self._sessions.get(session_id)
-        for tools in self._tools.get(session_id, {}).values():
+        for tools in self._sessions.get(session_id).ops.tools():
             call = tools.find(call_id)
             if call is None:
                 continue

@@ -17,24 +17,17 @@ from runtime.agent.task import CHILD_SEPARATOR
 from runtime.host_lease import HostLease
 from runtime.host_supervisor import HostSupervisor
 from runtime.registry import ToolRegistry
-from runtime.sessions import SessionStore
-
-ToolsListener = Callable[[str, str, HostTools], None]
-"""Told of each turn's host tools as they are made (session id, turn id, tools)."""
+from runtime.sessions import Session, SessionStore
 
 log = logging.getLogger(__name__)
 
 
 class SessionTools:
     def __init__(self, sessions: SessionStore, host: HostSupervisor, *,
-                 process_grace: float, on_tools: ToolsListener | None = None) -> None:
+                 process_grace: float) -> None:
         self._sessions = sessions
         self._host = host
         self.process_grace = process_grace
-        self._on_tools = on_tools
-        # Each session's current top-level turn and its hold on a host, which the turn's
-        # subagents share: nothing of a turn reaches a host started after its own died.
-        self._leases: dict[str, tuple[str, HostLease]] = {}
 
     def factory(self, session_id: str) -> ToolsFactory:
         def make(turn_id: str) -> tuple[ToolRegistry, list[Any],
@@ -53,13 +46,12 @@ class SessionTools:
                 journal.announce(lambda seq: ToolAbortEvent(seq, turn_id, call_id, tool,
                                                             answer.state, answer.body_invoked))
 
-            tools = HostTools(self._lease(session_id, turn_id), session_id, turn_id,
+            tools = HostTools(self._lease(session, turn_id), session_id, turn_id,
                               on_progress=on_progress, on_started=on_started,
                               on_abort=on_abort, process_grace=self.process_grace,
                               plugin_tools=session.plugin_tools)
             definitions = tools.definitions()
-            if self._on_tools is not None:
-                self._on_tools(session_id, turn_id, tools)
+            session.ops.track_tools(turn_id, tools)
             return ToolRegistry(definitions), definitions, tools.on_output
 
         return make
@@ -74,13 +66,10 @@ class SessionTools:
         if not session.agent.on_output(params):
             log.debug("dropped output of %s (no longer listened to)", params.call_id)
 
-    def forget(self, session_id: str) -> None:
-        """A closed session: its hold on a host is dropped."""
-        self._leases.pop(session_id, None)
-
-    def _lease(self, session_id: str, turn_id: str) -> HostLease:
+    def _lease(self, session: Session, turn_id: str) -> HostLease:
+        """The session's lease for this turn: its top-level turn's (kept on the session)."""
         top = turn_id.split(CHILD_SEPARATOR, 1)[0]
-        held = self._leases.get(session_id)
+        held = session.lease
         if held is None or held[0] != top:
-            held = self._leases[session_id] = (top, self._host.lease())
+            held = session.lease = (top, self._host.lease())
         return held[1]

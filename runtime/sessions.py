@@ -12,8 +12,8 @@ import re
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -35,6 +35,7 @@ from protocol.tools import ToolResult, aborted_result
 from runtime.agent.agent import Agent, ToolsFactory
 from runtime.agent.journal import Journal
 from runtime.agent.turn import TurnConfig
+from runtime.ops_view import SessionOpsView
 from runtime.providers.base import Provider
 from runtime.sessionlog import (
     LogContents,
@@ -43,6 +44,9 @@ from runtime.sessionlog import (
     is_live_elsewhere,
     read_log,
 )
+
+if TYPE_CHECKING:
+    from runtime.host_lease import HostLease
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +66,11 @@ class Session:
     closing: bool = False
     """``session.close`` is settling its turn: no new prompt; still visible to ``agent.abort``
     and operators (who may have to force a stuck call for the close to finish)."""
+    ops: SessionOpsView = field(default_factory=SessionOpsView)
+    """What operators see of its calls."""
+    lease: tuple[str, HostLease] | None = None
+    """Its current top-level turn and that turn's hold on a host, which the turn's
+    subagents share: nothing of a turn reaches a host started after its own died."""
 
     def info(self) -> SessionInfo:
         return SessionInfo(self.session_id, self.workspace, self.permission_mode,
@@ -206,6 +215,9 @@ class SessionStore:
     def remove(self, session_id: str) -> None:
         """Forget a closed session (its journal already closed)."""
         self._sessions.pop(session_id, None)
+
+    def find(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
 
     def get(self, session_id: str) -> Session:
         try:

@@ -17,6 +17,7 @@ from protocol.messages.host import HostCallInfo, HostStatsResult
 from protocol.toolclass import ToolClass
 from runtime.agent.hostcall import HostCallState, InFlightCall
 from runtime.daemon_ops import DaemonOps, shown_state
+from runtime.ops_view import SessionOpsView
 from runtime.rpc import ConnectionClosed, NotSent
 
 
@@ -54,11 +55,20 @@ def make_ops(host: FakeHost | None = None, pending: frozenset[str] = frozenset()
     agent = SimpleNamespace(machine=SimpleNamespace(phase=SimpleNamespace(
         kind=SimpleNamespace(value="running"))), current_turn=("t1", 1.0, None),
         stuck_after=30.0, inbox=())
-    session = SimpleNamespace(session_id="s-1", workspace="/w", agent=agent)
+    session = SimpleNamespace(session_id="s-1", workspace="/w", agent=agent,
+                              ops=SessionOpsView())
     sessions = SimpleNamespace(all=lambda: [session], unreadable=list,
-                               dir=pathlib.Path("/data/sessions"))
+                               dir=pathlib.Path("/data/sessions"),
+                               find=lambda sid: session if sid == "s-1" else None,
+                               get=lambda sid: session)
     return DaemonOps(cast(Any, sessions), cast(Any, host or FakeHost(
         fails=NotSent("no live host"))), cast(Any, SimpleNamespace(pending_calls=lambda: pending)))
+
+
+def the_session(ops: DaemonOps) -> SessionOpsView:
+    """The ops view of the one session of ``make_ops``."""
+    view: SessionOpsView = ops._sessions.get("s-1").ops  # type: ignore[attr-defined]
+    return view
 
 
 async def states(ops: DaemonOps) -> dict[str, tuple[str, str, str]]:
@@ -68,7 +78,7 @@ async def states(ops: DaemonOps) -> dict[str, tuple[str, str, str]]:
 
 async def test_planned_calls_are_queued_until_started_or_the_turn_ends() -> None:
     ops = make_ops()
-    ops.plan_step("s-1", "t1", [("w1", "Write", "mutating"), ("b1", "Bash", "process")])
+    the_session(ops).plan_step("t1", [("w1", "Write", "mutating"), ("b1", "Bash", "process")])
     assert await states(ops) == {"w1": ("Write", "mutating", "queued"),
                                  "b1": ("Bash", "process", "queued")}
     # Recorded means started: no longer queued (the host tools list it from here).
@@ -80,13 +90,6 @@ async def test_planned_calls_are_queued_until_started_or_the_turn_ends() -> None
     assert await states(ops) == {"b1": ("Bash", "process", "queued")}
     # A stop's skipped calls get tool/call records too; the end of the turn clears the rest.
     ops.announce("s-1", TurnEnd(6, "t1", TurnOutcome("aborted"), "cancelled"))
-    assert await states(ops) == {}
-
-
-async def test_a_forgotten_session_lists_no_planned_call() -> None:
-    ops = make_ops()
-    ops.plan_step("s-1", "t1", [("g1", "Grep", "read-only")])
-    ops.forget_session("s-1")
     assert await states(ops) == {}
 
 
@@ -106,7 +109,7 @@ async def test_calls_the_host_holds_before_their_bodies_are_shown_so() -> None:
         HostCallInfo("s-1", "t1.r1", "admission"),  # aborting already: the runtime's state
         HostCallInfo("s-2", "t1.g1", "admission")))  # another session's call of that id
     ops = make_ops(host)
-    ops.track_tools("s-1", "t1", cast(Any, FakeTools(SENT)))
+    the_session(ops).track_tools("t1", cast(Any, FakeTools(SENT)))
     assert await states(ops) == {"b1": ("Bash", "process", "running"),
                                  "b2": ("Bash", "process", "queued"),
                                  "w1": ("Write", "mutating", "permission-pending"),
@@ -123,7 +126,7 @@ async def test_calls_the_host_holds_before_their_bodies_are_shown_so() -> None:
 async def test_without_the_hosts_answer_the_runtimes_view_is_shown(host: FakeHost) -> None:
     ops = make_ops(host, pending=frozenset({"t1.w1"}))
     ops.host_answer_limit = 0.05
-    ops.track_tools("s-1", "t1", cast(Any, FakeTools(SENT)))
+    the_session(ops).track_tools("t1", cast(Any, FakeTools(SENT)))
     with trio.fail_after(5):
         shown = await states(ops)
     assert shown == {"b1": ("Bash", "process", "running"),
