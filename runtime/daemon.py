@@ -32,7 +32,6 @@ from protocol.messages.client import (
     ProviderConfig,
     SessionCloseParams,
     SessionEventParams,
-    SessionInfo,
     SessionListResult,
     SessionLoadParams,
     SessionLoadResult,
@@ -126,9 +125,6 @@ class Daemon:
         self._initialized = False
         self._shutdown = trio.Event()
         self._debug_ids = itertools.count(1)
-        self._scan_lock = trio.Lock()  # one scan of the logs on disk at a time
-        self._scans = 0
-        self._scanned: list[SessionInfo] = []
         self._nursery: trio.Nursery | None = None
         self._lives: dict[str, SessionLife] = {}  # each open (or opening) session's owner
 
@@ -313,20 +309,9 @@ class Daemon:
         loaded = [s.info() for s in self.sessions.all()]
         effect_taken()  # the loaded sessions are listed as of now; the disk is read after
         listed = {info.session_id for info in loaded}
-        on_disk = [info for info in await self._scan_disk() if info.session_id not in listed]
+        on_disk = [info for info in await self.sessions.scan_disk()
+                   if info.session_id not in listed]
         return SessionListResult(tuple(loaded + on_disk))
-
-    async def _scan_disk(self) -> list[SessionInfo]:
-        """The sessions on disk, read off the event loop (a long log must not hold up
-        agent.abort), by a scan that started after this call: lists that wait for the same
-        scan share it, so a burst of them (a batch) costs two scans, not a thread each
-        (which would take the worker threads and the interpreter lock a stop needs)."""
-        wanted = self._scans + 1
-        async with self._scan_lock:
-            if self._scans < wanted:
-                self._scans += 1
-                self._scanned = await trio.to_thread.run_sync(self.sessions.on_disk)
-            return self._scanned
 
     async def session_load(self, params: SessionLoadParams) -> SessionLoadResult:
         self._require_initialized()

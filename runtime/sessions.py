@@ -92,6 +92,9 @@ class SessionStore:
         self._sessions: dict[str, Session] = {}
         self._locks: dict[str, trio.Lock] = {}
         self._listing: dict[pathlib.Path, tuple[tuple[int, int], SessionInfo]] = {}
+        self._scan_lock = trio.Lock()  # one scan of the logs on disk at a time
+        self._scans = 0
+        self._scanned: list[SessionInfo] = []
 
     def path_of(self, session_id: str) -> pathlib.Path:
         if not _SESSION_ID.fullmatch(session_id):
@@ -227,6 +230,18 @@ class SessionStore:
 
     def all(self) -> tuple[Session, ...]:
         return tuple(self._sessions.values())
+
+    async def scan_disk(self) -> list[SessionInfo]:
+        """The sessions on disk, read off the event loop (a long log must not hold up
+        agent.abort), by a scan that started after this call: lists that wait for the same
+        scan share it, so a burst of them (a batch) costs two scans, not a thread each
+        (which would take the worker threads and the interpreter lock a stop needs)."""
+        wanted = self._scans + 1
+        async with self._scan_lock:
+            if self._scans < wanted:
+                self._scans += 1
+                self._scanned = await trio.to_thread.run_sync(self.on_disk)
+            return self._scanned
 
     def on_disk(self) -> list[SessionInfo]:
         """Sessions in the data directory that this daemon has not loaded; a log that cannot
