@@ -33,7 +33,6 @@ from protocol.messages.client import (
     ProviderConfig,
     SessionCloseParams,
     SessionEventParams,
-    SessionInfo,
     SessionListResult,
     SessionLoadParams,
     SessionLoadResult,
@@ -43,10 +42,6 @@ from protocol.messages.client import (
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.messages.events import AnnouncedEvent
 from protocol.messages.host import (
-    PluginsListParams,
-    PluginsListResult,
-    SessionCloseHostParams,
-    SessionOpenParams,
     ToolsExecuteParams,
     ToolsOutputParams,
     ToolsStartedParams,
@@ -70,27 +65,19 @@ from runtime.popen_process import PopenProcess
 from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, open_provider
 from runtime.registry import DisposedCause
+from runtime.session_life import SessionLife
 from runtime.session_order import SessionOrder
 from runtime.session_tools import SessionTools
 from runtime.sessionlog import default_data_dir
 from runtime.sessions import Session, SessionStore
-from runtime.shared.rpc import ConnectionClosed, Endpoint, Handler, NotSent, effect_taken
+from runtime.shared.rpc import Endpoint, Handler, effect_taken
 
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 DRAIN_TIMEOUT = 10.0
 DISPOSE_GRACE = 15.0
-CLOSE_TIMEOUT = 10.0  # for the host to stop a closed session's plugin servers
 _provider_decoder = msgspec.json.Decoder(ProviderConfig)
-
-
-@dataclasses.dataclass
-class _Opening:
-    """A ``session.new`` in progress: ``session.close`` of its session cancels it."""
-
-    scope: trio.CancelScope = dataclasses.field(default_factory=trio.CancelScope)
-    done: trio.Event = dataclasses.field(default_factory=trio.Event)
 
 
 class Daemon:
@@ -131,20 +118,15 @@ class Daemon:
             ping_interval=ping_interval, liveness_timeout=liveness_timeout,
             first_host=first_host,
         )
+        self.ops = DaemonOps(self.sessions, self.host, self.permissions)
         self.tools = SessionTools(self.sessions, self.host, process_grace=process_grace)
-        self.ops = self.tools.ops = DaemonOps(self)
         self.ops_server = OpsServer(self.ops, data_dir=self.data_dir)
         self._client: Endpoint | None = None
         self._initialized = False
         self._shutdown = trio.Event()
         self._debug_ids = itertools.count(1)
-        self._scan_lock = trio.Lock()  # one scan of the logs on disk at a time
-        self._scans = 0
-        self._scanned: list[SessionInfo] = []
         self._nursery: trio.Nursery | None = None
-        self._running: set[str] = set()  # sessions whose agent task runs
-        self._opening: dict[str, _Opening] = {}  # session.new not answered yet
-        self._agent_scopes: dict[str, trio.CancelScope] = {}  # cancelled by session.close
+        self._lives: dict[str, SessionLife] = {}  # each open (or opening) session's owner
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -166,7 +148,7 @@ class Daemon:
                           max_frame_size=self.max_frame_size)
         self._client = self.permissions.client = client
         async with trio.open_nursery() as nursery:
-            self._nursery = self.tools.background = nursery
+            self._nursery = nursery
             # In the outer nursery: it must not hold the client's drain open.
             nursery.start_soon(self._shutdown_on_signal)
             await nursery.start(self.host.run)
@@ -247,18 +229,25 @@ class Daemon:
         except ProviderConfigError as exc:
             raise RpcError(ErrorCode.INVALID_PARAMS, str(exc)) from exc
 
-    def _start_agent(self, session: Session) -> None:
+    def _life(self, session: Session) -> SessionLife:
+        life = self._lives.get(session.session_id)
+        if life is None or life.session is not session:
+            life = self._lives[session.session_id] = SessionLife(
+                session, sessions=self.sessions, host=self.host)
+        return life
+
+    def _start_agent(self, life: SessionLife) -> None:
         assert self._nursery is not None
-        if session.session_id in self._running:
+        if life.running:
             return
-        self._running.add(session.session_id)
+        session = life.session
         session.agent.stuck_after = self.stuck_after
         if self._client is not None:
             session.agent.before_turn = functools.partial(self._before_turn, self._client,
                                                           session)
-        session.agent.on_step = functools.partial(self.ops.plan_step, session.session_id)
+        session.agent.on_step = session.ops.plan_step
         session.agent.on_stop = self.ops.record_stop
-        self._nursery.start_soon(self._serve_agent, session)
+        life.start_agent(self._nursery)
 
     async def _before_turn(self, client: Endpoint, session: Session) -> None:
         """A turn's first step waits until the client link has taken every frame it read,
@@ -266,11 +255,6 @@ class Daemon:
         stopped already): a stop written right behind its prompt stops it before a tool."""
         await client.caught_up()
         await self.order.quiet(session.session_id, lambda: session.agent.stopping)
-
-    async def _serve_agent(self, session: Session) -> None:
-        with trio.CancelScope() as scope:
-            self._agent_scopes[session.session_id] = scope
-            await session.agent.run()
 
     # -- client methods -------------------------------------------------------------
 
@@ -304,74 +288,30 @@ class Daemon:
                                        provider, self._announce, self.tools.factory,
                                        params.mcp_servers, params.system_prompt)
         # Until it answers, session.close of it undoes the open (its servers killed).
-        opening = self._opening[session.session_id] = _Opening()
+        life = self._life(session)
+        life.begin_open()
         effect_taken()  # the session exists; waiting for the host and plugins follows
         try:
-            with opening.scope:
-                try:
-                    try:
-                        await self.host.open_session(self._open_params(session))
-                        listed = await self._list_plugins(session)
-                    except ConnectionClosed as exc:  # no host could take it (not our bug)
-                        raise RpcError(ErrorCode.HOST_CRASHED,
-                                       f"no host for the session: {exc}") from exc
-                except BaseException:
-                    # Never leave a session that can accept a prompt nobody would run, nor
-                    # plugin servers the host started for it.
-                    self.sessions.discard(session.session_id, forget=True)
-                    self.host.forget_session(session.session_id)
-                    await self._close_in_host(session.session_id)
-                    raise
-            if opening.scope.cancel_called and not opening.scope.cancelled_caught:
-                # session.close came after the open's last checkpoint: undone all the same.
-                self.sessions.discard(session.session_id, forget=True)
-                self.host.forget_session(session.session_id)
-                await self._close_in_host(session.session_id)
-        finally:
-            del self._opening[session.session_id]
-            opening.done.set()
-        if opening.scope.cancel_called:
+            listed = await life.open_new()
+        except BaseException:
+            self._lives.pop(session.session_id, None)
+            raise
+        if listed is None:
+            self._lives.pop(session.session_id, None)
             raise RpcError(ErrorCode.REQUEST_CANCELLED,
                            "session.close came while the session opened: it was undone")
-        self._start_agent(session)
+        self._start_agent(life)
         log.info("session %s opened on %s", session.session_id, session.workspace)
         return SessionNewResult(session.session_id, listed.servers)
-
-    @staticmethod
-    def _open_params(session: Session) -> SessionOpenParams:
-        return SessionOpenParams(session.session_id, session.workspace, session.permission_mode,
-                                 session.mcp_servers)
-
-    async def _list_plugins(self, session: Session) -> PluginsListResult:
-        """Start the session's plugin servers; their tools are offered from the next turn."""
-        listed: PluginsListResult = await self.host.request(
-            "plugins.list", PluginsListParams(session.session_id))
-        session.plugin_tools = listed.tools
-        for server in listed.servers:
-            if server.error is not None:
-                log.warning("session %s: plugin server %s unavailable: %s",
-                            session.session_id, server.name, server.error)
-        return listed
 
     async def session_list(self, params: Empty) -> SessionListResult:
         self._require_initialized()
         loaded = [s.info() for s in self.sessions.all()]
         effect_taken()  # the loaded sessions are listed as of now; the disk is read after
         listed = {info.session_id for info in loaded}
-        on_disk = [info for info in await self._scan_disk() if info.session_id not in listed]
+        on_disk = [info for info in await self.sessions.scan_disk()
+                   if info.session_id not in listed]
         return SessionListResult(tuple(loaded + on_disk))
-
-    async def _scan_disk(self) -> list[SessionInfo]:
-        """The sessions on disk, read off the event loop (a long log must not hold up
-        agent.abort), by a scan that started after this call: lists that wait for the same
-        scan share it, so a burst of them (a batch) costs two scans, not a thread each
-        (which would take the worker threads and the interpreter lock a stop needs)."""
-        wanted = self._scans + 1
-        async with self._scan_lock:
-            if self._scans < wanted:
-                self._scans += 1
-                self._scanned = await trio.to_thread.run_sync(self.sessions.on_disk)
-            return self._scanned
 
     async def session_load(self, params: SessionLoadParams) -> SessionLoadResult:
         self._require_initialized()
@@ -401,19 +341,20 @@ class Daemon:
                                                   tools=self.tools.factory)
                 session = loaded.session
                 place.started()  # loaded (the log read): prompts after this one reach it
-                if session.session_id not in self._running:
+                life = self._life(session)
+                if not life.running:
                     # The agent runs before the host hears of the session: if the host
                     # refuses it (its workspace is gone), prompts still get answered.
-                    self._start_agent(session)
-                    await self.host.open_session(self._open_params(session))
-                    await self._list_plugins(session)
+                    self._start_agent(life)
+                    await life.open()
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered)
 
     async def session_close(self, params: SessionCloseParams) -> Empty:
         self._require_initialized()
-        opening = self._opening.get(params.session_id)
+        life = self._lives.get(params.session_id)
+        opening = life.opening if life is not None else None
         if opening is not None:  # still opening: undone, its starting servers killed
             opening.scope.cancel()
             effect_taken()  # the open is undone from here; its servers' end is awaited
@@ -423,6 +364,7 @@ class Daemon:
         async with self.order.place(params.session_id) as place, \
                 self.order.lock_now_or_mark(params.session_id):
             session = self.sessions.get(params.session_id)
+            life = self._life(session)
             # Closing, it takes no prompt; aborts join this stop and operators still see
             # it (a stuck call may need their force before the close can answer).
             session.closing = True
@@ -431,32 +373,10 @@ class Daemon:
                 with trio.CancelScope(shield=True):
                     await session.agent.cancel(DisposedCause(), task_status=place)
             finally:
-                await session.agent.record_owed()  # a last try, while the log is open
-                scope = self._agent_scopes.pop(session.session_id, None)
-                if scope is not None:
-                    scope.cancel()
-                self._running.discard(session.session_id)
-                self.tools.forget(session.session_id)
-                session.agent.journal.close()
-                self.sessions.remove(session.session_id)
-                self.ops.forget_session(session.session_id)
-                self.host.forget_session(session.session_id)
-                # Also when the stop failed (its turn/end not durable: INTERNAL): the
-                # session is closed all the same, its plugin servers with it.
-                await self._close_in_host(session.session_id)
+                self._lives.pop(session.session_id, None)
+                await life.close()
         log.info("session %s closed", session.session_id)
         return Empty()
-
-    async def _close_in_host(self, session_id: str) -> None:
-        """Tell a live host to drop the session and stop its plugin servers (a dead host's
-        servers were swept with it)."""
-        with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
-            try:
-                await self.host.request_if_alive("session.close",
-                                                 SessionCloseHostParams(session_id))
-            except (NotSent, ConnectionClosed, RpcError) as exc:
-                log.info("session %s: the host was not told of its close (%s)",
-                         session_id, exc)
 
     async def agent_prompt(self, params: AgentPromptParams) -> AgentPromptResult:
         self._require_initialized()

@@ -15,14 +15,11 @@ import math
 import os
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 import trio
 
 from protocol.errors import ErrorCode, RemoteError, RpcError
-from protocol.ids import root_turn_id
 from protocol.messages.client import AgentAbortResult
 from protocol.messages.common import Empty
 from protocol.messages.events import AnnouncedEvent, ToolCallEvent, TurnEnd
@@ -42,14 +39,14 @@ from protocol.messages.ops import (
     OpsStatsResult,
     OpsUnreadableLog,
 )
-from runtime.agent.hosttools import HostTools
+from runtime.agent.hostcall import HostCallState
 from runtime.agent.phase import PhaseKind
+from runtime.host_supervisor import HostSupervisor
 from runtime.percentiles import percentile
+from runtime.permission_relay import PermissionRelay
 from runtime.registry import OperatorCause
+from runtime.sessions import SessionStore
 from runtime.shared.rpc import ConnectionClosed, effect_status
-
-if TYPE_CHECKING:
-    from runtime.daemon import Daemon
 
 EventListener = Callable[[str, AnnouncedEvent], None]
 
@@ -58,13 +55,18 @@ EventListener = Callable[[str, AnnouncedEvent], None]
 HOST_ANSWER_LIMIT = 1.0
 
 
-def shown_state(runtime_state: str, host_state: CallPhase | None,
+_SHOWN: dict[HostCallState, OpsCallState] = {
+    HostCallState.RUNNING: "running", HostCallState.ABORTING: "aborting",
+    HostCallState.DRAINING: "draining", HostCallState.ABANDONED: "draining"}
+
+
+def shown_state(runtime_state: HostCallState, host_state: CallPhase | None,
                 permission_pending: bool) -> OpsCallState:
     """What ``ops.sessions`` shows of a call sent to the host: the runtime's state
     (running, aborting, draining), unless the runtime thinks it running and the host
     holds it before its body: waiting for admission (``queued``) or for the user."""
-    if runtime_state != "running":
-        return runtime_state  # type: ignore[return-value]  # aborting, draining
+    if runtime_state is not HostCallState.RUNNING:
+        return _SHOWN[runtime_state]
     if host_state == "permission-pending" or permission_pending:
         return "permission-pending"
     if host_state == "admission":
@@ -72,52 +74,22 @@ def shown_state(runtime_state: str, host_state: CallPhase | None,
     return "running"
 
 
-@dataclass(frozen=True)
-class PlannedCall:
-    """A call of a step the scheduler has not started yet."""
-
-    call_id: str
-    tool: str
-    tool_class: str
-    since: float = field(default_factory=time.monotonic)
-
-
 class DaemonOps:
-    def __init__(self, daemon: Daemon) -> None:
-        self._daemon = daemon
+    """``sessions``: the loaded sessions; ``host``: the host supervisor (asked for
+    ``host.stats``, ``tools.force``, a restart); ``permissions``: the prompts open."""
+
+    def __init__(self, sessions: SessionStore, host: HostSupervisor,
+                 permissions: PermissionRelay) -> None:
+        self._sessions = sessions
+        self._host = host
+        self._permissions = permissions
         self._listeners: list[EventListener] = []
         self._started = time.monotonic()
         self.host_answer_limit = HOST_ANSWER_LIMIT
         self.stop_latencies_ms: deque[float] = deque(maxlen=1000)
         self.stops = 0
-        # Host tools of each session's recent turns: where in-flight calls are seen.
-        self._tools: dict[str, dict[str, HostTools]] = {}
-        # Each session's turns' planned calls not started yet: listed ``queued`` until their
-        # ``tool/call`` is recorded (recorded means started) or the turn ends.
-        self._planned: dict[str, dict[str, dict[str, PlannedCall]]] = {}
 
-    # -- fed by the daemon ------------------------------------------------------------
-
-    def forget_session(self, session_id: str) -> None:
-        self._tools.pop(session_id, None)
-        self._planned.pop(session_id, None)
-
-    def plan_step(self, session_id: str, turn_id: str,
-                  calls: Sequence[tuple[str, str, str]]) -> None:
-        """A step's calls (call id, tool, class), before the scheduler starts any of them (it
-        starts them in order, some only after others settle)."""
-        self._planned.setdefault(session_id, {})[turn_id] = {
-            call_id: PlannedCall(call_id, tool, tool_class) for call_id, tool, tool_class in calls}
-
-    def track_tools(self, session_id: str, turn_id: str, tools: HostTools) -> None:
-        turns = self._tools.setdefault(session_id, {})
-        top = root_turn_id(turn_id)
-        # Keep every turn of the current top-level turn (a parent outlives its subagents'
-        # turns); drop older turns once nothing of theirs waits on the host.
-        for old in [t for t, h in turns.items()
-                    if root_turn_id(t) != top and not h.in_flight()]:
-            del turns[old]
-        turns[turn_id] = tools
+    # -- fed by the daemon (each session's calls are its own ``Session.ops``) -----------
 
     def record_stop(self, settled_ms: float) -> None:
         """A stop that settled (``Agent.on_stop``): asked by a client, an operator, a
@@ -127,23 +99,11 @@ class DaemonOps:
 
     def announce(self, session_id: str, event: AnnouncedEvent) -> None:
         if isinstance(event, ToolCallEvent | TurnEnd):
-            self._unplan(session_id, event)
+            session = self._sessions.find(session_id)
+            if session is not None:
+                session.ops.unplan(event)
         for listener in list(self._listeners):
             listener(session_id, event)
-
-    def _unplan(self, session_id: str, event: ToolCallEvent | TurnEnd) -> None:
-        turns = self._planned.get(session_id)
-        if not turns or event.turn_id not in turns:
-            return
-        if isinstance(event, TurnEnd):
-            del turns[event.turn_id]
-        else:
-            turns[event.turn_id].pop(event.call_id, None)
-
-    def _queued(self, session_id: str, now: float) -> list[OpsCall]:
-        return [OpsCall(c.call_id, c.tool, c.tool_class, "queued", round(now - c.since, 3))
-                for calls in self._planned.get(session_id, {}).values()
-                for c in calls.values()]
 
     # -- OpsBackend -------------------------------------------------------------------
 
@@ -160,19 +120,21 @@ class DaemonOps:
         stats = await self._host_stats(self.host_answer_limit)
         host_states: dict[tuple[str, str], CallPhase] = {
             (c.session_id, c.call_id): c.state for c in stats.calls} if stats else {}
-        pending = self._daemon.permissions.pending_calls()
+        pending = self._permissions.pending_calls()
         now = time.monotonic()
         out = []
-        for session in self._daemon.sessions.all():
+        for session in self._sessions.all():
             agent = session.agent
             current = agent.current_turn
             calls = []
-            for tools in self._tools.get(session.session_id, {}).values():
-                for call_id, host_id, tool, cls, state, age in tools.in_flight():
-                    shown = shown_state(state, host_states.get((session.session_id, host_id)),
-                                        host_id in pending)
-                    calls.append(OpsCall(call_id, tool, cls.value, shown, round(age, 3)))
-            calls += self._queued(session.session_id, now)
+            for tools in session.ops.tools():
+                for call in tools.in_flight():
+                    shown = shown_state(call.state, host_states.get(
+                        (session.session_id, call.host_call_id)),
+                        call.host_call_id in pending)
+                    calls.append(OpsCall(call.call_id, call.tool, call.tool_class.value, shown,
+                                         round(call.age, 3)))
+            calls += session.ops.queued(now)
             waiting = current[2] if current else None
             out.append(OpsSession(
                 session.session_id, session.workspace,
@@ -183,9 +145,9 @@ class DaemonOps:
                 waiting is not None and waiting > agent.stuck_after,
                 len(agent.inbox), tuple(calls)))
         # Off the event loop (a listing reads the logs it has not seen yet).
-        broken = await trio.to_thread.run_sync(self._daemon.sessions.unreadable)
+        broken = await trio.to_thread.run_sync(self._sessions.unreadable)
         return OpsSessionsResult(os.getpid(), tuple(out), tuple(
-            OpsUnreadableLog(i.session_id, i.error or "", str(self._daemon.sessions.dir /
+            OpsUnreadableLog(i.session_id, i.error or "", str(self._sessions.dir /
                                                               f"{i.session_id}.jsonl"),
                              i.workspace) for i in broken))
 
@@ -195,7 +157,7 @@ class DaemonOps:
         is bounded by the liveness ping, which kills it)."""
         with trio.move_on_after(limit):
             try:
-                stats: HostStatsResult = await self._daemon.host.request_if_alive(
+                stats: HostStatsResult = await self._host.request_if_alive(
                     "host.stats", Empty())
             except (ConnectionClosed, RemoteError):  # NotSent (no live host) included
                 return None
@@ -203,41 +165,40 @@ class DaemonOps:
         return None
 
     async def ops_abort(self, session_id: str) -> AgentAbortResult:
-        return await self._daemon.sessions.get(session_id).agent.cancel(
+        return await self._sessions.get(session_id).agent.cancel(
             OperatorCause(), task_status=effect_status())
 
     async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult:
-        self._daemon.sessions.get(session_id)
-        for tools in self._tools.get(session_id, {}).values():
-            for model_id, host_id, tool, _cls, _state, _age in tools.in_flight():
-                if model_id != call_id:
-                    continue
-                try:
-                    answer: ToolsForceResult = await self._daemon.host.request(
-                        "tools.force", ToolsForceParams(session_id, host_id, tool))
-                except (ConnectionClosed, RemoteError) as exc:
-                    return OpsForceResult(False, f"the host could not force it: {exc}")
-                return OpsForceResult(answer.forced, answer.detail)
+        for tools in self._sessions.get(session_id).ops.tools():
+            call = tools.find(call_id)
+            if call is None:
+                continue
+            try:
+                answer: ToolsForceResult = await self._host.request(
+                    "tools.force", ToolsForceParams(session_id, call.host_call_id, call.tool))
+            except (ConnectionClosed, RemoteError) as exc:
+                return OpsForceResult(False, f"the host could not force it: {exc}")
+            return OpsForceResult(answer.forced, answer.detail)
         raise RpcError(ErrorCode.NOT_FOUND, f"no call {call_id!r} waiting on the host in "
                                             f"session {session_id}")
 
     async def ops_restart_host(self) -> OpsRestartHostResult:
-        old, new = await self._daemon.host.restart()
+        old, new = await self._host.restart()
         return OpsRestartHostResult(old, new)
 
     async def ops_stats(self) -> OpsStatsResult:
-        host = self._daemon.host
+        host = self._host
         stats = await self._host_stats()
         latencies = list(self.stop_latencies_ms)
         return OpsStatsResult(
             os.getpid(), round(time.monotonic() - self._started, 3),
-            len(self._daemon.sessions.all()),
-            sum(s.agent.turns for s in self._daemon.sessions.all()), self.stops,
+            len(self._sessions.all()),
+            sum(s.agent.turns for s in self._sessions.all()), self.stops,
             round(percentile(latencies, 50), 3) if latencies else None,
             round(percentile(latencies, 90), 3) if latencies else None,
             round(max(latencies), 3) if latencies else None,
             host.pid, host.restarts, host.crashes,
             stats.tombstones if stats else 0, stats.calls_in_flight if stats else 0,
             process_isolation=stats.process_isolation if stats else None,
-            turns_running=sum(1 for s in self._daemon.sessions.all()
+            turns_running=sum(1 for s in self._sessions.all()
                               if s.agent.machine.phase.kind is PhaseKind.RUNNING))

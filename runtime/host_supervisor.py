@@ -10,9 +10,15 @@ the host ``gone`` (``HostGeneration.gone``): a successor is never started beside
 it, and the next request starts a fresh host with a new handshake, to which every
 open session is re-announced.
 
-A turn talks to its host through a ``HostLease``: the lease holds the host of the
-turn's first request and sends only to it. After that host died, nothing else of
-the turn reaches a successor: its requests are ``NotSent``.
+A turn talks to its host through a ``HostLease`` (``host_lease.py``): the lease holds
+the host of the turn's first request and sends only to it. After that host died,
+nothing else of the turn reaches a successor: its requests are ``NotSent``. The
+requests of a lease that outlive their call run in the supervisor's nursery
+(``start_soon``).
+
+This module is the succession (start, adoption, replacement, stop); one host's record is
+``host_generation.py``, its liveness ping ``host_liveness.py``, the cleanup after its death
+``host_cleanup.py``.
 
 The first host may be given, already started (``first_host``: ``quiesce serve`` starts
 it before its own imports): the first link adopts it if it runs the command this
@@ -38,68 +44,34 @@ host share when the runtime stops importing ``host`` (issue 17).
 from __future__ import annotations
 
 import logging
-import os
-import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
-import psutil
 import trio
 
 from protocol.errors import RemoteError, RpcError
-from protocol.messages.common import Empty
 from protocol.messages.host import SessionOpenParams
+from runtime.host_cleanup import kill_orphans_of_dead_hosts, kill_survivors
+from runtime.host_generation import HostGeneration, HostStartFailed, StartAttempt, describe
+from runtime.host_lease import GONE_TIMEOUT, HostLease
 from runtime.host_link import HostLink, default_host_command
+from runtime.host_liveness import (
+    DEFAULT_LIVENESS_TIMEOUT,
+    DEFAULT_PING_INTERVAL,
+    ping_until_dead,
+)
 from runtime.popen_process import PopenProcess
 from runtime.shared import cgroups
-from runtime.shared.proctree import (
-    ENV_MARKER,
-    find_marked,
-    kill_adopted_children,
-    kill_marked,
-    sweeps_orphans,
-)
 from runtime.shared.rpc import ConnectionClosed, Handler, NotificationHandler, NotSent
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PING_INTERVAL = 2.0
-DEFAULT_LIVENESS_TIMEOUT = 10.0
-SURVIVOR_KILL_GRACE = 0.5
-# How long a call the host died under waits for that host's cleanup (its leftover tool
-# processes killed) before it reports HOST_CRASHED anyway: a bound, never a hang.
-GONE_TIMEOUT = 10.0
+__all__ = ["DEFAULT_LIVENESS_TIMEOUT", "DEFAULT_PING_INTERVAL", "START_RETRY_AFTER",
+           "HostGeneration", "HostLease", "HostStartFailed", "HostSupervisor"]
+
 START_RETRY_AFTER = 1.0
 """After a failed start, requests fail at once for this long instead of starting again."""
-
-
-class HostStartFailed(NotSent):
-    """No host could be started: the request that needed one was never sent."""
-
-
-@dataclass(eq=False)
-class _StartAttempt:
-    done: trio.Event = field(default_factory=trio.Event)
-    failure: str | None = None
-    ended_at: float = 0.0
-
-
-@dataclass(eq=False)
-class HostGeneration:
-    """One host of the supervisor's succession, from its handshake to its cleanup."""
-
-    number: int
-    link: HostLink
-    gone: trio.Event = field(default_factory=trio.Event)
-    """Set once the host is dead and reaped and the tool processes it left are killed."""
-    restarted: bool = False
-    """Killed by an operator's restart (``quiesce ops restart-host``), not crashed."""
-
-    @property
-    def usable(self) -> bool:
-        return not self.link.down.is_set()
 
 
 class HostSupervisor:
@@ -118,8 +90,8 @@ class HostSupervisor:
         self._sessions: dict[str, SessionOpenParams] = {}
         self._host: HostGeneration | None = None
         self._nursery: trio.Nursery | None = None
-        self._starting: _StartAttempt | None = None
-        self._failed: _StartAttempt | None = None
+        self._starting: StartAttempt | None = None
+        self._failed: StartAttempt | None = None
         self._stopping = False
         self._restarting = False
         self.generation = 0
@@ -146,6 +118,12 @@ class HostSupervisor:
     def lease(self) -> HostLease:
         """A hold on the current host for one turn (see :class:`HostLease`)."""
         return HostLease(self)
+
+    def start_soon(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run a lease's request that may outlive its call (a ``tools.abort``, an abandoned
+        call's execute): in the supervisor's nursery, as long as the hosts it talks to."""
+        assert self._nursery is not None, "the supervisor is not running"
+        self._nursery.start_soon(fn)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -200,11 +178,11 @@ class HostSupervisor:
             await self._attempt_start()
 
     async def _attempt_start(self) -> None:
-        attempt = self._starting = _StartAttempt()
+        attempt = self._starting = StartAttempt()
         try:
             await self._start()
         except* (OSError, trio.TooSlowError, RpcError, RemoteError, ConnectionClosed) as group:
-            attempt.failure = f"the host could not be started: {_describe(group)}"
+            attempt.failure = f"the host could not be started: {describe(group)}"
             self._failed = attempt
             log.error("%s", attempt.failure)
             raise HostStartFailed(attempt.failure) from group
@@ -240,7 +218,8 @@ class HostSupervisor:
                 await link.start(nursery)
                 self._host = host
                 task_status.started(link.pid)
-                nursery.start_soon(self._ping, link)
+                nursery.start_soon(ping_until_dead, link, self._ping_interval,
+                                   self._liveness_timeout)
                 await link.down.wait()
                 if not link.exited.is_set() and not self._stopping:
                     # Its pipe closed but the process lives on: it can do no more for us,
@@ -268,40 +247,9 @@ class HostSupervisor:
         finally:
             host.gone.set()
 
-    async def _ping(self, link: HostLink) -> None:
-        while True:
-            await trio.sleep(self._ping_interval)
-            started = time.monotonic()
-            with trio.move_on_after(self._liveness_timeout):
-                try:
-                    await link.request("host.stats", Empty())
-                except ConnectionClosed:
-                    return
-                except RemoteError as exc:  # it answered: alive
-                    log.warning("host %s answered a ping with %s", link.pid, exc)
-                continue
-            log.error("host %s did not answer a ping within %.1f s (sent %.1f s ago): "
-                      "killing it", link.pid, self._liveness_timeout,
-                      time.monotonic() - started)
-            link.kill()
-            return
-
     async def _kill_survivors(self, host_pid: int | None) -> None:
-        if host_pid is None:
-            return
-        report = await kill_marked(ENV_MARKER, f"{host_pid}:", prefix=True,
-                                   grace=SURVIVOR_KILL_GRACE)
-        if report.found:
-            log.warning("killed %d processes left by host %s", report.found, host_pid)
-        if sweeps_orphans():
-            # An escapee without the marker (it cleared its environment and left its
-            # session) was the dead host's orphan, and is now ours: no successor runs yet,
-            # so every child but a host not yet adopted is one.
-            spare = {self._first_host.pid} if self._first_host is not None else set()
-            found = await kill_adopted_children(spare=spare, grace=SURVIVOR_KILL_GRACE)
-            if found:
-                log.warning("killed %d unmarked processes orphaned by host %s", found,
-                            host_pid)
+        spare = {self._first_host.pid} if self._first_host is not None else set()
+        await kill_survivors(host_pid, spare=spare)
 
     async def request(self, method: str, params: msgspec.Struct) -> Any:
         link = await self.ensure()
@@ -338,122 +286,9 @@ class HostSupervisor:
 
     @staticmethod
     async def kill_orphans_of_dead_hosts() -> int:
-        """At start-up: tool processes whose host is gone (a runtime and host killed
-        together, e.g. by a signal to their process group) are killed: by their host's
-        cgroups (``quiesce-host-<pid>`` of a dead pid, beneath ours), and by marker."""
-        pids: set[str] = set()
-        for proc in find_marked(ENV_MARKER, "", prefix=True):
-            try:
-                value = proc.environ().get(ENV_MARKER, "")
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-            host_pid = value.split(":", 1)[0]
-            if host_pid.isdigit() and not psutil.pid_exists(int(host_pid)):
-                pids.add(host_pid)
-        killed = await cgroups.sweep_dead_hosts()
-        for host_pid in pids:
-            report = await kill_marked(ENV_MARKER, f"{host_pid}:", prefix=True,
-                                       grace=SURVIVOR_KILL_GRACE)
-            killed += report.found
-        if killed:
-            log.warning("killed %d tool processes left by dead hosts", killed)
-        return killed
+        return await kill_orphans_of_dead_hosts()
 
     async def stop(self) -> None:
         self._stopping = True
         if self._host is not None:
             await self._host.link.stop()
-
-
-class HostLease:
-    """One turn's hold on one host (shared with the turn's subagents).
-
-    The turn's first request takes the usable host (starting one if there is none) and
-    every later request goes to that same host. Once it is dead, nothing more of the turn
-    reaches a successor: a request raises ``NotSent`` (the call was never sent, its body
-    never ran), and the turn, which lost its host, ends. A host that died before the turn
-    sent anything is no loss to the turn: its first request finds the successor.
-    """
-
-    def __init__(self, supervisor: HostSupervisor) -> None:
-        self._supervisor = supervisor
-        self._host: HostGeneration | None = None
-
-    @property
-    def host(self) -> HostGeneration | None:
-        return self._host
-
-    async def _held(self) -> HostGeneration:
-        if self._host is None:
-            host = await self._supervisor.ensure_host()
-            if self._host is None:  # concurrent first requests: the first one holds
-                self._host = host
-        return self._host
-
-    async def ready(self) -> None:
-        await self._held()
-
-    @property
-    def restarted(self) -> bool:
-        return self._host is not None and self._host.restarted
-
-    async def request(self, method: str, params: msgspec.Struct) -> Any:
-        host = await self._held()
-        if not host.usable:
-            raise NotSent(f"host {host.link.pid} (generation {host.number}) of this turn "
-                          "is gone")
-        return await host.link.request(method, params)
-
-    async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any:
-        """Send to the held host only: a stop never starts a host to deliver itself."""
-        host = self._host
-        if host is None or not host.usable:
-            raise NotSent("this turn has no live host")
-        return await host.link.request(method, params)
-
-    async def end_call_processes(self, session_id: str, host_call_id: str) -> str | None:
-        """A process call's grace ran out without the held host's result: its cgroup is
-        killed (the path is known: ``runtime.shared.cgroups``), or, for a host without cgroups, the
-        host is ended (killed, its trees swept) and waited for. How, or ``None`` if the
-        turn holds no live host."""
-        host = self._host
-        if host is None or host.gone.is_set() or host.link.pid is None:
-            return None
-        pid = host.link.pid
-        if cgroups.host_dir(pid) is not None and await trio.to_thread.run_sync(
-                _is_dir, cgroups.host_dir(pid)):
-            emptied = await cgroups.kill_call_cgroup(pid, session_id, host_call_id)
-            if emptied is None:
-                return "cgroup-gone"  # settled (its cgroup removed), or never spawned
-            if emptied:
-                return "cgroup-killed"
-        log.warning("host %s: a stopped process call's processes cannot be confirmed "
-                    "gone; ending the host", pid)
-        if host.usable:
-            host.link.kill()
-        await self.wait_host_gone()
-        return "host-killed"
-
-    async def wait_host_gone(self) -> bool:
-        """After the held host died under a call: wait until its leftover tool processes
-        are killed, at most ``GONE_TIMEOUT``; whether they were."""
-        host = self._host
-        if host is None:
-            return True
-        with trio.move_on_after(GONE_TIMEOUT):
-            await host.gone.wait()
-        if not host.gone.is_set():
-            log.warning("host %s: its cleanup took longer than %.0f s; reporting its calls "
-                        "crashed anyway", host.link.pid, GONE_TIMEOUT)
-        return host.gone.is_set()
-
-
-def _describe(error: BaseException) -> str:
-    """The first error of a (nested) group, named: a timeout's message is empty."""
-    while isinstance(error, BaseExceptionGroup):
-        error = error.exceptions[0]
-    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
-
-
-def _is_dir(path: str | None) -> bool:
-    return path is not None and os.path.isdir(path)

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-import trio
+from typing import Any
 
 from protocol.errors import RpcError
 from protocol.ids import root_turn_id
@@ -16,12 +14,10 @@ from protocol.messages.events import ToolAbortEvent, ToolProgressEvent, ToolStar
 from protocol.messages.host import ToolsAbortResult, ToolsOutputParams, ToolsStartedParams
 from runtime.agent.agent import CallNotice, ToolsFactory
 from runtime.agent.hosttools import HostTools
-from runtime.host_supervisor import HostLease, HostSupervisor
+from runtime.host_lease import HostLease
+from runtime.host_supervisor import HostSupervisor
 from runtime.registry import ToolRegistry
-from runtime.sessions import SessionStore
-
-if TYPE_CHECKING:
-    from runtime.daemon_ops import DaemonOps
+from runtime.sessions import Session, SessionStore
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +28,6 @@ class SessionTools:
         self._sessions = sessions
         self._host = host
         self.process_grace = process_grace
-        self.ops: DaemonOps | None = None
-        self.background: trio.Nursery | None = None
-        """Where a stopped read-only call's request may finish (the daemon's nursery)."""
-        # Each session's current top-level turn and its hold on a host, which the turn's
-        # subagents share: nothing of a turn reaches a host started after its own died.
-        self._leases: dict[str, tuple[str, HostLease]] = {}
 
     def factory(self, session_id: str) -> ToolsFactory:
         def make(turn_id: str) -> tuple[ToolRegistry, list[Any],
@@ -56,14 +46,12 @@ class SessionTools:
                 journal.announce(lambda seq: ToolAbortEvent(seq, turn_id, call_id, tool,
                                                             answer.state, answer.body_invoked))
 
-            tools = HostTools(self._lease(session_id, turn_id), session_id, turn_id,
+            tools = HostTools(self._lease(session, turn_id), session_id, turn_id,
                               on_progress=on_progress, on_started=on_started,
                               on_abort=on_abort, process_grace=self.process_grace,
-                              background=self.background,
                               plugin_tools=session.plugin_tools)
             definitions = tools.definitions()
-            if self.ops is not None:
-                self.ops.track_tools(session_id, turn_id, tools)
+            session.ops.track_tools(turn_id, tools)
             return ToolRegistry(definitions), definitions, tools.on_output
 
         return make
@@ -78,13 +66,10 @@ class SessionTools:
         if not session.agent.on_output(params):
             log.debug("dropped output of %s (no longer listened to)", params.call_id)
 
-    def forget(self, session_id: str) -> None:
-        """A closed session: its hold on a host is dropped."""
-        self._leases.pop(session_id, None)
-
-    def _lease(self, session_id: str, turn_id: str) -> HostLease:
+    def _lease(self, session: Session, turn_id: str) -> HostLease:
+        """The session's lease for this turn: its top-level turn's (kept on the session)."""
         top = root_turn_id(turn_id)
-        held = self._leases.get(session_id)
+        held = session.lease
         if held is None or held[0] != top:
-            held = self._leases[session_id] = (top, self._host.lease())
+            held = session.lease = (top, self._host.lease())
         return held[1]

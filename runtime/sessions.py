@@ -13,8 +13,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
@@ -38,6 +38,7 @@ from runtime import logfaults
 from runtime.agent.agent import Agent, ToolsFactory
 from runtime.agent.journal import Journal
 from runtime.agent.turn import TurnConfig
+from runtime.ops_view import SessionOpsView
 from runtime.providers.base import Provider
 from runtime.sessionlog import (
     LogContents,
@@ -46,6 +47,9 @@ from runtime.sessionlog import (
     is_live_elsewhere,
     read_log,
 )
+
+if TYPE_CHECKING:
+    from runtime.host_lease import HostLease
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,11 @@ class Session:
     closing: bool = False
     """``session.close`` is settling its turn: no new prompt; still visible to ``agent.abort``
     and operators (who may have to force a stuck call for the close to finish)."""
+    ops: SessionOpsView = field(default_factory=SessionOpsView)
+    """What operators see of its calls."""
+    lease: tuple[str, HostLease] | None = None
+    """Its current top-level turn and that turn's hold on a host, which the turn's
+    subagents share: nothing of a turn reaches a host started after its own died."""
 
     def info(self) -> SessionInfo:
         return SessionInfo(self.session_id, self.workspace, self.permission_mode,
@@ -90,6 +99,9 @@ class SessionStore:
         # session.list and ops list from worker threads, maybe at once.
         self._listing_lock = threading.Lock()
         logfaults.warn_if_active(log)
+        self._scan_lock = trio.Lock()  # one scan of the logs on disk at a time
+        self._scans = 0
+        self._scanned: list[SessionInfo] = []
 
     def path_of(self, session_id: str) -> pathlib.Path:
         if not _SESSION_ID.fullmatch(session_id):
@@ -214,6 +226,9 @@ class SessionStore:
         """Forget a closed session (its journal already closed)."""
         self._sessions.pop(session_id, None)
 
+    def find(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
     def get(self, session_id: str) -> Session:
         try:
             return self._sessions[session_id]
@@ -222,6 +237,18 @@ class SessionStore:
 
     def all(self) -> tuple[Session, ...]:
         return tuple(self._sessions.values())
+
+    async def scan_disk(self) -> list[SessionInfo]:
+        """The sessions on disk, read off the event loop (a long log must not hold up
+        agent.abort), by a scan that started after this call: lists that wait for the same
+        scan share it, so a burst of them (a batch) costs two scans, not a thread each
+        (which would take the worker threads and the interpreter lock a stop needs)."""
+        wanted = self._scans + 1
+        async with self._scan_lock:
+            if self._scans < wanted:
+                self._scans += 1
+                self._scanned = await trio.to_thread.run_sync(self.on_disk)
+            return self._scanned
 
     def on_disk(self) -> list[SessionInfo]:
         """Sessions in the data directory that this daemon has not loaded; a log that cannot

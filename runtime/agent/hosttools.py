@@ -1,13 +1,15 @@
 """Host tools as registry bodies: ``tools.execute`` out, and the per-class stop policy.
 
-The body sends ``tools.execute`` and waits for the host's result or a stop. On
-a stop it sends ``tools.abort`` (so does the scheduler's stop walk, through the
-definition's stop handler; the abort is sent once either way) and then, by the
-tool's class:
+The body sends ``tools.execute`` and waits for the host's result or a stop. A stop
+(the call's signal, or the scheduler's stop walk through the definition's stop
+handler, whichever comes first) moves the call to ``aborting`` (``hostcall.py``, the
+call's state table), and that transition starts the call's one ``tools.abort``
+sender, in the nursery of the turn's host lease (``HostPort.start_soon``): the
+request may outlive the call, never the lease's owner. Then, by the tool's class:
 
 - read-only: stops waiting at once, without waiting for the host's answer to the
   abort (``ABORTED``: the body may have started); the request may still finish in
-  the background for ``LATE_RESULT_WAIT``, and a late host result is logged (INFO:
+  the lease's nursery for ``LATE_RESULT_WAIT``, and a late host result is logged (INFO:
   call, tool, code) and discarded.
 - process: waits up to ``process_grace`` for the host's result (the output the
   host collected before it killed the tree); past it, the runtime ends the call's
@@ -35,8 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import msgspec
@@ -55,6 +56,7 @@ from protocol.messages.host import (
 from protocol.toolclass import TOOL_CLASSES, ToolClass
 from protocol.tools import TOOL_ARGS, ToolResult, aborted_result, error_result
 from protocol.toolspecs import TOOL_SPECS
+from runtime.agent.hostcall import Execution, HostCall, HostCallEvent, InFlightCall
 from runtime.registry import (
     AbortSignal,
     JsonObjectArgs,
@@ -104,6 +106,11 @@ class HostPort(Protocol):
         holds no live host."""
         ...
 
+    def start_soon(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run ``fn`` in the lease's nursery: a ``tools.abort`` request, or an abandoned
+        call's execute awaited for its late result, outlives the call that started it."""
+        ...
+
 
 def lost_host(result: ToolResult) -> bool:
     """Whether a call's result says the turn's host is gone: it died under the call, or
@@ -118,36 +125,6 @@ StartedSink = Callable[[str], None]  # (call id): the host started the call's bo
 AbortSink = Callable[[str, str, ToolsAbortResult], None]  # (call id, tool, host answer)
 
 
-@dataclass
-class _Execution:
-    """A ``tools.execute`` request in flight: it may outlive the call that sent it."""
-
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
-    done: trio.Event = field(default_factory=trio.Event)
-    result: ToolResult | None = None
-    failure: Exception | None = None
-
-    def get(self) -> ToolResult:
-        """The host's result; a failure of the request is raised here, in the call's task
-        (the registry maps it), never in the nursery that ran the request."""
-        if self.failure is not None:
-            raise self.failure
-        assert self.result is not None
-        return self.result
-
-
-@dataclass
-class _HostCall:
-    call_id: str
-    host_call_id: str
-    tool: str
-    tool_class: ToolClass
-    progress: list[str] = field(default_factory=list)
-    abandoned: bool = False
-    abort_answer: ToolsAbortResult | None = None
-    abort_done: trio.Event = field(default_factory=trio.Event)
-    abort_started: bool = False
-    started_at: float = field(default_factory=time.monotonic)
 
 
 class HostTools:
@@ -156,7 +133,6 @@ class HostTools:
     def __init__(self, host: HostPort, session_id: str, turn_id: str, *,
                  on_progress: ProgressSink, on_abort: AbortSink,
                  process_grace: float = DEFAULT_PROCESS_GRACE,
-                 background: trio.Nursery | None = None,
                  plugin_tools: tuple[PluginTool, ...] = (),
                  on_started: StartedSink | None = None) -> None:
         self._host = host
@@ -166,9 +142,7 @@ class HostTools:
         self._on_progress = on_progress
         self._on_abort = on_abort
         self._grace = process_grace
-        # Where a read-only call's abort finishes after the call has been abandoned.
-        self._background = background
-        self._calls: dict[str, _HostCall] = {}  # by host call id
+        self._calls: dict[str, HostCall] = {}  # by host call id
         self._plugin_tools = plugin_tools
 
     def definitions(self) -> list[ToolDefinition[Any]]:
@@ -187,17 +161,15 @@ class HostTools:
         ]
         return builtin + plugins
 
-    def in_flight(self) -> list[tuple[str, str, str, ToolClass, str, float]]:
-        """(call id, host call id, tool, class, state, age in s) of every call waiting on
-        the host; state: running, aborting (abort sent), draining (abort answered)."""
+    def in_flight(self) -> list[InFlightCall]:
+        """Every call waiting on the host (running, aborting or draining)."""
         now = time.monotonic()
-        out = []
-        for call in self._calls.values():
-            state = ("draining" if call.abort_done.is_set() else
-                     "aborting" if call.abort_started else "running")
-            out.append((call.call_id, call.host_call_id, call.tool, call.tool_class, state,
-                        now - call.started_at))
-        return out
+        return [call.view(now) for call in self._calls.values() if not call.abandoned]
+
+    def find(self, call_id: str) -> InFlightCall | None:
+        """The call of this model call id waiting on the host, if any."""
+        call = self._calls.get(self.host_call_id(call_id))
+        return None if call is None or call.abandoned else call.view(time.monotonic())
 
     def host_call_id(self, call_id: str) -> str:
         # Unique per turn, so a late abort or tombstone can never meet a later turn's call.
@@ -220,35 +192,41 @@ class HostTools:
     async def _stop_handler(self, execution: ToolExecution) -> None:
         """Deliver the stop to the host; waiting for what it did is the body's business."""
         call = self._calls.get(self.host_call_id(execution.call_id))
-        if call is None:
-            return
-        if self._background is not None:
-            self._background.start_soon(self._abort, call, execution.signal)
-        else:
-            await self._abort(call, execution.signal)
+        if call is not None:
+            self._stop(call, execution.signal)
 
-    async def _abort(self, call: _HostCall, signal: AbortSignal) -> ToolsAbortResult | None:
-        """Send ``tools.abort`` once; every caller waits for the one answer."""
-        if not call.abort_started:
-            call.abort_started = True
-            cause = signal.cause or UserCause()  # the one cause type: nothing to convert
-            try:
-                answer: ToolsAbortResult = await self._host.request_if_alive(
-                    "tools.abort", ToolsAbortParams(
+    def _stop(self, call: HostCall, signal: AbortSignal) -> None:
+        """A stop reached the call: the first one (the table's ``ABORT`` moves it once)
+        starts its one ``tools.abort`` sender in the lease's nursery; later ones only wait
+        for ``call.abort_done``."""
+        if call.fire(HostCallEvent.ABORT):
+            self._host.start_soon(lambda: self._send_abort(call, signal))
+
+    async def _send_abort(self, call: HostCall, signal: AbortSignal) -> None:
+        """The call's one ``tools.abort``: its answer is kept and announced."""
+        cause = signal.cause or UserCause()  # the one cause type: nothing to convert
+        try:
+            answer: ToolsAbortResult = await self._host.request_if_alive(
+                "tools.abort", ToolsAbortParams(
                     self._session_id, call.host_call_id, call.tool, cause))
-                call.abort_answer = answer
-                self._on_abort(call.call_id, call.tool, answer)
-            except NotSent as exc:  # no host to stop it on: nothing of it runs there
-                log.info("tools.abort %s not sent: %s", call.host_call_id, exc)
-            except (ConnectionClosed, RemoteError, msgspec.DecodeError) as exc:
-                log.warning("tools.abort %s failed: %s", call.host_call_id, exc)
-            finally:
-                call.abort_done.set()
+            call.abort_answer = answer
+            self._on_abort(call.call_id, call.tool, answer)
+        except NotSent as exc:  # no host to stop it on: nothing of it runs there
+            log.info("tools.abort %s not sent: %s", call.host_call_id, exc)
+        except (ConnectionClosed, RemoteError, msgspec.DecodeError) as exc:
+            log.warning("tools.abort %s failed: %s", call.host_call_id, exc)
+        finally:
+            call.fire(HostCallEvent.ABORT_DONE)
+            call.abort_done.set()
+
+    async def _abort(self, call: HostCall, signal: AbortSignal) -> ToolsAbortResult | None:
+        """Stop the call (if no stop has yet) and wait for its abort's answer."""
+        self._stop(call, signal)
         await call.abort_done.wait()
         return call.abort_answer
 
     async def _body(self, args: msgspec.Struct, execution: ToolExecution) -> ToolResult:
-        call = _HostCall(execution.call_id, self.host_call_id(execution.call_id), execution.tool,
+        call = HostCall(execution.call_id, self.host_call_id(execution.call_id), execution.tool,
                          execution.tool_class)
         self._calls[call.host_call_id] = call
         try:
@@ -256,32 +234,35 @@ class HostTools:
         finally:
             del self._calls[call.host_call_id]
 
-    async def _run(self, call: _HostCall, args: msgspec.Struct,
+    async def _run(self, call: HostCall, args: msgspec.Struct,
                    signal: AbortSignal) -> ToolResult:
-        execution = _Execution()
+        execution = Execution()
         # A read-only call is abandoned at once on a stop; its request finishes (or not)
-        # in the background, where a late result is still seen, and logged.
-        background = self._background if call.tool_class is ToolClass.READ_ONLY else None
+        # in the lease's nursery, where a late result is still seen, and logged.
+        read_only = call.tool_class is ToolClass.READ_ONLY
         async with trio.open_nursery() as nursery:
-            (background or nursery).start_soon(self._execute, call, args, execution)
+            if read_only:
+                self._host.start_soon(lambda: self._execute(call, args, execution))
+            else:
+                nursery.start_soon(self._execute, call, args, execution)
             try:
                 with cancel_on_abort(signal):
                     await execution.done.wait()
                 if execution.done.is_set():
                     return execution.get()
-                return await self._stopped(call, execution, signal, background)
+                return await self._stopped(call, execution, signal)
             finally:
-                if not (call.abandoned and background is not None):
+                if not (call.abandoned and read_only):
                     execution.scope.cancel()  # nothing waits for this request any more
 
-    async def _stopped(self, call: _HostCall, execution: _Execution, signal: AbortSignal,
-                       background: trio.Nursery | None) -> ToolResult:
+    async def _stopped(self, call: HostCall, execution: Execution,
+                       signal: AbortSignal) -> ToolResult:
         """The per-class stop policy, once the call's signal aborted."""
         stopped_at = trio.current_time()
-        if background is not None:
+        if call.tool_class is ToolClass.READ_ONLY:
             # Nothing to wait for: the abort goes out now, its answer is only logged.
             # Without the host's word the body may have started: ABORTED, honestly.
-            background.start_soon(self._abort, call, signal)
+            self._stop(call, signal)
             execution.scope.deadline = trio.current_time() + LATE_RESULT_WAIT
             return self._abandon(call, None, "read-only: stopped waiting at once")
         if call.tool_class is ToolClass.PROCESS:
@@ -302,18 +283,16 @@ class HostTools:
             return self._abandon(call, call.abort_answer, f"no host result within the "
                                  f"{self._grace:g} s grace window", unconfirmed=True,
                                  ended=ended)
-        answer = await self._abort(call, signal)
-        if call.tool_class is ToolClass.READ_ONLY:
-            return self._abandon(call, answer, "read-only: stopped waiting at once")
+        await self._abort(call, signal)
         await execution.done.wait()  # mutating and plugin calls are never abandoned
         return execution.get()
 
-    async def _execute(self, call: _HostCall, args: msgspec.Struct,
-                       execution: _Execution) -> None:
+    async def _execute(self, call: HostCall, args: msgspec.Struct,
+                       execution: Execution) -> None:
         with execution.scope:
             try:
                 execution.result = await self._send_execute(call, args)
-            # Handed to the call (get()): this task may run in the daemon's nursery, which
+            # Handed to the call (get()): this task may run in the lease's nursery, which
             # must not fail with it.
             except Exception as exc:  # noqa: BLE001 -- transported, not swallowed
                 execution.failure = exc
@@ -327,12 +306,12 @@ class HostTools:
             log.info("abandoned call %s (%s): no late result within %g s", call.host_call_id,
                      call.tool, LATE_RESULT_WAIT)
 
-    async def _send_execute(self, call: _HostCall, args: msgspec.Struct) -> ToolResult:
+    async def _send_execute(self, call: HostCall, args: msgspec.Struct) -> ToolResult:
         raw = args.value() if isinstance(args, JsonObjectArgs) else msgspec.to_builtins(args)
         params = ToolsExecuteParams(self._session_id, call.host_call_id, call.tool, raw)
         try:
             await self._host.ready()
-            if call.abort_started or call.abandoned:
+            if call.stopped:
                 # Stopped while a host was starting: its abort had no host to go to, so
                 # the execute is not sent either (no checkpoint from here to the send).
                 return aborted_result(before_dispatch=True, details={
@@ -361,9 +340,9 @@ class HostTools:
                                 body_invoked=True)
         return result
 
-    def _abandon(self, call: _HostCall, answer: ToolsAbortResult | None, why: str, *,
+    def _abandon(self, call: HostCall, answer: ToolsAbortResult | None, why: str, *,
                  unconfirmed: bool = False, ended: str | None = None) -> ToolResult:
-        call.abandoned = True  # progress stops here
+        call.fire(HostCallEvent.ABANDON)  # progress stops here
         log.info("call %s (%s) abandoned: %s; a late host result is dropped", call.host_call_id,
                  call.tool, why)
         details: dict[str, Any] = {"abandoned": why}

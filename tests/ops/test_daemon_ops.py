@@ -15,7 +15,9 @@ import trio
 from protocol.messages.events import ToolCallEvent, TurnEnd, TurnOutcome
 from protocol.messages.host import HostCallInfo, HostStatsResult
 from protocol.toolclass import ToolClass
+from runtime.agent.hostcall import HostCallState, InFlightCall
 from runtime.daemon_ops import DaemonOps, shown_state
+from runtime.ops_view import SessionOpsView
 from runtime.shared.rpc import ConnectionClosed, NotSent
 
 
@@ -40,23 +42,33 @@ class FakeHost:
 
 @dataclass
 class FakeTools:
-    """``HostTools.in_flight``: (call id, host call id, tool, class, state, age)."""
+    """``HostTools.in_flight``: the calls waiting on the host."""
 
-    calls: list[tuple[str, str, str, ToolClass, str, float]]
+    calls: list[InFlightCall]
 
-    def in_flight(self) -> list[tuple[str, str, str, ToolClass, str, float]]:
+    def in_flight(self) -> list[InFlightCall]:
         return self.calls
 
 
-def fake_daemon(host: FakeHost | None = None, pending: frozenset[str] = frozenset()) -> Any:
+def make_ops(host: FakeHost | None = None, pending: frozenset[str] = frozenset()) -> DaemonOps:
+    """A ``DaemonOps`` on fakes of its three collaborators: one session, running."""
     agent = SimpleNamespace(machine=SimpleNamespace(phase=SimpleNamespace(
         kind=SimpleNamespace(value="running"))), current_turn=("t1", 1.0, None),
         stuck_after=30.0, inbox=())
-    session = SimpleNamespace(session_id="s-1", workspace="/w", agent=agent)
-    return SimpleNamespace(permissions=SimpleNamespace(pending_calls=lambda: pending),
-                           sessions=SimpleNamespace(all=lambda: [session], unreadable=list,
-                                                    dir=pathlib.Path("/data/sessions")),
-                           host=host or FakeHost(fails=NotSent("no live host")))
+    session = SimpleNamespace(session_id="s-1", workspace="/w", agent=agent,
+                              ops=SessionOpsView())
+    sessions = SimpleNamespace(all=lambda: [session], unreadable=list,
+                               dir=pathlib.Path("/data/sessions"),
+                               find=lambda sid: session if sid == "s-1" else None,
+                               get=lambda sid: session)
+    return DaemonOps(cast(Any, sessions), cast(Any, host or FakeHost(
+        fails=NotSent("no live host"))), cast(Any, SimpleNamespace(pending_calls=lambda: pending)))
+
+
+def the_session(ops: DaemonOps) -> SessionOpsView:
+    """The ops view of the one session of ``make_ops``."""
+    view: SessionOpsView = ops._sessions.get("s-1").ops  # type: ignore[attr-defined]
+    return view
 
 
 async def states(ops: DaemonOps) -> dict[str, tuple[str, str, str]]:
@@ -65,8 +77,8 @@ async def states(ops: DaemonOps) -> dict[str, tuple[str, str, str]]:
 
 
 async def test_planned_calls_are_queued_until_started_or_the_turn_ends() -> None:
-    ops = DaemonOps(cast(Any, fake_daemon()))
-    ops.plan_step("s-1", "t1", [("w1", "Write", "mutating"), ("b1", "Bash", "process")])
+    ops = make_ops()
+    the_session(ops).plan_step("t1", [("w1", "Write", "mutating"), ("b1", "Bash", "process")])
     assert await states(ops) == {"w1": ("Write", "mutating", "queued"),
                                  "b1": ("Bash", "process", "queued")}
     # Recorded means started: no longer queued (the host tools list it from here).
@@ -81,18 +93,12 @@ async def test_planned_calls_are_queued_until_started_or_the_turn_ends() -> None
     assert await states(ops) == {}
 
 
-async def test_a_forgotten_session_lists_no_planned_call() -> None:
-    ops = DaemonOps(cast(Any, fake_daemon()))
-    ops.plan_step("s-1", "t1", [("g1", "Grep", "read-only")])
-    ops.forget_session("s-1")
-    assert await states(ops) == {}
-
-
-SENT = [("b1", "t1.b1", "Bash", ToolClass.PROCESS, "running", 2.0),
-        ("b2", "t1.b2", "Bash", ToolClass.PROCESS, "running", 1.0),
-        ("w1", "t1.w1", "Write", ToolClass.MUTATING, "running", 1.0),
-        ("r1", "t1.r1", "Read", ToolClass.READ_ONLY, "aborting", 0.5),
-        ("g1", "t1.g1", "Grep", ToolClass.READ_ONLY, "running", 0.1)]
+RUNNING, ABORTING = HostCallState.RUNNING, HostCallState.ABORTING
+SENT = [InFlightCall("b1", "t1.b1", "Bash", ToolClass.PROCESS, RUNNING, 2.0),
+        InFlightCall("b2", "t1.b2", "Bash", ToolClass.PROCESS, RUNNING, 1.0),
+        InFlightCall("w1", "t1.w1", "Write", ToolClass.MUTATING, RUNNING, 1.0),
+        InFlightCall("r1", "t1.r1", "Read", ToolClass.READ_ONLY, ABORTING, 0.5),
+        InFlightCall("g1", "t1.g1", "Grep", ToolClass.READ_ONLY, RUNNING, 0.1)]
 
 
 async def test_calls_the_host_holds_before_their_bodies_are_shown_so() -> None:
@@ -102,8 +108,8 @@ async def test_calls_the_host_holds_before_their_bodies_are_shown_so() -> None:
         HostCallInfo("s-1", "t1.w1", "permission-pending"),
         HostCallInfo("s-1", "t1.r1", "admission"),  # aborting already: the runtime's state
         HostCallInfo("s-2", "t1.g1", "admission")))  # another session's call of that id
-    ops = DaemonOps(cast(Any, fake_daemon(host)))
-    ops.track_tools("s-1", "t1", cast(Any, FakeTools(SENT)))
+    ops = make_ops(host)
+    the_session(ops).track_tools("t1", cast(Any, FakeTools(SENT)))
     assert await states(ops) == {"b1": ("Bash", "process", "running"),
                                  "b2": ("Bash", "process", "queued"),
                                  "w1": ("Write", "mutating", "permission-pending"),
@@ -118,9 +124,9 @@ async def test_calls_the_host_holds_before_their_bodies_are_shown_so() -> None:
     FakeHost(hangs=True),
 ], ids=["absent", "died", "hung"])
 async def test_without_the_hosts_answer_the_runtimes_view_is_shown(host: FakeHost) -> None:
-    ops = DaemonOps(cast(Any, fake_daemon(host, pending=frozenset({"t1.w1"}))))
+    ops = make_ops(host, pending=frozenset({"t1.w1"}))
     ops.host_answer_limit = 0.05
-    ops.track_tools("s-1", "t1", cast(Any, FakeTools(SENT)))
+    the_session(ops).track_tools("t1", cast(Any, FakeTools(SENT)))
     with trio.fail_after(5):
         shown = await states(ops)
     assert shown == {"b1": ("Bash", "process", "running"),
@@ -131,21 +137,21 @@ async def test_without_the_hosts_answer_the_runtimes_view_is_shown(host: FakeHos
 
 
 def test_the_state_mapping() -> None:
-    assert shown_state("running", "admission", False) == "queued"
-    assert shown_state("running", "permission-pending", False) == "permission-pending"
-    assert shown_state("running", None, True) == "permission-pending"
-    assert shown_state("running", "running", False) == "running"
-    assert shown_state("running", None, False) == "running"
+    assert shown_state(RUNNING, "admission", False) == "queued"
+    assert shown_state(RUNNING, "permission-pending", False) == "permission-pending"
+    assert shown_state(RUNNING, None, True) == "permission-pending"
+    assert shown_state(RUNNING, "running", False) == "running"
+    assert shown_state(RUNNING, None, False) == "running"
     # A stop reached it: what the runtime did about it is the news.
-    assert shown_state("aborting", "admission", False) == "aborting"
-    assert shown_state("draining", "admission", False) == "draining"
+    assert shown_state(ABORTING, "admission", False) == "aborting"
+    assert shown_state(HostCallState.DRAINING, "admission", False) == "draining"
 
 
 async def test_stats_with_two_stops_puts_the_p90_above_the_median() -> None:
-    daemon = fake_daemon(FakeHost())
-    daemon.host.pid, daemon.host.restarts, daemon.host.crashes = 1, 0, 0
-    daemon.sessions.all = list
-    ops = DaemonOps(cast(Any, daemon))
+    host = FakeHost()
+    host.pid, host.restarts, host.crashes = 1, 0, 0  # type: ignore[attr-defined]
+    sessions = SimpleNamespace(all=list)
+    ops = DaemonOps(cast(Any, sessions), cast(Any, host), cast(Any, None))
     ops.record_stop(36_911.2)
     ops.record_stop(35.8)
     stats = await ops.ops_stats()

@@ -88,6 +88,9 @@ class _NoHost:
     async def ready(self) -> None:
         raise AssertionError
 
+    def start_soon(self, fn: object) -> None:
+        raise AssertionError
+
     restarted = False
 
     async def wait_host_gone(self) -> bool:

@@ -7,6 +7,7 @@ The fake host answers ``tools.execute`` and ``tools.abort`` only when a test say
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -23,7 +24,8 @@ from protocol.messages.host import (
 )
 from protocol.tools import ToolResult, aborted_result, ok_result
 from runtime.agent.hosttools import HostTools, lost_host
-from runtime.host_supervisor import HostGeneration, HostLease
+from runtime.host_generation import HostGeneration
+from runtime.host_lease import HostLease
 from runtime.registry import (
     AbortController,
     ToolCallRequest,
@@ -54,6 +56,12 @@ class FakeHost:
         self.started = trio.Event()
         self.started.set()
         self.starting = trio.Event()
+        self.nursery: trio.Nursery | None = None  # the lease's: see Run.call
+        self.abort_senders = 0
+
+    def start_soon(self, fn: Callable[[], Awaitable[None]]) -> None:
+        assert self.nursery is not None
+        self.nursery.start_soon(fn)
 
     def answer_aborts(self, answer: ToolsAbortResult) -> None:
         """Answer every ``tools.abort`` at once with ``answer``."""
@@ -78,6 +86,8 @@ class FakeHost:
             return self.execute_answer
         assert method == "tools.abort" and isinstance(params, ToolsAbortParams)
         self.aborts.append(params)
+        # Sent from a task of the lease's nursery, never from the call's own task.
+        assert trio.lowlevel.current_task().parent_nursery is self.nursery
         await self.abort_released.wait()
         return self.abort_answer
 
@@ -109,10 +119,13 @@ class Recorder:
 class Run:
     def __init__(self, host: FakeHost, *, grace: float = 10.0,
                  background: trio.Nursery | None = None) -> None:
+        """``background``: the lease's nursery, if the test holds it past the call (else
+        ``call`` makes one that ends with the call)."""
         self.progress: list[str] = []
+        self.host = host
+        host.nursery = background
         self.tools = HostTools(host, "s-1", "t1", on_progress=self.on_progress,
-                               on_abort=lambda *a: None, process_grace=grace,
-                               background=background)
+                               on_abort=lambda *a: None, process_grace=grace)
         self.controller = AbortController()
 
     def on_progress(self, call_id: str, stream: str, text: str) -> None:
@@ -125,11 +138,16 @@ class Run:
         """Run one call; return its result and the (virtual) time the stop took to settle."""
         registry = ToolRegistry(self.tools.definitions())
         started = trio.current_time()
-        with trio.fail_after(600):  # virtual seconds under the autojump clock
-            (result,) = await run_tool_calls([ToolCallRequest("c1", tool, args)],
-                                             registry=registry, recorder=Recorder(),
-                                             signal=self.controller.signal)
-        return result, trio.current_time() - started
+        async with trio.open_nursery() as lease:
+            if self.host.nursery is None:
+                self.host.nursery = lease
+            with trio.fail_after(600):  # virtual seconds under the autojump clock
+                (result,) = await run_tool_calls([ToolCallRequest("c1", tool, args)],
+                                                 registry=registry, recorder=Recorder(),
+                                                 signal=self.controller.signal)
+            took = trio.current_time() - started
+            lease.cancel_scope.cancel()  # what the lease still awaits ends with the test
+        return result, took
 
 
 async def stop_once_sent(host: FakeHost, run: Run, *, after: float = 1.0) -> None:
