@@ -30,7 +30,9 @@ class _Host:
     async def request(self, method: str, params: msgspec.Struct) -> Any:
         await trio.lowlevel.checkpoint()
         session_id = params.session_id
-        self.daemon._opening[session_id].scope.cancel()  # what session.close does
+        opening = self.daemon._lives[session_id].opening
+        assert opening is not None
+        opening.scope.cancel()  # what session.close does
         return PluginsListResult((), ())
 
     async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any:
@@ -54,4 +56,4 @@ async def test_a_close_after_the_opens_last_checkpoint_undoes_it(
     assert refused.value.code == ErrorCode.REQUEST_CANCELLED
     assert list(daemon.sessions.all()) == []
     assert host.told == ["session.close"] and len(host.forgot) == 1
-    assert daemon._running == set()
+    assert daemon._lives == {}
