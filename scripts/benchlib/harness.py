@@ -18,6 +18,7 @@ import msgspec
 import psutil
 import trio
 
+from protocol.causes import UserCause
 from protocol.messages.client import (
     AgentAbortParams,
     AgentPromptParams,
@@ -28,7 +29,7 @@ from protocol.messages.client import (
     SessionNewParams,
     SessionNewResult,
 )
-from protocol.messages.events import AnnouncedEvent, Cause, ToolResultEvent
+from protocol.messages.events import AnnouncedEvent, ToolResultEvent
 from protocol.messages.host import (
     PermissionRequestResult,
     PermissionWithdrawnParams,
@@ -182,7 +183,7 @@ class Bench:
         return result
 
     def abort_params(self, session: Session) -> AgentAbortParams:
-        return AgentAbortParams(session.session_id, Cause("user"))
+        return AgentAbortParams(session.session_id, UserCause())
 
     async def wait_for(self, predicate: Callable[[], bool], within: float = WAIT_TIMEOUT,
                        what: str = "condition") -> None:

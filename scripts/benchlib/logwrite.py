@@ -18,7 +18,8 @@ import trio.lowlevel
 
 from benchlib.harness import Bench, now_ms
 from benchlib.stats import Series
-from protocol.messages.events import Cause, SessionMeta, TurnEnd, TurnOutcome
+from protocol.causes import UserCause
+from protocol.messages.events import SessionMeta, TurnEnd, TurnOutcome
 from runtime import logfaults
 from runtime.sessionlog import SessionLog
 
@@ -32,7 +33,7 @@ def _log(bench: Bench) -> SessionLog:
 
 
 def _end(log: SessionLog) -> TurnEnd:
-    return TurnEnd(log.next_seq(), "t1", TurnOutcome("aborted", Cause("user")), "cancelled")
+    return TurnEnd(log.next_seq(), "t1", TurnOutcome("aborted", UserCause()), "cancelled")
 
 
 async def _timed(bench: Bench, series: Series, n: int, warmup: int, *, fail: bool,
