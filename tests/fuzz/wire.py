@@ -337,7 +337,7 @@ def client_methods(*, live_session: str | None = None) -> list[Method]:
     )
     causes = st.one_of(
         st.fixed_dictionaries({"kind": st.sampled_from(
-            ["user", "parent", "hook", "disposed", "operator"])}),
+            ["user", "parent", "disposed", "operator"])}),  # a hook cause needs its reason
         st.fixed_dictionaries({"kind": st.just("hook"), "reason": strings.filter(bool)}),
     )
     def live_or_not(unknown: st.SearchStrategy[dict[str, Any]],
