@@ -39,10 +39,7 @@ FRAMES = 21_000  # streamed after the handshake: the drawn messages, re-laid-out
 MIN_FRAMES = 20_000
 PRE_TEMPLATES = 200  # of them, streamed before the handshake as well
 RSS_GROWTH_LIMIT = 16 * 2**20  # over the whole stream (the peak: twice that)
-# Over its second half memory must stop growing. Known defect, under investigation: in a
-# fresh clone both fuzz plateaus failed their 4 MiB bound while a worktree of the same
-# commit stayed under it; the bound is 12 MiB until that is explained (closing note).
-RSS_PLATEAU_LIMIT = 12 * 2**20
+RSS_PLATEAU_LIMIT = 4 * 2**20  # over its second half: memory stops growing
 LIVE = "s-feedfacefeed"  # the live session's id, known before hypothesis draws
 SCRIPT = [
     [{"toolCall": {"id": "r1", "name": "Read", "args": {"path": "notes.txt"}}}],
