@@ -27,6 +27,7 @@ the runtime's sweeps can import it, and it can move to a package both share.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import itertools
@@ -119,8 +120,13 @@ def _members(path: str) -> list[int]:
 
 
 def _populated(fd: int) -> bool:
-    os.lseek(fd, 0, os.SEEK_SET)
-    data = os.read(fd, 4096)
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        data = os.read(fd, 4096)
+    except OSError as exc:
+        if exc.errno == errno.ENODEV:  # removed since opened: only an empty one can be
+            return False
+        raise
     for line in data.split(b"\n"):
         if line.startswith(b"populated "):
             return line.split()[1] != b"0"
@@ -219,6 +225,9 @@ class Cgroup:
             _write(os.path.join(self.path, "cgroup.kill"), b"1")
         except FileNotFoundError:
             pass
+        except OSError as exc:  # ENODEV: removed (so empty) between the open and the write
+            if exc.errno != errno.ENODEV:
+                raise
 
     async def stop(self, grace: float, kill_timeout: float) -> StopReport:
         """TERM every member, ``cgroup.kill`` past ``grace``, until empty (bounded)."""

@@ -1,0 +1,40 @@
+"""A call's cgroup removed by its host while the runtime kills or waits on it.
+
+The runtime kills a stuck process call's cgroup itself (``kill_call_cgroup``) while
+the host, seeing it empty, removes it. A removed cgroup's open files answer ENODEV;
+removal needs an empty cgroup, so that is "empty", never a failure of the call.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from runtime.shared import cgroups
+
+
+@pytest.fixture
+def scratch_cgroup():  # type: ignore[no-untyped-def]
+    made = cgroups.HostCgroups.create()
+    if isinstance(made, str):
+        pytest.skip(f"no cgroups here: {made}")
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_populated_and_kill_of_a_removed_cgroup(scratch_cgroup: cgroups.HostCgroups) -> None:
+    cgroup = scratch_cgroup.new("call-gone")
+    events = os.open(os.path.join(cgroup.path, "cgroup.events"), os.O_RDONLY)
+    kill = os.open(os.path.join(cgroup.path, "cgroup.kill"), os.O_WRONLY)
+    try:
+        assert cgroup.remove()
+        assert cgroups._populated(events) is False  # ENODEV: removed, so empty
+        cgroup.kill()  # removed: nothing to kill, no error
+        with pytest.raises(OSError):
+            os.write(kill, b"1")  # the raw write does fail (the case kill() must absorb)
+    finally:
+        os.close(events)
+        os.close(kill)
