@@ -3,15 +3,29 @@
 Keyed by ``(session id, call id, tool name)`` so a delayed abort can never stop
 a different tool that reuses the call id. Each lives ``ttl`` seconds; the
 registry holds at most ``capacity`` and drops the oldest beyond it.
+
+An entry holds a 16-byte digest of its key, not the key: ids are bounded only by the
+frame limit (8 MiB), and ``capacity`` tombstones of such ids would be gigabytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 
 TombstoneKey = tuple[str, str, str]
+
+
+def _digest(key: TombstoneKey) -> bytes:
+    # Lengths first: no two keys encode alike ("a", "b\0c") vs ("a\0b", "c").
+    parts = [part.encode("utf-8", "surrogatepass") for part in key]
+    h = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.digest()
 
 
 class TombstoneRegistry:
@@ -22,21 +36,22 @@ class TombstoneRegistry:
         self._ttl = ttl
         self._capacity = capacity
         self._clock = clock
-        self._entries: OrderedDict[TombstoneKey, float] = OrderedDict()  # key -> expiry
+        self._entries: OrderedDict[bytes, float] = OrderedDict()  # digest -> expiry
         self.expired = 0
         self.evicted = 0
 
     def add(self, key: TombstoneKey) -> None:
         self._purge()
-        self._entries.pop(key, None)
-        self._entries[key] = self._clock() + self._ttl
+        digest = _digest(key)
+        self._entries.pop(digest, None)
+        self._entries[digest] = self._clock() + self._ttl
         while len(self._entries) > self._capacity:
             self._entries.popitem(last=False)
             self.evicted += 1
 
     def take(self, key: TombstoneKey) -> bool:
         """Consume the tombstone for ``key``; True if a live one was there."""
-        expiry = self._entries.pop(key, None)
+        expiry = self._entries.pop(_digest(key), None)
         if expiry is None:
             return False
         if expiry <= self._clock():
@@ -45,7 +60,7 @@ class TombstoneRegistry:
         return True
 
     def __contains__(self, key: TombstoneKey) -> bool:
-        expiry = self._entries.get(key)
+        expiry = self._entries.get(_digest(key))
         return expiry is not None and expiry > self._clock()
 
     def __len__(self) -> int:

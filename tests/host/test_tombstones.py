@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pathlib
+import tracemalloc
 
 import pytest
 
@@ -110,3 +111,29 @@ async def test_tombstone_capacity_and_count_are_observable(tmp_path: pathlib.Pat
         assert not oldest.is_error and newest.code == "ABORTED_BEFORE_DISPATCH"
         stats = await host.link.request("host.stats", Empty())
         assert stats.tombstones == 1 and stats.calls_in_flight == 0
+
+
+def test_memory_is_bounded_by_count_not_by_id_length() -> None:
+    # Ids are bounded only by the frame limit: tombstones of 1 MiB call ids must not
+    # keep a MiB each (the host fuzz's 8 MiB plateau growth was one such tombstone).
+    registry = TombstoneRegistry(capacity=100)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(20):
+            registry.add(("s", f"{n}-" + "x" * 2**20, "Read"))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert held < 64 * 1024, held
+    assert ("s", "3-" + "x" * 2**20, "Read") in registry
+    assert ("s", "3-" + "x" * 2**20, "Grep") not in registry
+
+
+def test_keys_that_join_alike_stay_apart() -> None:
+    registry = TombstoneRegistry()
+    registry.add(("a", "b\0c", "Read"))
+    assert ("a\0b", "c", "Read") not in registry
+    assert registry.take(("a", "b\0c", "Read"))
+    registry.add(("s", "\udcff", "Read"))  # a lone surrogate is a key like any other
+    assert ("s", "\udcff", "Read") in registry
