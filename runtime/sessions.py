@@ -317,12 +317,13 @@ def _why(exc: OSError | ValueError) -> str:
 def _unreadable(path: pathlib.Path, exc: OSError | ValueError,
                 mtime: float | None) -> SessionInfo:
     """A listing of a log that cannot be read: what its first line says, if it can be
-    read, else only its id (workspace empty, created at the file's mtime)."""
+    read, else only its id (workspace empty, no permission mode, created at the file's
+    mtime)."""
     meta = _first_meta(path)
     if meta is not None:
         return SessionInfo(path.stem, meta.workspace, meta.permission_mode,  # type: ignore[arg-type]
                            meta.created_at, loaded=False, error=_why(exc))
-    return SessionInfo(path.stem, "", "ask", mtime or 0.0, loaded=False, error=_why(exc))
+    return SessionInfo(path.stem, "", None, mtime or 0.0, loaded=False, error=_why(exc))
 
 
 def _first_meta(path: pathlib.Path) -> SessionMeta | None:

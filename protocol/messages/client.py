@@ -84,7 +84,8 @@ class SessionNewResult(Struct, frozen=True):
 class SessionInfo(Struct, frozen=True):
     session_id: str
     workspace: str
-    permission_mode: PermissionMode
+    permission_mode: PermissionMode | None
+    """Null only for an unreadable log whose first line cannot be read either."""
     created_at: float
     loaded: bool = True  # open in this daemon; else only in the data directory
     interrupted: bool = False  # its log ends inside a turn: session.load will close it

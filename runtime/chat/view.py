@@ -353,8 +353,9 @@ class ChatView:
 def session_lines(sessions: tuple[SessionInfo, ...], current: str | None,
                   workspace: str | None = None) -> Lines:
     """``/sessions``: the sessions of ``workspace`` only (``None``: of every workspace),
-    saying how many others there are."""
-    shown = [s for s in sessions if workspace is None or s.workspace == workspace]
+    saying how many others there are; an unreadable log whose workspace is unknown is
+    listed with every workspace's."""
+    shown = [s for s in sessions if workspace is None or s.workspace in (workspace, "")]
     others = len(sessions) - len(shown)
     title = ("sessions:" if workspace is None
              else f"sessions in {workspace}:")
@@ -366,8 +367,11 @@ def session_lines(sessions: tuple[SessionInfo, ...], current: str | None,
                                  ("not loaded", not s.loaded),
                                  ("interrupted", s.interrupted)) if on]
         lines.append(Text.assemble((f"  {s.session_id}", "bold"),
-                                   f"  {s.workspace}  {s.permission_mode}",
+                                   f"  {s.workspace or '(workspace unknown)'}  "
+                                   f"{s.permission_mode or ''}".rstrip(),
                                    (f"  ({', '.join(flags)})" if flags else "", "dim")))
+        if s.error is not None:  # /load would fail: say so before the user tries
+            lines.append(Text(f"    log unreadable: {s.error}", style="red"))
     if others:
         lines.append(Text(f"  ({others} in other workspaces: /sessions all lists them)",
                           style="dim"))

@@ -269,6 +269,17 @@ def test_session_list_marks_the_current_one() -> None:
     assert plain(session_lines((), None, "/w")) == ["sessions in /w:", "  none"]
 
 
+def test_session_list_says_which_logs_cannot_be_loaded() -> None:
+    sessions = (SessionInfo("s-1", "/w", "ask", 0.0, loaded=False,
+                            error="s-1.jsonl:3: unreadable event"),
+                SessionInfo("s-2", "", None, 0.0, loaded=False, error="Permission denied"))
+    # The one whose workspace is unknown may be this workspace's: it is listed here too.
+    assert plain(session_lines(sessions, None, "/w")) == [
+        "sessions in /w:",
+        "  s-1  /w  ask  (not loaded)", "    log unreadable: s-1.jsonl:3: unreadable event",
+        "  s-2  (workspace unknown)  (not loaded)", "    log unreadable: Permission denied"]
+
+
 def test_no_timer_runs_before_the_body_starts_and_replays_make_none_up() -> None:
     view = ChatView()
     start(view)

@@ -101,4 +101,5 @@ async def test_a_log_whose_first_line_is_unreadable_too(tmp_path: pathlib.Path,
         listed = await agent.daemon.request("session.list", Empty())
         (info,) = listed.sessions
         assert info.session_id == SESSION and info.error and info.workspace == ""
+        assert info.permission_mode is None  # unknown, not a made-up "ask"
         assert info.created_at == pytest.approx(path.stat().st_mtime)
