@@ -44,7 +44,7 @@ host share when the runtime stops importing ``host`` (issue 17).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -80,14 +80,17 @@ class HostSupervisor:
                  notification_handlers: Mapping[str, NotificationHandler] | None = None,
                  ping_interval: float = DEFAULT_PING_INTERVAL,
                  liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
-                 first_host: PopenProcess | None = None) -> None:
+                 first_host: PopenProcess | None = None,
+                 registrations: Callable[[], Iterable[SessionOpenParams]] = tuple) -> None:
+        """``registrations``: the sessions registered with the host now (each
+        ``SessionLife`` owns its own), re-announced to every fresh host."""
         self._command = command
         self._first_host = first_host
         self._handlers = dict(handlers or {})
         self._notification_handlers = dict(notification_handlers or {})
         self._ping_interval = ping_interval
         self._liveness_timeout = liveness_timeout
-        self._sessions: dict[str, SessionOpenParams] = {}
+        self._registrations = registrations
         self._host: HostGeneration | None = None
         self._nursery: trio.Nursery | None = None
         self._starting: StartAttempt | None = None
@@ -203,7 +206,7 @@ class HostSupervisor:
         self.generation = host.number
         if self.generation > 1:
             self.restarts += 1
-        for params in list(self._sessions.values()):  # sessions may open meanwhile
+        for params in list(self._registrations()):  # sessions may open meanwhile
             try:
                 await link.request("session.open", params)
             except RemoteError as exc:  # e.g. its workspace is gone: its calls will say so
@@ -261,14 +264,6 @@ class HostSupervisor:
         if host is None or not host.usable:
             raise NotSent("no live host")
         return await host.link.request(method, params)
-
-    async def open_session(self, params: SessionOpenParams) -> None:
-        self._sessions[params.session_id] = params
-        await self.request("session.open", params)
-
-    def forget_session(self, session_id: str) -> None:
-        """A session that never opened: a later host is not told of it."""
-        self._sessions.pop(session_id, None)
 
     async def restart(self) -> tuple[int | None, int | None]:
         """Replace the current host: it is killed, so the calls waiting on it end
