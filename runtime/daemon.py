@@ -9,43 +9,48 @@ sessions' events; the requests on sessions are ``session_requests.py``'s.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import logging
 import pathlib
 import signal
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import trio
 
+from protocol.causes import DisposedCause
 from protocol.errors import RpcError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
-from protocol.messages.client import ProviderConfig, SessionEventParams
+from protocol.messages.client import AgentAbortResult, ProviderConfig, SessionEventParams
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.messages.events import AnnouncedEvent
-from protocol.messages.host import ToolsOutputParams, ToolsStartedParams
+from protocol.messages.host import SessionOpenParams, ToolsOutputParams, ToolsStartedParams
+from protocol.messages.ops import (
+    OpsForceResult,
+    OpsRestartHostResult,
+    OpsSessionsResult,
+    OpsStatsResult,
+)
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.version import PROTOCOL_VERSION, check_compatible
-from runtime.agent.agent import DEFAULT_STUCK_AFTER
-from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE
-from runtime.agent.turn import TurnConfig
-from runtime.daemon_ops import DaemonOps
+from runtime.config_file import default_data_dir
 from runtime.host_supervisor import (
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_PING_INTERVAL,
     HostSupervisor,
 )
+from runtime.ops.backend import EventListener
 from runtime.ops.rundir import UnsafeRunDir
 from runtime.ops.server import OpsServer
 from runtime.permission_relay import PermissionRelay
 from runtime.popen_process import PopenProcess
-from runtime.registry import DisposedCause
-from runtime.session_order import SessionOrder
-from runtime.session_requests import SessionRequests
-from runtime.session_tools import SessionTools
-from runtime.sessionlog import default_data_dir
-from runtime.sessions import Session, SessionStore
 from runtime.shared.rpc import Endpoint, Handler, effect_taken
+
+if TYPE_CHECKING:  # the session side is imported on its first use (``Daemon.requests``)
+    from runtime.agent.turn import TurnConfig
+    from runtime.daemon_ops import DaemonOps
+    from runtime.session_requests import SessionRequests
+    from runtime.sessions import Session, SessionStore
 
 log = logging.getLogger(__name__)
 
@@ -59,26 +64,21 @@ class Daemon:
                  max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  data_dir: pathlib.Path | None = None,
                  default_provider: ProviderConfig | None = None,
-                 process_grace: float = DEFAULT_PROCESS_GRACE,
+                 process_grace: float | None = None,
                  turn_config: TurnConfig | None = None,
                  max_steps: int | None = None,
                  system_prompt: str | None = None,
                  ping_interval: float = DEFAULT_PING_INTERVAL,
                  liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
-                 stuck_after: float = DEFAULT_STUCK_AFTER,
+                 stuck_after: float | None = None,
                  first_host: PopenProcess | None = None) -> None:
         """``first_host``: a host already started for the default command (by ``quiesce
         serve``, before its imports), adopted as the first host; see HostSupervisor.
         ``max_steps``: model steps a turn may take (None: ``turn_config``'s, by default
-        ``DEFAULT_MAX_STEPS``)."""
+        ``DEFAULT_MAX_STEPS``). ``process_grace``, ``stuck_after``: None for the
+        defaults (``DEFAULT_PROCESS_GRACE``, ``DEFAULT_STUCK_AFTER``)."""
         self.max_frame_size = max_frame_size
         self.data_dir = data_dir or default_data_dir()
-        config = turn_config or TurnConfig()
-        if max_steps is not None:
-            config = dataclasses.replace(config, max_steps=max_steps)
-        if system_prompt is not None:  # the config file's; a session may replace it
-            config = dataclasses.replace(config, system_prompt=system_prompt)
-        self.sessions = SessionStore(self.data_dir, config)
         self.permissions = PermissionRelay()
         self.host = HostSupervisor(
             command=host_command,
@@ -87,40 +87,63 @@ class Daemon:
                                    "tools.output": self._on_tool_output,
                                    "tools.started": self._on_tool_output},
             ping_interval=ping_interval, liveness_timeout=liveness_timeout,
-            first_host=first_host, registrations=lambda: self.requests.registrations(),
+            first_host=first_host, registrations=self._registrations,
         )
-        self.ops = DaemonOps(self.sessions, self.host, self.permissions)
-        self.tools = SessionTools(self.sessions, self.host, process_grace=process_grace)
-        self.ops_server = OpsServer(self.ops, data_dir=self.data_dir)
-        self.requests = SessionRequests(
-            sessions=self.sessions, order=SessionOrder(self.sessions), host=self.host,
-            tools=self.tools, ops=self.ops, announce=self._announce,
-            default_provider=default_provider, stuck_after=stuck_after)
+        self.ops_server = OpsServer(_OpsOnFirstUse(self), data_dir=self.data_dir)
+        self._session_side = functools.partial(
+            _session_side, data_dir=self.data_dir, host=self.host,
+            permissions=self.permissions, announce=self._announce,
+            default_provider=default_provider, turn_config=turn_config, max_steps=max_steps,
+            system_prompt=system_prompt, stuck_after=stuck_after,
+            process_grace=process_grace)
+        self._requests: SessionRequests | None = None
+        self._initialized = False
         self._client: Endpoint | None = None
+        self._nursery: trio.Nursery | None = None
         self._shutdown = trio.Event()
 
     @property
+    def requests(self) -> SessionRequests:
+        """The session side (sessions, their tools, the ops view), made on first use: at
+        start-up its imports would delay the first answer (issue 20)."""
+        if self._requests is None:
+            requests = self._requests = self._session_side()
+            requests.initialized = self._initialized
+            requests.client = self._client
+            requests.nursery = self._nursery
+        return self._requests
+
+    @property
+    def sessions(self) -> SessionStore:
+        return self.requests.sessions
+
+    def _loaded_sessions(self) -> tuple[Session, ...]:
+        return self._requests.sessions.all() if self._requests is not None else ()
+
+    def _registrations(self) -> Iterable[SessionOpenParams]:
+        return self._requests.registrations() if self._requests is not None else ()
+
+    @property
     def handlers(self) -> dict[str, Handler]:
-        requests = self.requests
-        return {
-            "initialize": self.initialize,
-            "session.new": requests.session_new,
-            "session.list": requests.session_list,
-            "session.load": requests.session_load,
-            "session.close": requests.session_close,
-            "agent.prompt": requests.agent_prompt,
-            "agent.abort": requests.agent_abort,
-            "debug.runTool": requests.debug_run_tool,
-            "shutdown": self.shutdown,
-        }
+        on_sessions = {name: functools.partial(self._on_sessions, attribute)
+                       for name, attribute in _SESSION_REQUESTS.items()}
+        return {"initialize": self.initialize, **on_sessions, "shutdown": self.shutdown}
+
+    async def _on_sessions(self, attribute: str, params: Any) -> Any:
+        """A request on sessions, to the session side (made by the first)."""
+        return await getattr(self.requests, attribute)(params)
 
     async def serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
         client = Endpoint("client", receive, send, incoming=CLIENT_TO_RUNTIME,
                           outgoing=RUNTIME_TO_CLIENT, handlers=self.handlers,
                           max_frame_size=self.max_frame_size)
-        self._client = self.permissions.client = self.requests.client = client
+        self._client = self.permissions.client = client
+        if self._requests is not None:
+            self._requests.client = client
         async with trio.open_nursery() as nursery:
-            self.requests.nursery = nursery
+            self._nursery = nursery
+            if self._requests is not None:
+                self._requests.nursery = nursery
             # In the outer nursery: it must not hold the client's drain open.
             nursery.start_soon(self._shutdown_on_signal)
             await nursery.start(self.host.run)
@@ -163,11 +186,11 @@ class Daemon:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._stop_host_after, DISPOSE_GRACE)
                 async with trio.open_nursery() as disposals:
-                    for session in self.sessions.all():
+                    for session in self._loaded_sessions():
                         if session.agent.busy or session.agent.inbox:
                             disposals.start_soon(self._dispose, session)
                 nursery.cancel_scope.cancel()  # every turn settled: no watchdog needed
-            for session in self.sessions.all():  # ends a failing log still owes: a last try
+            for session in self._loaded_sessions():  # ends a failing log still owes: a last try
                 await session.agent.record_owed()
             await self.host.stop()
 
@@ -186,18 +209,21 @@ class Daemon:
     # -- events and host notifications ---------------------------------------------------
 
     def _announce(self, session_id: str, event: AnnouncedEvent) -> None:
-        self.ops.announce(session_id, event)
+        self.requests.ops.announce(session_id, event)
         if self._client is not None:
             self._client.notify("session.event", SessionEventParams(session_id, event))
 
     def _on_tool_output(self, params: ToolsOutputParams | ToolsStartedParams) -> None:
-        self.tools.on_tool_output(params)  # (the host's handlers are made before the tools)
+        if self._requests is not None:  # else no session is open: nobody listens
+            self._requests.tools.on_tool_output(params)
 
     # -- client methods -------------------------------------------------------------
 
     async def initialize(self, params: InitializeParams) -> InitializeResult:
         check_compatible(params.protocol_version)
-        self.requests.initialized = True
+        self._initialized = True
+        if self._requests is not None:
+            self._requests.initialized = True
         link = self.host.link
         host_info = link.info if link is not None else None
         capabilities: dict[str, Any] = {
@@ -215,3 +241,46 @@ class Daemon:
         await self._quiesce()
         self._shutdown.set()
         return Empty()
+
+
+_SESSION_REQUESTS = {
+    "session.new": "session_new", "session.list": "session_list",
+    "session.load": "session_load", "session.close": "session_close",
+    "agent.prompt": "agent_prompt", "agent.abort": "agent_abort",
+    "debug.runTool": "debug_run_tool",
+}
+
+
+def _session_side(**kwargs: Any) -> SessionRequests:
+    from runtime.session_requests import SessionRequests  # on first use (start-up)
+
+    return SessionRequests(**kwargs)
+
+
+class _OpsOnFirstUse:
+    """The ops backend: the session side's ``DaemonOps``, made by an operator's first
+    request if no session made it before."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self._daemon = daemon
+
+    def _ops(self) -> DaemonOps:
+        return self._daemon.requests.ops
+
+    async def ops_sessions(self) -> OpsSessionsResult:
+        return await self._ops().ops_sessions()
+
+    async def ops_abort(self, session_id: str) -> AgentAbortResult:
+        return await self._ops().ops_abort(session_id)
+
+    async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult:
+        return await self._ops().ops_force(session_id, call_id)
+
+    async def ops_restart_host(self) -> OpsRestartHostResult:
+        return await self._ops().ops_restart_host()
+
+    async def ops_stats(self) -> OpsStatsResult:
+        return await self._ops().ops_stats()
+
+    def add_event_listener(self, listener: EventListener) -> Callable[[], None]:
+        return self._ops().add_event_listener(listener)

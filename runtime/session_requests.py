@@ -4,14 +4,18 @@
 
 Split from ``daemon.py`` (the link, its lifetime and shutdown), which routes these
 methods here and hands over the client link and the nursery the agents run in when it
-serves (``client``, ``nursery``).
+serves (``client``, ``nursery``). The daemon makes this side on its first use, not at
+start-up: the agent, the registry, the providers and the session log are imported then,
+after ``initialize`` is answered (issue 20).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import logging
+import pathlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -40,8 +44,12 @@ from protocol.messages.common import Empty
 from protocol.messages.events import AnnouncedEvent
 from protocol.messages.host import SessionOpenParams, ToolsExecuteParams
 from protocol.tools import ToolResult
+from runtime.agent.agent import DEFAULT_STUCK_AFTER
+from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE
+from runtime.agent.turn import TurnConfig
 from runtime.daemon_ops import DaemonOps
 from runtime.host_supervisor import HostSupervisor
+from runtime.permission_relay import PermissionRelay
 from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, open_provider
 from runtime.registry import DisposedCause
@@ -55,18 +63,30 @@ log = logging.getLogger(__name__)
 
 
 class SessionRequests:
-    def __init__(self, *, sessions: SessionStore, order: SessionOrder,
-                 host: HostSupervisor, tools: SessionTools, ops: DaemonOps,
+    """The session side of the daemon, made on its first use (``Daemon.requests``): the
+    session store, each session's tools, the ops view and the requests on sessions."""
+
+    def __init__(self, *, data_dir: pathlib.Path, host: HostSupervisor,
+                 permissions: PermissionRelay,
                  announce: Callable[[str, AnnouncedEvent], None],
-                 default_provider: ProviderConfig | None, stuck_after: float) -> None:
-        self.sessions = sessions
-        self.order = order
+                 default_provider: ProviderConfig | None,
+                 turn_config: TurnConfig | None = None, max_steps: int | None = None,
+                 system_prompt: str | None = None, stuck_after: float | None = None,
+                 process_grace: float | None = None) -> None:
+        config = turn_config or TurnConfig()
+        if max_steps is not None:
+            config = dataclasses.replace(config, max_steps=max_steps)
+        if system_prompt is not None:  # the config file's; a session may replace it
+            config = dataclasses.replace(config, system_prompt=system_prompt)
+        self.sessions = SessionStore(data_dir, config)
+        self.order = SessionOrder(self.sessions)
         self.host = host
-        self.tools = tools
-        self.ops = ops
+        self.ops = DaemonOps(self.sessions, host, permissions)
+        self.tools = SessionTools(self.sessions, host, process_grace=(
+            DEFAULT_PROCESS_GRACE if process_grace is None else process_grace))
         self._announce = announce
         self.default_provider = default_provider
-        self.stuck_after = stuck_after
+        self.stuck_after = DEFAULT_STUCK_AFTER if stuck_after is None else stuck_after
         self.initialized = False
         """Set by the daemon's ``initialize``: until then every request here is refused."""
         self.client: Endpoint | None = None
