@@ -13,8 +13,8 @@ open session is re-announced.
 A turn talks to its host through a ``HostLease`` (``host_lease.py``): the lease holds
 the host of the turn's first request and sends only to it. After that host died,
 nothing else of the turn reaches a successor: its requests are ``NotSent``. The
-requests of a lease that outlive their call run in the supervisor's nursery
-(``start_soon``).
+requests of a lease that outlive their call run in the lease's own nursery, held by its
+turn (``HostLease.held``).
 
 This module is the succession (start, adoption, replacement, stop); one host's record is
 ``host_generation.py``, its liveness ping ``host_liveness.py``, the cleanup after its death
@@ -44,7 +44,7 @@ host share when the runtime stops importing ``host`` (issue 17).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -121,12 +121,6 @@ class HostSupervisor:
     def lease(self) -> HostLease:
         """A hold on the current host for one turn (see :class:`HostLease`)."""
         return HostLease(self)
-
-    def start_soon(self, fn: Callable[[], Awaitable[None]]) -> None:
-        """Run a lease's request that may outlive its call (a ``tools.abort``, an abandoned
-        call's execute): in the supervisor's nursery, as long as the hosts it talks to."""
-        assert self._nursery is not None, "the supervisor is not running"
-        self._nursery.start_soon(fn)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:

@@ -126,6 +126,7 @@ class SessionRequests:
             session.agent.before_turn = functools.partial(self._before_turn, self.client,
                                                           session)
         session.agent.on_step = session.ops.plan_step
+        session.agent.hold_turn = functools.partial(self.tools.hold, session)
         session.agent.on_stop = self.ops.record_stop
         life.start_agent(self.nursery)
 

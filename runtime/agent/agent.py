@@ -23,6 +23,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +109,9 @@ class Agent:
         self._stop_at: float | None = None  # the current phase's first stop request
         self._owed: list[tuple[str, str]] = []
         """(turn id, why) of turns whose turn/end the log could not take, oldest first."""
+        self.hold_turn: Callable[[str], AbstractAsyncContextManager[None]] | None = None
+        """Entered around a top-level turn's run, inside its shielded end, and left once its
+        stops are answered: the daemon holds the turn's host lease there (its nursery)."""
         self.before_turn: Callable[[], Awaitable[None]] | None = None
         """Awaited before a turn's first step (its phase and controller already exist): the
         daemon lets its client link take the effect of the frames it has already read, so
@@ -165,12 +169,14 @@ class Agent:
                 self._routes.remove(route)
                 self._release(slot, None)
                 return
-            try:
-                ending, durable = await self._run_to_end(turn, controller.signal)
-            finally:
-                self._routes.remove(route)
-                self.turns += 1
-                self._release(slot, durable)
+            hold = self.hold_turn(slot.turn_id) if self.hold_turn else nullcontext()
+            async with hold:
+                try:
+                    ending, durable = await self._run_to_end(turn, controller.signal)
+                finally:
+                    self._routes.remove(route)
+                    self.turns += 1
+                    self._release(slot, durable)
         log.info("session %s turn %s ended %s", self.session_id, slot.turn_id,
                  ending.outcome.kind)
 
