@@ -415,7 +415,8 @@ async def test_process_grace_exceeded_is_reported_unconfirmed(tmp_path: pathlib.
             # host's kill grace.
             aborted = await agent.stop_and_check(processes_gone_within=5.0)
         result = agent.results(aborted.turn_id or "")["b1"]
-        assert result.code == "ABORTED" and result.details["unconfirmed"], (result.code, result.details, result)
+        assert result.code == "ABORTED" and result.details["unconfirmed"], (
+            result.code, result.details, result)
         assert "stubborn" in result.details["output"]
         assert aborted.settled_ms < 1500, aborted.settled_ms
 
