@@ -14,6 +14,12 @@ could not fsync stays (it is true); one the log could not take is owed: recorded
 records again. A turn whose ``turn/start`` the log never took records nothing. A stop is
 counted (``on_stop``) once, where its phase settles, whoever asked for it (a client, an
 operator, ``session.close``, shutdown).
+
+Why one module past ~400 lines: the turn's run, its owed end and its stops are one
+settlement (the phase table's ``END_TURN`` fires where the end is durable or owed, and
+every stop answers from it); apart, the order a reader must check (end on disk, then the
+stops answered, then the next turn) would span modules. The phases are ``phase.py``, one
+turn's steps ``turn.py``, a subagent's tool ``task.py``.
 """
 
 from __future__ import annotations
