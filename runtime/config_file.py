@@ -21,6 +21,16 @@ def default_config_path() -> pathlib.Path:
     return pathlib.Path(base) / "quiesce" / "config.toml"
 
 
+def default_data_dir() -> pathlib.Path:
+    """Where session logs live unless ``--data-dir`` or the file says (here, not in
+    ``runtime.sessionlog``: the daemon needs it at start-up, the log's decoders later)."""
+    configured = os.environ.get("QUIESCE_DATA_DIR")
+    if configured:
+        return pathlib.Path(configured)
+    base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
+    return pathlib.Path(base) / "quiesce"
+
+
 def read_config_file(option: str | None) -> tuple[pathlib.Path | None, dict[str, Any]]:
     """The file's path and its raw table: ``(None, {})`` when none is named and the default
     does not exist. A named file that is missing or is not TOML is a ``ConfigError``."""

@@ -1,83 +1,62 @@
-"""The runtime daemon: the client link's handlers, sessions, and the host's lifetime.
+"""The runtime daemon: the client link, its lifetime, and the host's.
 
 ``quiesce serve`` runs :meth:`Daemon.serve` on stdin/stdout. EOF on stdin, or a
 ``shutdown`` request, stops every running turn (cause ``disposed``), stops the
-host and ends the daemon with exit status 0.
+host and ends the daemon with exit status 0. The daemon wires its parts together,
+answers ``initialize`` and ``shutdown``, and routes the host's notifications and the
+sessions' events; the requests on sessions are ``session_requests.py``'s.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import itertools
 import logging
 import pathlib
 import signal
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-import msgspec
 import trio
 
-from protocol.errors import ErrorCode, RpcError
+from protocol.causes import DisposedCause
+from protocol.errors import RpcError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
-from protocol.ids import debug_call_id
-from protocol.mcp import PluginConfigError, check_servers
-from protocol.messages.client import (
-    AgentAbortParams,
-    AgentAbortResult,
-    AgentPromptParams,
-    AgentPromptResult,
-    DebugRunToolParams,
-    DebugRunToolResult,
-    ProviderConfig,
-    SessionCloseParams,
-    SessionEventParams,
-    SessionListResult,
-    SessionLoadParams,
-    SessionLoadResult,
-    SessionNewParams,
-    SessionNewResult,
-)
+from protocol.messages.client import AgentAbortResult, ProviderConfig, SessionEventParams
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.messages.events import AnnouncedEvent
-from protocol.messages.host import (
-    ToolsExecuteParams,
-    ToolsOutputParams,
-    ToolsStartedParams,
+from protocol.messages.host import SessionOpenParams, ToolsOutputParams, ToolsStartedParams
+from protocol.messages.ops import (
+    OpsForceResult,
+    OpsRestartHostResult,
+    OpsSessionsResult,
+    OpsStatsResult,
 )
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
-from protocol.tools import ToolResult
 from protocol.version import PROTOCOL_VERSION, check_compatible
-from runtime.agent.agent import DEFAULT_STUCK_AFTER
-from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE
-from runtime.agent.turn import TurnConfig
-from runtime.daemon_ops import DaemonOps
+from runtime.config_file import default_data_dir
 from runtime.host_supervisor import (
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_PING_INTERVAL,
     HostSupervisor,
 )
+from runtime.ops.backend import EventListener
 from runtime.ops.rundir import UnsafeRunDir
 from runtime.ops.server import OpsServer
 from runtime.permission_relay import PermissionRelay
 from runtime.popen_process import PopenProcess
-from runtime.providers.base import Provider
-from runtime.providers.factory import ProviderConfigError, open_provider
-from runtime.registry import DisposedCause
-from runtime.session_life import SessionLife
-from runtime.session_order import SessionOrder
-from runtime.session_tools import SessionTools
-from runtime.sessionlog import default_data_dir
-from runtime.sessions import Session, SessionStore
 from runtime.shared.rpc import Endpoint, Handler, effect_taken
+
+if TYPE_CHECKING:  # the session side is imported on its first use (``Daemon.requests``)
+    from runtime.agent.turn import TurnConfig
+    from runtime.daemon_ops import DaemonOps
+    from runtime.session_requests import SessionRequests
+    from runtime.sessions import Session, SessionStore
 
 log = logging.getLogger(__name__)
 
 VERSION = "0.1.0"
 DRAIN_TIMEOUT = 10.0
 DISPOSE_GRACE = 15.0
-_provider_decoder = msgspec.json.Decoder(ProviderConfig)
 
 
 class Daemon:
@@ -85,29 +64,21 @@ class Daemon:
                  max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
                  data_dir: pathlib.Path | None = None,
                  default_provider: ProviderConfig | None = None,
-                 process_grace: float = DEFAULT_PROCESS_GRACE,
+                 process_grace: float | None = None,
                  turn_config: TurnConfig | None = None,
                  max_steps: int | None = None,
                  system_prompt: str | None = None,
                  ping_interval: float = DEFAULT_PING_INTERVAL,
                  liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
-                 stuck_after: float = DEFAULT_STUCK_AFTER,
+                 stuck_after: float | None = None,
                  first_host: PopenProcess | None = None) -> None:
         """``first_host``: a host already started for the default command (by ``quiesce
         serve``, before its imports), adopted as the first host; see HostSupervisor.
         ``max_steps``: model steps a turn may take (None: ``turn_config``'s, by default
-        ``DEFAULT_MAX_STEPS``)."""
-        self.stuck_after = stuck_after
+        ``DEFAULT_MAX_STEPS``). ``process_grace``, ``stuck_after``: None for the
+        defaults (``DEFAULT_PROCESS_GRACE``, ``DEFAULT_STUCK_AFTER``)."""
         self.max_frame_size = max_frame_size
         self.data_dir = data_dir or default_data_dir()
-        self.default_provider = default_provider
-        config = turn_config or TurnConfig()
-        if max_steps is not None:
-            config = dataclasses.replace(config, max_steps=max_steps)
-        if system_prompt is not None:  # the config file's; a session may replace it
-            config = dataclasses.replace(config, system_prompt=system_prompt)
-        self.sessions = SessionStore(self.data_dir, config)
-        self.order = SessionOrder(self.sessions)
         self.permissions = PermissionRelay()
         self.host = HostSupervisor(
             command=host_command,
@@ -116,39 +87,63 @@ class Daemon:
                                    "tools.output": self._on_tool_output,
                                    "tools.started": self._on_tool_output},
             ping_interval=ping_interval, liveness_timeout=liveness_timeout,
-            first_host=first_host,
+            first_host=first_host, registrations=self._registrations,
         )
-        self.ops = DaemonOps(self.sessions, self.host, self.permissions)
-        self.tools = SessionTools(self.sessions, self.host, process_grace=process_grace)
-        self.ops_server = OpsServer(self.ops, data_dir=self.data_dir)
-        self._client: Endpoint | None = None
+        self.ops_server = OpsServer(_OpsOnFirstUse(self), data_dir=self.data_dir)
+        self._session_side = functools.partial(
+            _session_side, data_dir=self.data_dir, host=self.host,
+            permissions=self.permissions, announce=self._announce,
+            default_provider=default_provider, turn_config=turn_config, max_steps=max_steps,
+            system_prompt=system_prompt, stuck_after=stuck_after,
+            process_grace=process_grace)
+        self._requests: SessionRequests | None = None
         self._initialized = False
-        self._shutdown = trio.Event()
-        self._debug_ids = itertools.count(1)
+        self._client: Endpoint | None = None
         self._nursery: trio.Nursery | None = None
-        self._lives: dict[str, SessionLife] = {}  # each open (or opening) session's owner
+        self._shutdown = trio.Event()
+
+    @property
+    def requests(self) -> SessionRequests:
+        """The session side (sessions, their tools, the ops view), made on first use: at
+        start-up its imports would delay the first answer (issue 20)."""
+        if self._requests is None:
+            requests = self._requests = self._session_side()
+            requests.initialized = self._initialized
+            requests.client = self._client
+            requests.nursery = self._nursery
+        return self._requests
+
+    @property
+    def sessions(self) -> SessionStore:
+        return self.requests.sessions
+
+    def _loaded_sessions(self) -> tuple[Session, ...]:
+        return self._requests.sessions.all() if self._requests is not None else ()
+
+    def _registrations(self) -> Iterable[SessionOpenParams]:
+        return self._requests.registrations() if self._requests is not None else ()
 
     @property
     def handlers(self) -> dict[str, Handler]:
-        return {
-            "initialize": self.initialize,
-            "session.new": self.session_new,
-            "session.list": self.session_list,
-            "session.load": self.session_load,
-            "session.close": self.session_close,
-            "agent.prompt": self.agent_prompt,
-            "agent.abort": self.agent_abort,
-            "debug.runTool": self.debug_run_tool,
-            "shutdown": self.shutdown,
-        }
+        on_sessions = {name: functools.partial(self._on_sessions, attribute)
+                       for name, attribute in _SESSION_REQUESTS.items()}
+        return {"initialize": self.initialize, **on_sessions, "shutdown": self.shutdown}
+
+    async def _on_sessions(self, attribute: str, params: Any) -> Any:
+        """A request on sessions, to the session side (made by the first)."""
+        return await getattr(self.requests, attribute)(params)
 
     async def serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
         client = Endpoint("client", receive, send, incoming=CLIENT_TO_RUNTIME,
                           outgoing=RUNTIME_TO_CLIENT, handlers=self.handlers,
                           max_frame_size=self.max_frame_size)
         self._client = self.permissions.client = client
+        if self._requests is not None:
+            self._requests.client = client
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
+            if self._requests is not None:
+                self._requests.nursery = nursery
             # In the outer nursery: it must not hold the client's drain open.
             nursery.start_soon(self._shutdown_on_signal)
             await nursery.start(self.host.run)
@@ -191,11 +186,11 @@ class Daemon:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._stop_host_after, DISPOSE_GRACE)
                 async with trio.open_nursery() as disposals:
-                    for session in self.sessions.all():
+                    for session in self._loaded_sessions():
                         if session.agent.busy or session.agent.inbox:
                             disposals.start_soon(self._dispose, session)
                 nursery.cancel_scope.cancel()  # every turn settled: no watchdog needed
-            for session in self.sessions.all():  # ends a failing log still owes: a last try
+            for session in self._loaded_sessions():  # ends a failing log still owes: a last try
                 await session.agent.record_owed()
             await self.host.stop()
 
@@ -214,53 +209,21 @@ class Daemon:
     # -- events and host notifications ---------------------------------------------------
 
     def _announce(self, session_id: str, event: AnnouncedEvent) -> None:
-        self.ops.announce(session_id, event)
+        self.requests.ops.announce(session_id, event)
         if self._client is not None:
             self._client.notify("session.event", SessionEventParams(session_id, event))
 
     def _on_tool_output(self, params: ToolsOutputParams | ToolsStartedParams) -> None:
-        self.tools.on_tool_output(params)  # (the host's handlers are made before the tools)
-
-    def _provider(self, config: ProviderConfig | None
-                  ) -> tuple[ProviderConfig | None, Provider]:
-        chosen = config or self.default_provider
-        try:
-            return open_provider(chosen)  # the config as resolved: what the log records
-        except ProviderConfigError as exc:
-            raise RpcError(ErrorCode.INVALID_PARAMS, str(exc)) from exc
-
-    def _life(self, session: Session) -> SessionLife:
-        life = self._lives.get(session.session_id)
-        if life is None or life.session is not session:
-            life = self._lives[session.session_id] = SessionLife(
-                session, sessions=self.sessions, host=self.host)
-        return life
-
-    def _start_agent(self, life: SessionLife) -> None:
-        assert self._nursery is not None
-        if life.running:
-            return
-        session = life.session
-        session.agent.stuck_after = self.stuck_after
-        if self._client is not None:
-            session.agent.before_turn = functools.partial(self._before_turn, self._client,
-                                                          session)
-        session.agent.on_step = session.ops.plan_step
-        session.agent.on_stop = self.ops.record_stop
-        life.start_agent(self._nursery)
-
-    async def _before_turn(self, client: Endpoint, session: Session) -> None:
-        """A turn's first step waits until the client link has taken every frame it read,
-        and every request on the session has taken its effect (unless the turn is being
-        stopped already): a stop written right behind its prompt stops it before a tool."""
-        await client.caught_up()
-        await self.order.quiet(session.session_id, lambda: session.agent.stopping)
+        if self._requests is not None:  # else no session is open: nobody listens
+            self._requests.tools.on_tool_output(params)
 
     # -- client methods -------------------------------------------------------------
 
     async def initialize(self, params: InitializeParams) -> InitializeResult:
         check_compatible(params.protocol_version)
         self._initialized = True
+        if self._requests is not None:
+            self._requests.initialized = True
         link = self.host.link
         host_info = link.info if link is not None else None
         capabilities: dict[str, Any] = {
@@ -273,140 +236,51 @@ class Daemon:
                                    "pidFile": str(self.ops_server.pid_file)}
         return InitializeResult(PROTOCOL_VERSION, PeerInfo("quiesce", VERSION), capabilities)
 
-    def _require_initialized(self) -> None:
-        if not self._initialized:
-            raise RpcError(ErrorCode.NOT_INITIALIZED, "send initialize first")
-
-    async def session_new(self, params: SessionNewParams) -> SessionNewResult:
-        self._require_initialized()
-        config, provider = self._provider(params.provider)
-        try:
-            check_servers(params.mcp_servers, "mcpServers")
-        except PluginConfigError as exc:
-            raise RpcError(ErrorCode.INVALID_PARAMS, str(exc)) from exc
-        session = self.sessions.create(params.workspace, params.permission_mode, config,
-                                       provider, self._announce, self.tools.factory,
-                                       params.mcp_servers, params.system_prompt)
-        # Until it answers, session.close of it undoes the open (its servers killed).
-        life = self._life(session)
-        life.begin_open()
-        effect_taken()  # the session exists; waiting for the host and plugins follows
-        try:
-            listed = await life.open_new()
-        except BaseException:
-            self._lives.pop(session.session_id, None)
-            raise
-        if listed is None:
-            self._lives.pop(session.session_id, None)
-            raise RpcError(ErrorCode.REQUEST_CANCELLED,
-                           "session.close came while the session opened: it was undone")
-        self._start_agent(life)
-        log.info("session %s opened on %s", session.session_id, session.workspace)
-        return SessionNewResult(session.session_id, listed.servers)
-
-    async def session_list(self, params: Empty) -> SessionListResult:
-        self._require_initialized()
-        loaded = [s.info() for s in self.sessions.all()]
-        effect_taken()  # the loaded sessions are listed as of now; the disk is read after
-        listed = {info.session_id for info in loaded}
-        on_disk = [info for info in await self.sessions.scan_disk()
-                   if info.session_id not in listed]
-        return SessionListResult(tuple(loaded + on_disk))
-
-    async def session_load(self, params: SessionLoadParams) -> SessionLoadResult:
-        self._require_initialized()
-
-        def provider(saved: dict[str, Any]) -> Provider:
-            try:
-                config = msgspec.convert(saved, ProviderConfig) if saved else None
-            except msgspec.ValidationError:
-                config = None
-            return self._provider(config)[1]
-
-        self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        async with self.order.place(params.session_id) as place:
-            open_now = self.order.loaded(params.session_id)
-            if open_now is not None and not self.sessions.lock(params.session_id).locked():
-                # Loaded and running already: only its replay (no lock, so nothing waits).
-                open_now.agent.journal.replay()
-                return SessionLoadResult(open_now.session_id, open_now.workspace,
-                                         len(open_now.agent.journal.events), False)
-            async with self.order.lock_now_or_mark(params.session_id):
-                # Our place in the chain is taken: requests on this session wait for
-                # place.started() below; the link reads on (a stop of another session
-                # must not wait for this log's read).
-                effect_taken()
-                loaded = await self.sessions.load(params.session_id, provider=provider,
-                                                  announce=self._announce,
-                                                  tools=self.tools.factory)
-                session = loaded.session
-                place.started()  # loaded (the log read): prompts after this one reach it
-                life = self._life(session)
-                if not life.running:
-                    # The agent runs before the host hears of the session: if the host
-                    # refuses it (its workspace is gone), prompts still get answered.
-                    self._start_agent(life)
-                    await life.open()
-        session.agent.journal.replay()
-        return SessionLoadResult(session.session_id, session.workspace,
-                                 len(session.agent.journal.events), loaded.recovered)
-
-    async def session_close(self, params: SessionCloseParams) -> Empty:
-        self._require_initialized()
-        life = self._lives.get(params.session_id)
-        opening = life.opening if life is not None else None
-        if opening is not None:  # still opening: undone, its starting servers killed
-            opening.scope.cancel()
-            effect_taken()  # the open is undone from here; its servers' end is awaited
-            await opening.done.wait()
-            return Empty()
-        self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        async with self.order.place(params.session_id) as place, \
-                self.order.lock_now_or_mark(params.session_id):
-            session = self.sessions.get(params.session_id)
-            life = self._life(session)
-            # Closing, it takes no prompt; aborts join this stop and operators still see
-            # it (a stuck call may need their force before the close can answer).
-            session.closing = True
-            try:
-                # Shielded: a close that began finishes its stop.
-                with trio.CancelScope(shield=True):
-                    await session.agent.cancel(DisposedCause(), task_status=place)
-            finally:
-                self._lives.pop(session.session_id, None)
-                await life.close()
-        log.info("session %s closed", session.session_id)
-        return Empty()
-
-    async def agent_prompt(self, params: AgentPromptParams) -> AgentPromptResult:
-        self._require_initialized()
-        async with self.order.place(params.session_id):
-            session = self.sessions.get(params.session_id)
-            if session.closing:
-                raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")
-            pending = session.agent.prompt(params.text)
-        # Accepted (the block's end took its effect): waiting for the turn's end follows.
-        await pending.done.wait()
-        assert pending.result is not None
-        return pending.result
-
-    async def agent_abort(self, params: AgentAbortParams) -> AgentAbortResult:
-        self._require_initialized()
-        async with self.order.place(params.session_id) as place:
-            agent = self.sessions.get(params.session_id).agent
-            return await agent.cancel(params.cause, keep_inbox=params.keep_inbox,
-                                      task_status=place)
-
-    async def debug_run_tool(self, params: DebugRunToolParams) -> DebugRunToolResult:
-        self._require_initialized()
-        session = self.sessions.get(params.session_id)
-        call_id = debug_call_id(next(self._debug_ids))
-        result: ToolResult = await self.host.request("tools.execute", ToolsExecuteParams(
-            session.session_id, call_id, params.tool, dict(params.args)))
-        return DebugRunToolResult(call_id, result)
-
     async def shutdown(self, params: Empty) -> Empty:
         effect_taken()  # the shutdown has begun: settling the turns is waiting
         await self._quiesce()
         self._shutdown.set()
         return Empty()
+
+
+_SESSION_REQUESTS = {
+    "session.new": "session_new", "session.list": "session_list",
+    "session.load": "session_load", "session.close": "session_close",
+    "agent.prompt": "agent_prompt", "agent.abort": "agent_abort",
+    "debug.runTool": "debug_run_tool",
+}
+
+
+def _session_side(**kwargs: Any) -> SessionRequests:
+    from runtime.session_requests import SessionRequests  # on first use (start-up)
+
+    return SessionRequests(**kwargs)
+
+
+class _OpsOnFirstUse:
+    """The ops backend: the session side's ``DaemonOps``, made by an operator's first
+    request if no session made it before."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self._daemon = daemon
+
+    def _ops(self) -> DaemonOps:
+        return self._daemon.requests.ops
+
+    async def ops_sessions(self) -> OpsSessionsResult:
+        return await self._ops().ops_sessions()
+
+    async def ops_abort(self, session_id: str) -> AgentAbortResult:
+        return await self._ops().ops_abort(session_id)
+
+    async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult:
+        return await self._ops().ops_force(session_id, call_id)
+
+    async def ops_restart_host(self) -> OpsRestartHostResult:
+        return await self._ops().ops_restart_host()
+
+    async def ops_stats(self) -> OpsStatsResult:
+        return await self._ops().ops_stats()
+
+    def add_event_listener(self, listener: EventListener) -> Callable[[], None]:
+        return self._ops().add_event_listener(listener)

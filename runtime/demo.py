@@ -42,8 +42,8 @@ from protocol.messages.events import (
     TurnStart,
     UserMessageEvent,
 )
-from runtime import eventsummary as summary
 from runtime.client import DaemonClient, spawn_daemon
+from runtime.eventrender import render
 
 TREE = ("echo 'build: starting workers'; "
         "sleep 300 & "
@@ -197,16 +197,17 @@ def _timeline(watched: Watched) -> None:
     for t, event in watched.events:
         if t < watched.abort_sent:
             continue
+        record = render(event)
         if isinstance(event, ToolAbortEvent):
-            entries.append((t, summary.host_found(event)
+            entries.append((t, record.host_found
                                + (", body running" if event.body_invoked else "")))
         elif isinstance(event, ToolResultEvent):
             note = ""
-            if summary.ran_a_process(event):
+            if record.ran_a_process:
                 note = " (process tree terminated)"
-            if summary.abandoned(event):
-                note = f" ({summary.stop_note(event)})"
-            entries.append((t, f"{event.call_id}: {summary.result_code(event)}{note}"))
+            if record.abandoned:
+                note = f" ({record.stop_note})"
+            entries.append((t, f"{event.call_id}: {record.code}{note}"))
         elif isinstance(event, TurnEnd):
             entries.append((t, f"turn/end {event.end.kind} on disk (fsynced)"))
     entries.append((watched.answered, f"agent.abort answered: {answer.outcome}, settled in "
@@ -222,20 +223,21 @@ def _timeline(watched: Watched) -> None:
 def _transcript(watched: Watched) -> None:
     _say(f"[{watched.name}] transcript")
     for _, event in watched.events:
+        record = render(event)
         if isinstance(event, TurnStart):
             _say(f"  turn/start {event.turn_id}")
         elif isinstance(event, UserMessageEvent):
             _say(f"  user: {event.text}")
         elif isinstance(event, AssistantMessageEvent):
-            text = summary.message_text(event)
+            text = record.text
             mark = " [interrupted]" if event.interrupted else ""
             _say(f"  assistant{mark}: {text}")
         elif isinstance(event, ToolCallEvent):
-            _say(f"  tool/call {summary.call_label(event)}")
+            _say(f"  tool/call {record.label}")
         elif isinstance(event, ToolResultEvent):
-            _say(f"  tool/result {event.call_id}: {summary.result_code(event)}")
+            _say(f"  tool/result {event.call_id}: {record.code}")
         elif isinstance(event, TurnEnd):
-            _say(f"  turn/end {summary.turn_end_label(event)}, stopReason {event.stop_reason}")
+            _say(f"  turn/end {record.label}, stopReason {event.stop_reason}")
 
 
 def run_demo(*, keep: bool = False) -> int:

@@ -7,16 +7,21 @@ the turn, which lost its host, ends. A host that died before the turn sent anyth
 loss to the turn: its first request finds the successor.
 
 The lease also owns where the turn's requests that may outlive their call are awaited
-(``start_soon``: a ``tools.abort``, an abandoned read-only call's execute waiting for its
-late result): a nursery of the supervisor that made the lease, which lasts as long as
-the hosts those requests go to, not a nursery of the daemon.
+(``start_soon``: a ``tools.abort``, a read-only call's execute, which a stop abandons and
+whose late result is still logged): its own nursery, open while the lease is ``held()``.
+The top-level turn holds it around its run (``Agent.hold_turn``, set by the daemon to
+``SessionTools.hold``), inside the turn's shielded end, so a session's close cancels none
+of it. When the turn is over (its ``turn/end`` durable, its stops answered) the lease waits,
+shielded, at most ``END_WAIT`` for what still runs there, then cancels it (a late answer
+is then dropped by the link): no nursery is lent from the daemon or the supervisor.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 import msgspec
@@ -31,14 +36,16 @@ log = logging.getLogger(__name__)
 # How long a call the host died under waits for that host's cleanup (its leftover tool
 # processes killed) before it reports HOST_CRASHED anyway: a bound, never a hang.
 GONE_TIMEOUT = 10.0
+# How long a held lease's end waits for its requests still running (a tools.abort, an
+# abandoned read-only call's execute): the next turn of the session waits for this end, so
+# a bound, not LATE_RESULT_WAIT.
+END_WAIT = 5.0
 
 
 class Succession(Protocol):
     """What a lease needs of its supervisor."""
 
     async def ensure_host(self) -> HostGeneration: ...
-
-    def start_soon(self, fn: Callable[[], Awaitable[None]]) -> None: ...
 
 
 class HostLease:
@@ -47,6 +54,9 @@ class HostLease:
     def __init__(self, supervisor: Succession) -> None:
         self._supervisor = supervisor
         self._host: HostGeneration | None = None
+        self._nursery: trio.Nursery | None = None
+        self._running = 0  # tasks started in the nursery and not yet finished
+        self._idle = trio.Event()
 
     @property
     def host(self) -> HostGeneration | None:
@@ -80,9 +90,43 @@ class HostLease:
             raise NotSent("this turn has no live host")
         return await host.link.request(method, params)
 
+    @asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        """The lease's life: its nursery is open until the block ends, then what still
+        runs in it gets ``END_WAIT`` and is cancelled. Shielded, the block with it (the
+        turn's end is shielded anyway): a cancel from outside (a session's close) must
+        not cut a ``tools.abort`` short; the turn is stopped by its own controller."""
+        assert self._nursery is None, "a lease is held once"
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                try:
+                    yield
+                finally:
+                    with trio.move_on_after(END_WAIT):
+                        while self._running:
+                            await self._idle.wait()
+                    if self._running:
+                        log.info("%d request(s) of a turn still unanswered %.0f s after its "
+                                 "end: no longer awaited", self._running, END_WAIT)
+                    nursery.cancel_scope.cancel()
+
     def start_soon(self, fn: Callable[[], Awaitable[None]]) -> None:
-        """Run ``fn`` where the lease's requests that outlive their call are awaited."""
-        self._supervisor.start_soon(fn)
+        """Run ``fn`` in the lease's nursery, where the lease's requests that outlive
+        their call are awaited; the lease must be ``held()``."""
+        if self._nursery is None:
+            raise RuntimeError("the lease is not held: nowhere to await its requests")
+        self._running += 1
+        self._nursery.start_soon(self._counted, fn)
+
+    async def _counted(self, fn: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await fn()
+        finally:
+            self._running -= 1
+            if not self._running:
+                self._idle.set()
+                self._idle = trio.Event()
 
     async def end_call_processes(self, session_id: str, host_call_id: str) -> str | None:
         """A process call's grace ran out without the held host's result: its cgroup is

@@ -13,8 +13,8 @@ open session is re-announced.
 A turn talks to its host through a ``HostLease`` (``host_lease.py``): the lease holds
 the host of the turn's first request and sends only to it. After that host died,
 nothing else of the turn reaches a successor: its requests are ``NotSent``. The
-requests of a lease that outlive their call run in the supervisor's nursery
-(``start_soon``).
+requests of a lease that outlive their call run in the lease's own nursery, held by its
+turn (``HostLease.held``).
 
 This module is the succession (start, adoption, replacement, stop); one host's record is
 ``host_generation.py``, its liveness ping ``host_liveness.py``, the cleanup after its death
@@ -44,7 +44,7 @@ host share when the runtime stops importing ``host`` (issue 17).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -80,14 +80,17 @@ class HostSupervisor:
                  notification_handlers: Mapping[str, NotificationHandler] | None = None,
                  ping_interval: float = DEFAULT_PING_INTERVAL,
                  liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
-                 first_host: PopenProcess | None = None) -> None:
+                 first_host: PopenProcess | None = None,
+                 registrations: Callable[[], Iterable[SessionOpenParams]] = tuple) -> None:
+        """``registrations``: the sessions registered with the host now (each
+        ``SessionLife`` owns its own), re-announced to every fresh host."""
         self._command = command
         self._first_host = first_host
         self._handlers = dict(handlers or {})
         self._notification_handlers = dict(notification_handlers or {})
         self._ping_interval = ping_interval
         self._liveness_timeout = liveness_timeout
-        self._sessions: dict[str, SessionOpenParams] = {}
+        self._registrations = registrations
         self._host: HostGeneration | None = None
         self._nursery: trio.Nursery | None = None
         self._starting: StartAttempt | None = None
@@ -118,12 +121,6 @@ class HostSupervisor:
     def lease(self) -> HostLease:
         """A hold on the current host for one turn (see :class:`HostLease`)."""
         return HostLease(self)
-
-    def start_soon(self, fn: Callable[[], Awaitable[None]]) -> None:
-        """Run a lease's request that may outlive its call (a ``tools.abort``, an abandoned
-        call's execute): in the supervisor's nursery, as long as the hosts it talks to."""
-        assert self._nursery is not None, "the supervisor is not running"
-        self._nursery.start_soon(fn)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
@@ -203,7 +200,7 @@ class HostSupervisor:
         self.generation = host.number
         if self.generation > 1:
             self.restarts += 1
-        for params in list(self._sessions.values()):  # sessions may open meanwhile
+        for params in list(self._registrations()):  # sessions may open meanwhile
             try:
                 await link.request("session.open", params)
             except RemoteError as exc:  # e.g. its workspace is gone: its calls will say so
@@ -261,14 +258,6 @@ class HostSupervisor:
         if host is None or not host.usable:
             raise NotSent("no live host")
         return await host.link.request(method, params)
-
-    async def open_session(self, params: SessionOpenParams) -> None:
-        self._sessions[params.session_id] = params
-        await self.request("session.open", params)
-
-    def forget_session(self, session_id: str) -> None:
-        """A session that never opened: a later host is not told of it."""
-        self._sessions.pop(session_id, None)
 
     async def restart(self) -> tuple[int | None, int | None]:
         """Replace the current host: it is killed, so the calls waiting on it end

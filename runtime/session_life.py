@@ -3,7 +3,8 @@ what the daemon holds for a session besides its log.
 
 A ``SessionLife`` owns the session's agent task and the cancel scope it runs under and its
 registration with the host (``session.open``, the plugin servers the host starts for it,
-its entry in the supervisor's list of sessions to re-announce, ``session.close``). The rest
+``registration``: what a fresh host is told of the session after a crash or restart, read
+by the supervisor through the daemon's lives, ``session.close``). The rest
 of what is kept per session is the ``Session``'s own (``sessions.py``: its agent, its turn's
 hold on a host ``lease``, its ops view ``ops``), so ``close()`` drops it by removing the
 session from the ``SessionStore``. A ``session.new`` still opening runs under ``opening``, which a
@@ -48,6 +49,9 @@ class SessionLife:
         self._sessions = sessions
         self._host = host
         self._agent_scope: trio.CancelScope | None = None
+        self.registration: SessionOpenParams | None = None
+        """Set from ``open()`` until the session closes or its open is undone: every fresh
+        host is told of the session with it."""
         self.opening: Opening | None = None
         """Set while ``session.new`` opens the session (``open_new``)."""
 
@@ -76,9 +80,10 @@ class SessionLife:
     async def open(self) -> PluginsListResult:
         """Register the session with the host and start its plugin servers."""
         session = self.session
-        await self._host.open_session(SessionOpenParams(
+        params = self.registration = SessionOpenParams(
             session.session_id, session.workspace, session.permission_mode,
-            session.mcp_servers))
+            session.mcp_servers)
+        await self._host.request("session.open", params)
         return await self._list_plugins()
 
     def begin_open(self) -> None:
@@ -102,7 +107,7 @@ class SessionLife:
                                        f"no host for the session: {exc}") from exc
                 except BaseException:
                     self._sessions.discard(self.session_id, forget=True)
-                    self._host.forget_session(self.session_id)
+                    self.registration = None
                     await self._close_in_host()
                     raise
             if opening.scope.cancel_called:
@@ -110,7 +115,7 @@ class SessionLife:
                     # session.close came after the open's last checkpoint: undone all the
                     # same (before ``done``, so the close waits for it).
                     self._sessions.discard(self.session_id, forget=True)
-                    self._host.forget_session(self.session_id)
+                    self.registration = None
                     await self._close_in_host()
                 return None  # cancelled by session.close
             return listed
@@ -143,7 +148,7 @@ class SessionLife:
                 self._agent_scope.cancel()
             session.agent.journal.close()
             self._sessions.remove(session.session_id)  # its lease and ops view with it
-            self._host.forget_session(session.session_id)
+            self.registration = None
             # Also when the stop failed (its turn/end not durable: INTERNAL): the session
             # is closed all the same, its plugin servers with it.
             await self._close_in_host()

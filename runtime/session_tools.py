@@ -5,7 +5,8 @@ the host's tool output routed back to the agent listening for it."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 from protocol.errors import RpcError
@@ -65,6 +66,13 @@ class SessionTools:
             return
         if not session.agent.on_output(params):
             log.debug("dropped output of %s (no longer listened to)", params.call_id)
+
+    @asynccontextmanager
+    async def hold(self, session: Session, turn_id: str) -> AsyncIterator[None]:
+        """A top-level turn's run (``Agent.hold_turn``): the lease it and its subagents
+        share is held, so what outlives a call is awaited in the lease's own nursery."""
+        async with self._lease(session, turn_id).held():
+            yield
 
     def _lease(self, session: Session, turn_id: str) -> HostLease:
         """The session's lease for this turn: its top-level turn's (kept on the session)."""

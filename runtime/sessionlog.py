@@ -44,14 +44,6 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(DurableEvent)
 
 
-def default_data_dir() -> pathlib.Path:
-    configured = os.environ.get("QUIESCE_DATA_DIR")
-    if configured:
-        return pathlib.Path(configured)
-    base = os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share")
-    return pathlib.Path(base) / "quiesce"
-
-
 @dataclass(frozen=True)
 class LogContents:
     events: tuple[DurableEvent, ...]

@@ -29,6 +29,7 @@ from protocol.version import PROTOCOL_VERSION
 from runtime.acp.messages import AGENT_TO_CLIENT, CLIENT_TO_AGENT
 from runtime.acp.server import VERSION, AcpServer
 from runtime.acp.taps import ReceiveTap
+from runtime.cli_options import apply_config_file
 from runtime.config_file import positive_float, positive_int
 from runtime.popen_process import PopenProcess, adopt_or_kill
 from runtime.shared.logs import setup_logging
@@ -145,8 +146,6 @@ def main(argv: list[str], early_host: subprocess.Popen[bytes] | None = None, *,
     ``host_command``, which names the configuration file's ``[host]`` table), adopted by
     the daemon (the caller kills and reaps it if it was not). ``config``: the
     configuration file, read (its path and raw table) for that spawn."""
-    from runtime.cli import apply_config_file
-
     p = parser()
     args = p.parse_args(argv)
     apply_config_file(p, args, *config)  # as serve: option, environment, file, default

@@ -37,7 +37,6 @@ from protocol.messages.events import (
     TurnEnd,
     UserMessageEvent,
 )
-from runtime import eventsummary
 from runtime.acp.messages import (
     AgentMessageChunk,
     AgentThoughtChunk,
@@ -51,6 +50,7 @@ from runtime.acp.messages import (
     ToolKind,
     UserMessageChunk,
 )
+from runtime.eventrender import render
 
 PROGRESS_TAIL = 16 * 1024  # characters of a call's output an update carries
 TITLE_MAX = 120
@@ -170,7 +170,7 @@ class Translator:
         acp_id = tool_call_id(event.turn_id, event.call_id)
         if self._open.pop(acp_id, None) is None:
             return []  # a result without a call we showed (e.g. replay of a broken log)
-        text = eventsummary.result_text(event)
+        text = render(event).text
         output: dict[str, Any] = {"code": event.code} if event.code else {}
         if event.details:
             output["details"] = event.details

@@ -14,6 +14,12 @@ could not fsync stays (it is true); one the log could not take is owed: recorded
 records again. A turn whose ``turn/start`` the log never took records nothing. A stop is
 counted (``on_stop``) once, where its phase settles, whoever asked for it (a client, an
 operator, ``session.close``, shutdown).
+
+Why one module past ~400 lines: the turn's run, its owed end and its stops are one
+settlement (the phase table's ``END_TURN`` fires where the end is durable or owed, and
+every stop answers from it); apart, the order a reader must check (end on disk, then the
+stops answered, then the next turn) would span modules. The phases are ``phase.py``, one
+turn's steps ``turn.py``, a subagent's tool ``task.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +115,9 @@ class Agent:
         self._stop_at: float | None = None  # the current phase's first stop request
         self._owed: list[tuple[str, str]] = []
         """(turn id, why) of turns whose turn/end the log could not take, oldest first."""
+        self.hold_turn: Callable[[str], AbstractAsyncContextManager[None]] | None = None
+        """Entered around a top-level turn's run, inside its shielded end, and left once its
+        stops are answered: the daemon holds the turn's host lease there (its nursery)."""
         self.before_turn: Callable[[], Awaitable[None]] | None = None
         """Awaited before a turn's first step (its phase and controller already exist): the
         daemon lets its client link take the effect of the frames it has already read, so
@@ -165,12 +175,14 @@ class Agent:
                 self._routes.remove(route)
                 self._release(slot, None)
                 return
-            try:
-                ending, durable = await self._run_to_end(turn, controller.signal)
-            finally:
-                self._routes.remove(route)
-                self.turns += 1
-                self._release(slot, durable)
+            hold = self.hold_turn(slot.turn_id) if self.hold_turn else nullcontext()
+            async with hold:
+                try:
+                    ending, durable = await self._run_to_end(turn, controller.signal)
+                finally:
+                    self._routes.remove(route)
+                    self.turns += 1
+                    self._release(slot, durable)
         log.info("session %s turn %s ended %s", self.session_id, slot.turn_id,
                  ending.outcome.kind)
 

@@ -17,9 +17,8 @@ from protocol.messages.client import ProviderConfig, ScriptedProviderConfig
 from runtime.chat.commands import CHOOSE_MODEL
 from runtime.chat.controller import ChatError, ChatOptions
 from runtime.config import parse_serve_config
-from runtime.config_file import ConfigError, read_config_file
+from runtime.config_file import ConfigError, default_data_dir, read_config_file
 from runtime.providers.factory import ProviderConfigError, parse_provider_option
-from runtime.sessionlog import default_data_dir
 
 LOG_NAME = "chat-serve.log"
 DESCRIPTION = """\

@@ -12,9 +12,7 @@ feed events and read lines.
 from __future__ import annotations
 
 import collections
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from rich.text import Text
 
@@ -33,22 +31,17 @@ from protocol.messages.events import (
     TurnStart,
     UserMessageEvent,
 )
-from runtime import eventsummary as summary
 from runtime.chat.commands import CHOOSE_MODEL
 from runtime.chat.timeline import StopTimeline, ms
+from runtime.eventrender import render
+from runtime.eventrender import summarize_args as summarize_args
 from runtime.providers.factory import NO_PROVIDER_ERROR
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TAIL_LINES = 3
 STREAM_LINES = 6  # of the response streaming in, shown live until its message lands
-SUMMARY_WIDTH = 60
 
 Lines = list[Text]
-
-
-def summarize_args(tool: str, args: Mapping[str, Any], width: int = SUMMARY_WIDTH) -> str:
-    """One line naming what a call works on (``runtime.eventsummary``)."""
-    return summary.summarize_args(tool, args, width)
 
 
 @dataclass
@@ -151,11 +144,12 @@ class ChatView:
                 call.tail.extend(line for line in event.text.splitlines() if line.strip())
             return []
         if isinstance(event, ToolAbortEvent):
+            found = render(event).host_found
             if stop is None:  # an operator's stop: shown, without a timeline of ours
-                return [Text(f"  ■ {summary.host_found(event)}", style="yellow")]
+                return [Text(f"  ■ {found}", style="yellow")]
             stop.calls.add(event.call_id)
             body = ", body running" if event.body_invoked else ", body never started"
-            stop.at(now, f"{summary.host_found(event)}{body}")
+            stop.at(now, f"{found}{body}")
             return []
         if isinstance(event, ToolResultEvent):
             return self._result(event, now)
@@ -173,7 +167,7 @@ class ChatView:
         return lines
 
     def _call(self, event: ToolCallEvent, now: float) -> Lines:
-        subject = summarize_args(event.tool, event.args)
+        subject = render(event).subject
         self.calls[event.call_id] = CallView(event.call_id, event.tool, event.tool_class,
                                              subject)
         return [Text.assemble(("● ", "cyan"), (event.tool, "bold"),
@@ -183,8 +177,8 @@ class ChatView:
     def _result(self, event: ToolResultEvent, now: float) -> Lines:
         call = self.calls.pop(event.call_id, None)
         tool = call.tool if call is not None else "?"
-        code = summary.result_code(event)
-        note = summary.stop_note(event)
+        record = render(event)
+        code, note = record.code, record.stop_note
         stop = self.stop
         if stop is not None and (event.call_id in stop.calls or event.is_error):
             stop.calls.add(event.call_id)
@@ -192,7 +186,7 @@ class ChatView:
             return []
         took = f" {_took(event, call, now)}" if _took(event, call, now) else ""
         mark, style = ("✓", "green") if not event.is_error else ("✗", "red")
-        detail = note or ("" if not event.is_error else summary.first_line(event, 70))
+        detail = note or ("" if not event.is_error else record.first_line)
         line = Text.assemble((f"{mark} ", style), (tool, "bold"), f" {code}",
                              (took, "dim"), (f"  [{event.call_id}]", "dim"))
         if detail:
@@ -206,7 +200,7 @@ class ChatView:
         end = event.end
         stop = self.stop
         if end.kind == "aborted":
-            cause = summary.cause_label(end.reason)
+            cause = render(event).cause
             if stop is not None and not stop.turn_ended:
                 stop.at(now, f"turn/end aborted ({cause}) on disk")
                 stop.turn_ended = True

@@ -14,10 +14,29 @@
 | ``cli`` | the ``quiesce ops`` command |
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from runtime.ops.backend import EventListener, OpsBackend
-from runtime.ops.client import Discovery, OpsClient, RunningDaemon, connect, discover
 from runtime.ops.rundir import UnsafeRunDir, run_dir
 from runtime.ops.server import OpsServer
+
+if TYPE_CHECKING:
+    from runtime.ops.client import Discovery, OpsClient, RunningDaemon, connect, discover
+
+# The operator's client is loaded when first named: the daemon imports this package for
+# its server at start-up, and needs none of the client (issue 20).
+_CLIENT = frozenset({"Discovery", "OpsClient", "RunningDaemon", "connect", "discover"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLIENT:
+        from runtime.ops import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Discovery",

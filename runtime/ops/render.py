@@ -16,17 +16,6 @@ import msgspec
 from protocol.messages.client import AgentAbortResult
 from protocol.messages.events import (
     AnnouncedEvent,
-    AssistantDeltaEvent,
-    AssistantMessageEvent,
-    SessionMeta,
-    ToolAbortEvent,
-    ToolCallEvent,
-    ToolProgressEvent,
-    ToolResultEvent,
-    ToolStartedEvent,
-    TurnEnd,
-    TurnStart,
-    UserMessageEvent,
 )
 from protocol.messages.ops import (
     OpsEventParams,
@@ -36,7 +25,7 @@ from protocol.messages.ops import (
     OpsStatsResult,
     OpsUnreadableLog,
 )
-from runtime import eventsummary as summary
+from runtime.eventrender import one_line, render
 from runtime.ops.client import RunningDaemon
 
 SNIPPET = 60
@@ -84,7 +73,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def _snippet(text: str) -> str:
-    return summary.one_line(text, SNIPPET)
+    return one_line(text, SNIPPET)
 
 
 def sessions_table(listing: Sequence[tuple[int, Sequence[OpsSession]]]) -> str:
@@ -178,7 +167,7 @@ def stats_text(stats: OpsStatsResult) -> str:
 def abort_text(session_id: str, r: AgentAbortResult) -> str:
     if r.outcome == "idle":
         return f"{session_id}: idle, nothing to stop"
-    cause = summary.cause_label(r.cause)
+    cause = r.cause.kind if r.cause is not None else "?"
     lines = [f"{session_id}: turn {r.turn_id or '?'} aborted (cause {cause}), settled in "
              f"{r.settled_ms:.1f} ms"]
     lines += [f"  {c.call_id}: {c.code}" for c in r.tool_calls]
@@ -201,39 +190,13 @@ def event_line(pid: int, params: OpsEventParams, received: float) -> str:
     millis = int(received * 1000) % 1000
     stamp = f"{time.strftime('%H:%M:%S', time.localtime(received))}.{millis:03d}"
     event = params.event
-    kind = type(event).__struct_config__.tag
-    head = f"{stamp}  {pid}  {params.session_id}  {event.turn_id or '-'}  {kind}"
-    text = f"{head}  {event_summary(event)}".rstrip()
+    record = render(event)
+    head = f"{stamp}  {pid}  {params.session_id}  {event.turn_id or '-'}  {record.kind}"
+    text = f"{head}  {record.line}".rstrip()
     if params.dropped:
         text = f"{stamp}  ({params.dropped} event(s) dropped: this tail read too slowly)\n{text}"
     return text
 
 
 def event_summary(event: AnnouncedEvent) -> str:
-    if isinstance(event, SessionMeta):
-        return f"workspace {event.workspace}"
-    if isinstance(event, TurnStart):
-        return ""
-    if isinstance(event, UserMessageEvent):
-        return repr(_snippet(event.text))
-    if isinstance(event, AssistantMessageEvent):
-        text = summary.message_text(event, reasoning=False)
-        mark = " INTERRUPTED" if event.interrupted else ""
-        return f"step {event.step}{mark} {_snippet(text)!r}"
-    if isinstance(event, AssistantDeltaEvent):
-        return f"step {event.step} {event.type} {_snippet(event.text)!r}"
-    if isinstance(event, ToolCallEvent):
-        return summary.call_label(event)
-    if isinstance(event, ToolStartedEvent):
-        return f"{event.call_id} body started"
-    if isinstance(event, ToolProgressEvent):
-        return f"{event.call_id} {event.stream}: {_snippet(event.text)!r}"
-    if isinstance(event, ToolResultEvent):
-        forced = " forced" if summary.forced(event) else ""
-        return f"{event.call_id} {event.code or ('error' if event.is_error else 'ok')}{forced}"
-    if isinstance(event, TurnEnd):
-        error = f": {_snippet(event.end.error)}" if event.end.error else ""
-        return f"{summary.turn_end_label(event)}{error}, stop reason {event.stop_reason}"
-    assert isinstance(event, ToolAbortEvent)
-    body = "body invoked" if event.body_invoked else "body not invoked"
-    return f"{event.call_id} {event.tool}: host {event.host_state}, {body}"
+    return render(event).line

@@ -1,9 +1,9 @@
 """The anthropic provider: Anthropic's Messages API, streamed.
 
 One step is one ``POST {base_url}/v1/messages`` with ``"stream": true``, the
-``x-api-key`` and ``anthropic-version`` headers; the wire format (request,
-stream events) is :mod:`.anthropic_wire`; the I/O, the close-at-once on a stop
-and the error mapping are the shared :func:`runtime.providers.http.post_stream`.
+``x-api-key`` and ``anthropic-version`` headers; the wire format is :mod:`.anthropic_wire`
+(the request) and :mod:`.anthropic_stream` (its events); the I/O, the close-at-once on a
+stop and the error mapping are the shared :func:`runtime.providers.http.post_stream`.
 
 Configuration (:class:`AnthropicConfig`), resolved once when a session opens:
 the session's ``{"kind": "anthropic", ...}`` or the daemon's default, with what
@@ -27,12 +27,8 @@ import httpx
 import msgspec
 
 from protocol.messages.client import AnthropicProviderConfig
-from runtime.providers.anthropic_wire import (
-    MessagesStreamDecoder,
-    Settings,
-    encode_request,
-    error_text,
-)
+from runtime.providers.anthropic_stream import MessagesStreamDecoder, error_text
+from runtime.providers.anthropic_wire import Settings, encode_request
 from runtime.providers.base import ModelRequest, StreamChunk
 from runtime.providers.http import post_stream
 from runtime.providers.sse import DEFAULT_MAX_EVENT_BYTES

@@ -19,7 +19,8 @@ from protocol.messages.client import DebugRunToolParams, SessionNewParams
 from protocol.messages.common import InitializeParams, InitializeResult, PeerInfo
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.version import PROTOCOL_VERSION
-from runtime.cli import _spawn_host, host_command
+from runtime.cli import _spawn_host
+from runtime.cli_options import host_command
 from runtime.client import DaemonClient, serve_command, spawn_daemon
 from runtime.daemon import Daemon
 from runtime.host_link import default_host_command

@@ -11,12 +11,8 @@ from hypothesis import strategies as st
 
 from protocol.messages.client import AnthropicProviderConfig
 from runtime.providers.anthropic import AnthropicConfig, provider_from_config, recorded
-from runtime.providers.anthropic_wire import (
-    MessagesStreamDecoder,
-    Settings,
-    encode_request,
-    error_text,
-)
+from runtime.providers.anthropic_stream import MessagesStreamDecoder, error_text
+from runtime.providers.anthropic_wire import Settings, encode_request
 from runtime.providers.base import (
     AssistantMessage,
     ModelRequest,

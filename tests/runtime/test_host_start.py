@@ -25,11 +25,13 @@ BREAKABLE_HOST = 'echo start >> "$2"; if [ -e "$0" ]; then exit 1; fi; exec "$1"
 
 async def run_calls(supervisor: HostSupervisor, background: trio.Nursery,
                     *calls: ToolCallRequest) -> tuple[ToolResult, ...]:
-    tools = HostTools(supervisor.lease(), "s-1", "t1", on_progress=lambda *a: None,
+    lease = supervisor.lease()  # held as a turn holds it: its nursery awaits read-only calls
+    tools = HostTools(lease, "s-1", "t1", on_progress=lambda *a: None,
                       on_abort=lambda *a: None)
     with trio.fail_after(20):
-        return await run_tool_calls(calls, registry=ToolRegistry(tools.definitions()),
-                                    recorder=Recorder(), signal=AbortController().signal)
+        async with lease.held():
+            return await run_tool_calls(calls, registry=ToolRegistry(tools.definitions()),
+                                        recorder=Recorder(), signal=AbortController().signal)
 
 
 async def test_calls_that_need_a_host_that_cannot_start_are_never_sent(

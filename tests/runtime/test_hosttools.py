@@ -25,7 +25,7 @@ from protocol.messages.host import (
 from protocol.tools import ToolResult, aborted_result, ok_result
 from runtime.agent.hosttools import HostTools, lost_host
 from runtime.host_generation import HostGeneration
-from runtime.host_lease import HostLease
+from runtime.host_lease import END_WAIT, HostLease
 from runtime.registry import (
     AbortController,
     ToolCallRequest,
@@ -389,3 +389,32 @@ async def test_a_call_stopped_while_its_host_starts_is_never_sent(
         result, _ = await run.call(*WRITE)
     assert result.code == "ABORTED_BEFORE_DISPATCH" and not lost_host(result)
     assert host.executes == []  # the Write never reached the host
+
+
+async def test_a_held_lease_awaits_what_outlives_its_calls_for_a_bounded_time(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """The lease's own nursery: nothing runs there unless the lease is held; at its end
+    it awaits its requests (shielded: a session closing does not cut a tools.abort short)
+    for at most END_WAIT, then cancels what still waits."""
+    lease = HostLease(FakeSupervisor(None))  # type: ignore[arg-type]
+    with pytest.raises(RuntimeError):
+        lease.start_soon(trio.lowlevel.checkpoint)
+    finished: list[str] = []
+    cancelled: list[str] = []
+
+    async def answered_after(delay: float, name: str) -> None:
+        try:
+            await trio.sleep(delay)
+            finished.append(name)
+        except trio.Cancelled:
+            cancelled.append(name)
+            raise
+
+    began = trio.current_time()
+    with trio.CancelScope() as session:
+        async with lease.held():
+            lease.start_soon(lambda: answered_after(1.0, "abort answer"))
+            lease.start_soon(lambda: answered_after(END_WAIT + 10, "late result"))
+            session.cancel()  # the session closes as its turn ends
+    assert finished == ["abort answer"] and cancelled == ["late result"]
+    assert trio.current_time() - began == pytest.approx(END_WAIT)

@@ -11,8 +11,9 @@ import trio
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import ScriptedProviderConfig, SessionNewParams
-from protocol.messages.host import PluginsListResult, SessionOpenParams
+from protocol.messages.host import PluginsListParams, PluginsListResult
 from runtime.daemon import Daemon
+from runtime.session_life import SessionLife
 
 
 class _Host:
@@ -22,15 +23,16 @@ class _Host:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self.told: list[str] = []
-        self.forgot: list[str] = []
-
-    async def open_session(self, params: SessionOpenParams) -> None:
-        await trio.lowlevel.checkpoint()
+        self.life: SessionLife | None = None
 
     async def request(self, method: str, params: msgspec.Struct) -> Any:
         await trio.lowlevel.checkpoint()
-        session_id = params.session_id
-        opening = self.daemon._lives[session_id].opening
+        if method == "session.open":
+            return None
+        assert isinstance(params, PluginsListParams)
+        self.life = self.daemon.requests.lives[params.session_id]
+        assert self.life.registration is not None  # registered, until undone
+        opening = self.life.opening
         assert opening is not None
         opening.scope.cancel()  # what session.close does
         return PluginsListResult((), ())
@@ -38,22 +40,21 @@ class _Host:
     async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any:
         self.told.append(method)
 
-    def forget_session(self, session_id: str) -> None:
-        self.forgot.append(session_id)
-
 
 async def test_a_close_after_the_opens_last_checkpoint_undoes_it(
         tmp_path: pathlib.Path) -> None:
     daemon = Daemon(data_dir=tmp_path / "data")
-    daemon._initialized = True
+    daemon.requests.initialized = True
     host = _Host(daemon)
-    daemon.host = host  # type: ignore[assignment]
+    daemon.requests.host = host  # type: ignore[assignment]
     workspace = tmp_path / "ws"
     workspace.mkdir()
     with pytest.raises(RpcError) as refused:
-        await daemon.session_new(SessionNewParams(
+        await daemon.requests.session_new(SessionNewParams(
             str(workspace), "auto", ScriptedProviderConfig(script=[])))
     assert refused.value.code == ErrorCode.REQUEST_CANCELLED
     assert list(daemon.sessions.all()) == []
-    assert host.told == ["session.close"] and len(host.forgot) == 1
-    assert daemon._lives == {}
+    assert host.told == ["session.close"]
+    # Undone: a fresh host would not be told of it.
+    assert host.life is not None and host.life.registration is None
+    assert daemon.requests.lives == {} and list(daemon.requests.registrations()) == []

@@ -1,0 +1,74 @@
+"""What ``quiesce serve`` and ``quiesce acp`` share of their command line: the host's
+command (for the early spawn and every replacement), and the configuration file applied to
+the options not given. Both dispatchers import it; it imports neither (no import circle).
+Light at module level: it runs before the host is spawned."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from protocol.messages.client import ProviderConfig
+
+
+def host_command(host_config: str | None) -> list[str]:
+    """How the daemon starts a host (``runtime.host_link.default_host_command()`` plus the
+    configuration file's ``[host]`` table): the early one and every replacement alike."""
+    command = [sys.executable, "-m", "host"]
+    return command if host_config is None else [*command, "--config", host_config]
+
+
+def _provider_option(parser: argparse.ArgumentParser, value: str) -> ProviderConfig:
+    """``--provider``, checked after the host is spawned (the check's imports are heavy);
+    a bad one is reported as argparse reports a bad option value."""
+    from runtime.providers.factory import ProviderConfigError, parse_provider_option
+
+    try:
+        return parse_provider_option(value)
+    except ProviderConfigError as exc:
+        parser.error(f"argument --provider: {exc}")
+
+
+# ``serve``'s options that the configuration file may also set, with their built-in default.
+SERVE_DEFAULTS: dict[str, float | int | None] = {
+    "max_frame_size": None, "process_grace": 10.0, "ping_interval": 2.0,
+    "liveness_timeout": 10.0, "stuck_after": 30.0, "max_steps": None,
+}
+
+
+def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                       path: pathlib.Path | None, raw: dict[str, Any]) -> None:
+    """Fill every option not given (on the command line or in its environment variable)
+    from the configuration file, then from the built-in default; check the host table.
+    ``serve``'s and ``acp``'s (``--provider`` still the option's string)."""
+    from runtime.config import parse_serve_config, system_prompt
+    from runtime.config_file import ConfigError
+
+    try:
+        config = parse_serve_config(path, raw)
+        args.system_prompt = system_prompt(config, path)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    for name, default in SERVE_DEFAULTS.items():
+        if getattr(args, name) is None:
+            from_file = getattr(config, name)
+            setattr(args, name, from_file if from_file is not None else default)
+    if args.data_dir is None:
+        args.data_dir = config.data_dir
+    if args.provider is not None:
+        args.provider = _provider_option(parser, args.provider)
+    elif isinstance(config.provider, str):
+        args.provider = _provider_option(parser, config.provider)
+    else:
+        args.provider = config.provider
+    if config.host:
+        from host.main import parse_config
+
+        try:  # the host checks it too; here a mistake is reported before anything runs
+            parse_config(json.dumps(config.host))
+        except ValueError as exc:
+            parser.error(f"configuration file {str(path)!r}: [host]: {exc}")
