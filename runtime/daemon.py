@@ -53,6 +53,7 @@ from runtime.agent.agent import DEFAULT_STUCK_AFTER
 from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE
 from runtime.agent.turn import TurnConfig
 from runtime.daemon_ops import DaemonOps
+from runtime.hooks.config import HookConfig
 from runtime.host_supervisor import (
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_PING_INTERVAL,
@@ -92,7 +93,8 @@ class Daemon:
                  ping_interval: float = DEFAULT_PING_INTERVAL,
                  liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
                  stuck_after: float = DEFAULT_STUCK_AFTER,
-                 first_host: PopenProcess | None = None) -> None:
+                 first_host: PopenProcess | None = None,
+                 hooks: HookConfig | None = None) -> None:
         """``first_host``: a host already started for the default command (by ``quiesce
         serve``, before its imports), adopted as the first host; see HostSupervisor.
         ``max_steps``: model steps a turn may take (None: ``turn_config``'s, by default
@@ -119,7 +121,8 @@ class Daemon:
             first_host=first_host,
         )
         self.ops = DaemonOps(self.sessions, self.host, self.permissions)
-        self.tools = SessionTools(self.sessions, self.host, process_grace=process_grace)
+        self.tools = SessionTools(self.sessions, self.host, process_grace=process_grace,
+                                  hooks=hooks)
         self.ops_server = OpsServer(self.ops, data_dir=self.data_dir)
         self._client: Endpoint | None = None
         self._initialized = False

@@ -18,6 +18,7 @@ from protocol.messages.events import (
     AnnouncedEvent,
     AssistantDeltaEvent,
     AssistantMessageEvent,
+    HookDecisionEvent,
     SessionMeta,
     ToolAbortEvent,
     ToolCallEvent,
@@ -126,7 +127,8 @@ def session_detail(pid: int, s: OpsSession) -> str:
         lines.append(f"stop       waiting {duration(s.stop_waiting_s)}{flag}")
     if s.calls:
         lines += ["", table(["CALL", "TOOL", "CLASS", "STATE", "AGE"],
-                            [[c.call_id, c.tool, c.tool_class, c.state, duration(c.age_s)]
+                            [[c.call_id, c.tool, c.tool_class,
+                              f"hook {c.hook}" if c.hook else c.state, duration(c.age_s)]
                              for c in s.calls])]
     else:
         lines.append("calls      none in flight")
@@ -234,6 +236,9 @@ def event_summary(event: AnnouncedEvent) -> str:
     if isinstance(event, TurnEnd):
         error = f": {_snippet(event.end.error)}" if event.end.error else ""
         return f"{summary.turn_end_label(event)}{error}, stop reason {event.stop_reason}"
+    if isinstance(event, HookDecisionEvent):
+        reason = f": {_snippet(event.reason)!r}" if event.reason else ""
+        return f"{event.call_id} {event.event}[{event.index}] {event.decision}{reason}"
     assert isinstance(event, ToolAbortEvent)
     body = "body invoked" if event.body_invoked else "body not invoked"
     return f"{event.call_id} {event.tool}: host {event.host_state}, {body}"
