@@ -129,7 +129,7 @@ class TurnHooks:
 
     async def post_tool_use(self, call: ToolExecution, result: ToolResult) -> ToolResult:
         hooks = self._config.matching("post_tool_use", call.tool)
-        if not hooks:
+        if not hooks or call.signal.aborted:  # a stopped call's result is the stop's
             return result
         payload = self._input("post_tool_use", call, result)
         for hook in hooks:
