@@ -280,3 +280,34 @@ async def test_a_per_tool_timeout_ends_the_call_tool_timeout(tmp_path: pathlib.P
         assert "timed out after 0.5 s" in result_text(result)
         assert gone(int(pid_file.read_text()))
         await agent.check_no_tool_process()
+
+
+async def test_ops_show_names_a_running_hook(tmp_path: pathlib.Path, marked: Marked) -> None:
+    from tests.e2e.test_ops import ops, ops_text
+
+    slow, pid_file = pid_file_script(tmp_path, "slow", "sleep 30")
+    ws = tmp_path / "ws"
+    async with hooked(marked, tmp_path, hook_table("pre_tool_use", "Bash", slow)) as agent:
+        session = await agent.new_session(ws, [[call("b1", "Bash", command="true")]])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "go")
+            await wait_for_file(pid_file)
+            shown = await ops_text(marked, "show", session)
+            (row,) = [line for line in shown.splitlines() if line.startswith("b1 ")]
+            assert row.split()[1:5] == ["Bash", "process", "hook", "pre_tool_use[0]"], shown
+            code, data = await ops(marked, "show", session)
+            assert code == 0 and f"pre_tool_use[0] {slow}" in json.dumps(data), data
+            aborted = await agent.stop_and_check()
+        assert [c.code for c in aborted.tool_calls] == ["ABORTED_BEFORE_DISPATCH"]
+
+
+async def test_bad_hooks_are_refused_at_start_up_by_name(tmp_path: pathlib.Path,
+                                                         marked: Marked) -> None:
+    from tests.e2e.test_serve_config import refused
+
+    config = tmp_path / "c.toml"
+    config.write_text('[[hooks.pre_tool_use]]\nmatcher = "Bash"\ncommand = ["x"]\n'
+                      "timeuot = 3\n")
+    assert "unknown field `timeuot`" in await refused(marked, config)
+    config.write_text('[[hooks.pre_tool_use]]\nmatcher = "(Bash"\ncommand = ["x"]\n')
+    assert "hooks.pre_tool_use[0].matcher" in await refused(marked, config)
