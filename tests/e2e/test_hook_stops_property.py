@@ -44,7 +44,8 @@ STEP_DEADLINE = 20.0
 # Each stage writes its pid file, then waits for its go file (relative: a hook runs in
 # the session's workspace, and so does the body).
 WAIT = 'echo $$ > {0}.tmp && mv {0}.tmp {0}\nwhile [ ! -e go-{1} ]; do sleep 0.01; done\n'
-PRE = WAIT.format("pre.pid", "pre") + 'cat > /dev/null\n[ -e deny ] && { echo no >&2; exit 2; }\nexit 0\n'
+PRE = (WAIT.format("pre.pid", "pre")
+       + 'cat > /dev/null\n[ -e deny ] && { echo no >&2; exit 2; }\nexit 0\n')
 POST = WAIT.format("post.pid", "post") + "exit 0\n"
 BODY = WAIT.format("body.pid", "body").replace("\n", "; ") + "echo body-done"
 

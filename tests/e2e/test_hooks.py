@@ -139,8 +139,8 @@ async def test_additional_context_reaches_the_next_model_request(
         tmp_path: pathlib.Path, marked: Marked) -> None:
     from protocol.messages.client import OpenAIProviderConfig, SessionNewParams
     from tests.providers.fakeserver import FakeServer, Reply
-    from tests.providers.recorded import event, sse
     from tests.providers.recorded import call as sse_call
+    from tests.providers.recorded import event, sse
 
     lint = script(tmp_path, "lint", 'cat > /dev/null\n'
                   'echo \'{"additionalContext": "lint: line 1 is too long"}\'\n')

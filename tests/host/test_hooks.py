@@ -20,9 +20,9 @@ from tests.host.harness import Host, running_host
 
 
 async def run(host: Host, hook_id: str, command: str, stdin: str = "",
-              timeout: float = 10.0) -> HooksRunResult:
+              limit: float = 10.0) -> HooksRunResult:
     result: HooksRunResult = await host.link.request("hooks.run", HooksRunParams(
-        host.session_id, hook_id, (command,), stdin, timeout))
+        host.session_id, hook_id, (command,), stdin, limit))
     return result
 
 
@@ -72,7 +72,7 @@ async def test_a_hook_past_its_timeout_is_killed(tmp_path: pathlib.Path,
     slow = script(tmp_path, "slow", "sleep 30\n")
     async with running_host(str(tmp_path), marked.env()) as host:
         with trio.fail_after(10):
-            result = await run(host, "h5", slow, timeout=0.2)
+            result = await run(host, "h5", slow, limit=0.2)
     assert result.outcome == "timeout" and 200 <= result.duration_ms < 3000
 
 
