@@ -105,11 +105,17 @@ class HookRunner:
             return HooksRunResult("failed", error=f"the hook could not start: {exc}")
         finally:
             os.close(stdin)
+        outcome = tree.outcome
+        if outcome == "stopped" and tree.exit_status is not None:
+            # It exited with a status, not by the kill's signal: it answered as the stop
+            # landed (or on the TERM, by trapping it), and its answer stands (a denial
+            # beats the stop).
+            outcome = "exited"
         if tree.outcome != "exited":
             log.info("hook %s %s after %.3f s (%d processes killed, %d after the grace)",
                      params.hook_id, tree.outcome, tree.duration, tree.kill.found,
                      tree.kill.killed)
-        return HooksRunResult(tree.outcome, tree.exit_status, tree.signal, out.text(),
+        return HooksRunResult(outcome, tree.exit_status, tree.signal, out.text(),
                               err.text(), round(tree.duration * 1000), tree.kill.killed)
 
 

@@ -213,6 +213,26 @@ async def test_stop_during_a_pre_hook_kills_it(tmp_path: pathlib.Path, marked: M
         assert [d.decision for d in decisions(agent)] == ["aborted"]
 
 
+async def test_a_denial_that_settles_after_the_stop_wins(tmp_path: pathlib.Path,
+                                                         marked: Marked) -> None:
+    """The stop comes first; the hook answers deny on its way out (on the TERM)."""
+    last_word, pid_file = pid_file_script(
+        tmp_path, "last-word",
+        "trap 'echo \"denied as it was stopped\" >&2; exit 2' TERM\n"
+        "while :; do sleep 0.05; done")
+    ws = tmp_path / "ws"
+    async with hooked(marked, tmp_path, hook_table("pre_tool_use", "Bash", last_word)) as agent:
+        await agent.new_session(ws, [[call("b1", "Bash", command="touch ran")]])
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "go")
+            pid = int(await wait_for_file(pid_file))
+            aborted = await agent.stop_and_check()
+        assert [c.code for c in aborted.tool_calls] == ["TOOL_DENIED"]
+        assert "denied as it was stopped" in result_text(agent.results("t1")["b1"])
+        assert gone(pid) and not (ws / "ran").exists()
+        assert [d.decision for d in decisions(agent)] == ["deny"]
+
+
 async def test_a_term_ignoring_hook_is_killed_after_the_kill_grace(
         tmp_path: pathlib.Path, marked: Marked) -> None:
     stubborn, pid_file = pid_file_script(tmp_path, "stubborn",
