@@ -92,12 +92,12 @@ class Executor:
                                 body_invoked=False)
         task_status.started()
         try:
-            return await self._run(call, spec, session, params.args)
+            return await self._run(call, spec, session, params.args, force_ask=params.ask)
         finally:
             self.calls.settle(call)
 
     async def _run(self, call: Call, spec: ToolSpec, session: HostSession,
-                   raw_args: dict[str, Any]) -> ToolResult:
+                   raw_args: dict[str, Any], *, force_ask: bool = False) -> ToolResult:
         try:
             args = msgspec.convert(raw_args, spec.args_type)
         except msgspec.ValidationError as exc:
@@ -107,6 +107,8 @@ class Executor:
             with call.pre_body:
                 verdict = evaluate(session.permission_mode, call.tool, call.tool_class,
                                    session.allowed, session.denied)
+                if force_ask and verdict is Verdict.ALLOW:  # a hook asked: prompt whatever the mode
+                    verdict = Verdict.ASK
                 if verdict is Verdict.DENY:
                     return error_result(ErrorCode.TOOL_DENIED,
                                         f"{call.tool} was denied for this session",

@@ -37,6 +37,7 @@ from host.admission import Admission
 from host.calls import CallTable
 from host.config import HostConfig
 from host.execution import Executor, RuntimePort
+from host.hooks import HookRunner
 from host.sessions import HostSession, HostSessions
 from host.shutdown import stop_all
 from host.tombstones import TombstoneRegistry
@@ -71,6 +72,7 @@ class CallManager:
         self.executor = Executor(config, runtime, TOOLS if tools is None else tools,
                                  self.host_sessions, self.calls, self.tombstones,
                                  self.admission, lambda: self._background)
+        self.hooks = HookRunner(config, self.host_sessions)
 
     @property
     def sessions(self) -> dict[str, HostSession]:
@@ -140,7 +142,8 @@ class CallManager:
     # -- shutdown ---------------------------------------------------------------------
 
     async def stop_all(self, cause: Cause, *, within: float | None = None) -> None:
-        """``host.shutdown.stop_all``: stop every call, wait, force what is left."""
+        """``host.shutdown.stop_all``: stop every call and hook, wait, force what is left."""
+        self.hooks.stop_all()
         await stop_all(self.calls, self.host_sessions, self.config, cause, within=within)
 
     async def shielded_bodies_after(self, within: float) -> int:

@@ -28,6 +28,10 @@ from protocol.causes import DisposedCause
 from protocol.errors import ErrorCode, RemoteError, RpcError
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.messages.host import (
+    HooksAbortParams,
+    HooksAbortResult,
+    HooksRunParams,
+    HooksRunResult,
     HostCallInfo,
     HostStatsResult,
     PermissionRequestParams,
@@ -122,6 +126,8 @@ class HostServer:
             "tools.execute": after(self.tools_execute),
             "tools.abort": after(self.tools_abort),
             "tools.force": after(self.tools_force),
+            "hooks.run": after(self.hooks_run),
+            "hooks.abort": after(self.hooks_abort),
             "host.stats": after(self.stats),
             "shutdown": self.shutdown,
         }
@@ -193,6 +199,12 @@ class HostServer:
 
     async def tools_abort(self, params: ToolsAbortParams) -> ToolsAbortResult:
         return self.manager.abort(params)
+
+    async def hooks_run(self, params: HooksRunParams) -> HooksRunResult:
+        return await self.manager.hooks.run(params, task_status=effect_status())
+
+    async def hooks_abort(self, params: HooksAbortParams) -> HooksAbortResult:
+        return self.manager.hooks.abort(params)
 
     async def tools_force(self, params: ToolsForceParams) -> ToolsForceResult:
         forced, detail = self.manager.force(params.session_id, params.call_id, params.tool)

@@ -243,9 +243,10 @@ async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None
 
 async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
                 env_extra: dict[str, str] | None = None, cgroup_name: str | None = None,
-                niceness: int = 0) -> Child:
+                niceness: int = 0, stdin: int | None = None) -> Child:
     """Start ``argv`` in a new session (and cgroup, named ``cgroup_name`` if given) with
-    piped stdout/stderr and stdin from /dev/null."""
+    piped stdout/stderr and stdin from /dev/null (or the descriptor ``stdin``, which the
+    caller keeps and closes)."""
     env = {**os.environ, **(env_extra or {})}
     if marker is not None:
         env[marker[0]] = marker[1]
@@ -254,7 +255,9 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
     err_r, err_w = os.pipe()
     try:
         popen = await start_process(argv, cgroup=cgroup, niceness=niceness, cwd=cwd,
-                                    env=env, stdin=subprocess.DEVNULL, stdout=out_w,
+                                    env=env,
+                                    stdin=subprocess.DEVNULL if stdin is None else stdin,
+                                    stdout=out_w,
                                     stderr=err_w)
     except BaseException:
         for fd in (out_r, err_r):
@@ -272,11 +275,11 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
 @asynccontextmanager
 async def spawned(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
                   grace: float, env_extra: dict[str, str] | None = None,
-                  cgroup_name: str | None = None, niceness: int = 0
-                  ) -> AsyncIterator[Child]:
+                  cgroup_name: str | None = None, niceness: int = 0,
+                  stdin: int | None = None) -> AsyncIterator[Child]:
     """``spawn``, with the tree killed and the root reaped however the block ends."""
     child = await spawn(argv, cwd=cwd, marker=marker, env_extra=env_extra,
-                        cgroup_name=cgroup_name, niceness=niceness)
+                        cgroup_name=cgroup_name, niceness=niceness, stdin=stdin)
     try:
         yield child
     finally:

@@ -31,6 +31,10 @@ from protocol.messages.client import (
 )
 from protocol.messages.common import Empty, InitializeParams, InitializeResult
 from protocol.messages.host import (
+    HooksAbortParams,
+    HooksAbortResult,
+    HooksRunParams,
+    HooksRunResult,
     HostStatsResult,
     PermissionRequestParams,
     PermissionRequestResult,
@@ -205,6 +209,15 @@ RUNTIME_TO_HOST = Direction("runtime → host", [
     MethodSpec("tools.force", ToolsForceParams, ToolsForceResult,
                "Stop waiting for a stopped mutating or plugin call whose body is stuck (an "
                "operator's decision); the call ends ABORTED with details.forced."),
+    MethodSpec("hooks.run", HooksRunParams, HooksRunResult,
+               "Run one hook command (the daemon's configuration, never a workspace's) as a "
+               "process tree in the session's workspace: its own session and cgroup, the "
+               "input on stdin, output bounded; killed (TERM, the kill grace, KILL) at its "
+               "`timeout` or by hooks.abort. Answers once the tree is gone."),
+    MethodSpec("hooks.abort", HooksAbortParams, HooksAbortResult,
+               "Kill a running hook's tree (a stop of its call). Answers at once; its "
+               "hooks.run answers `stopped` once the tree is gone (or with how it ended, if "
+               "it ended first)."),
     MethodSpec("host.stats", Empty, HostStatsResult,
                "Counters: calls in flight, tombstones (live, expired, evicted), admission; "
                "and each call in flight with its phase (the runtime's `ops.sessions` shows "

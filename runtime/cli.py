@@ -72,6 +72,7 @@ async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> N
         stuck_after=args.stuck_after,
         max_steps=args.max_steps,
         system_prompt=getattr(args, "system_prompt", None),
+        hooks=getattr(args, "hooks", None),
         first_host=first_host,
     )
     # Orphans of a crashed host are re-parented to us and killed by their marker.

@@ -45,12 +45,13 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
     """Fill every option not given (on the command line or in its environment variable)
     from the configuration file, then from the built-in default; check the host table.
     ``serve``'s and ``acp``'s (``--provider`` still the option's string)."""
-    from runtime.config import parse_serve_config, system_prompt
+    from runtime.config import hook_config, parse_serve_config, system_prompt
     from runtime.config_file import ConfigError
 
     try:
         config = parse_serve_config(path, raw)
         args.system_prompt = system_prompt(config, path)
+        args.hooks = hook_config(config, path)
     except ConfigError as exc:
         parser.error(str(exc))
     for name, default in SERVE_DEFAULTS.items():

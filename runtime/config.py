@@ -8,7 +8,9 @@ keys are the long options in snake case; ``provider`` is an option string
 (``"scripted:FILE"``, ``"openai"``, ``"anthropic"``) or a table shaped like
 ``session.new``'s provider; ``system_prompt`` (text) or ``system_prompt_file`` (a path,
 relative to the file's folder) replaces the built-in system prompt; the ``[host]`` table
-is handed to every host the daemon starts (``quiesce host --config``), which validates it.
+is handed to every host the daemon starts (``quiesce host --config``), which validates it;
+``[[hooks.pre_tool_use]]``, ``[[hooks.post_tool_use]]`` and ``[tools.timeouts]`` are the
+daemon's hooks and tool time limits (:mod:`runtime.hooks.config`, docs/hooks.md).
 
 Read in two passes because ``serve`` spawns its host before its heavy imports: the file
 and its host table are read for that spawn (:mod:`runtime.config_file`, standard library
@@ -24,6 +26,7 @@ import msgspec
 
 from protocol.messages.client import ProviderConfig
 from runtime.config_file import ConfigError
+from runtime.hooks.config import HookConfig, HookConfigError, HooksTable, ToolsTable, compile_hooks
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
@@ -41,6 +44,8 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     system_prompt: str | None = None
     system_prompt_file: str | None = None
     host: dict[str, Any] = msgspec.field(default_factory=dict)
+    hooks: HooksTable = HooksTable()
+    tools: ToolsTable = ToolsTable()
 
 
 def parse_serve_config(path: pathlib.Path | None, raw: dict[str, Any]) -> ServeConfig:
@@ -52,6 +57,14 @@ def parse_serve_config(path: pathlib.Path | None, raw: dict[str, Any]) -> ServeC
         raise ConfigError(f"configuration file {str(path)!r}: set system_prompt or "
                           "system_prompt_file, not both")
     return config
+
+
+def hook_config(config: ServeConfig, path: pathlib.Path | None) -> HookConfig:
+    """The file's hooks and tool time limits, compiled (a bad matcher is a ConfigError)."""
+    try:
+        return compile_hooks(config.hooks, config.tools)
+    except HookConfigError as exc:
+        raise ConfigError(f"configuration file {str(path)!r}: {exc}") from exc
 
 
 def system_prompt(config: ServeConfig, path: pathlib.Path | None) -> str | None:

@@ -49,6 +49,7 @@ from runtime.shared.rpc import Endpoint, Handler, effect_taken
 if TYPE_CHECKING:  # the session side is imported on its first use (``Daemon.requests``)
     from runtime.agent.turn import TurnConfig
     from runtime.daemon_ops import DaemonOps
+    from runtime.hooks.config import HookConfig
     from runtime.session_requests import SessionRequests
     from runtime.sessions import Session, SessionStore
 
@@ -71,7 +72,8 @@ class Daemon:
                  ping_interval: float = DEFAULT_PING_INTERVAL,
                  liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
                  stuck_after: float | None = None,
-                 first_host: PopenProcess | None = None) -> None:
+                 first_host: PopenProcess | None = None,
+                 hooks: HookConfig | None = None) -> None:
         """``first_host``: a host already started for the default command (by ``quiesce
         serve``, before its imports), adopted as the first host; see HostSupervisor.
         ``max_steps``: model steps a turn may take (None: ``turn_config``'s, by default
@@ -95,7 +97,7 @@ class Daemon:
             permissions=self.permissions, announce=self._announce,
             default_provider=default_provider, turn_config=turn_config, max_steps=max_steps,
             system_prompt=system_prompt, stuck_after=stuck_after,
-            process_grace=process_grace)
+            process_grace=process_grace, hooks=hooks)
         self._requests: SessionRequests | None = None
         self._initialized = False
         self._client: Endpoint | None = None

@@ -134,7 +134,7 @@ class DaemonOps:
                         call.host_call_id in pending)
                     calls.append(OpsCall(call.call_id, call.tool, call.tool_class.value, shown,
                                          round(call.age, 3)))
-            calls += session.ops.queued(now)
+            calls += session.ops.queued(now) + session.ops.hooks(now)
             waiting = current[2] if current else None
             out.append(OpsSession(
                 session.session_id, session.workspace,

@@ -22,6 +22,7 @@ from protocol.messages.events import (
     AnnouncedEvent,
     AssistantDeltaEvent,
     AssistantMessageEvent,
+    HookDecisionEvent,
     SessionMeta,
     ToolAbortEvent,
     ToolCallEvent,
@@ -139,6 +140,11 @@ def render(event: AnnouncedEvent) -> EventRecord:
         return EventRecord(kind, turn, f"{label}{error}, stop reason {event.stop_reason}",
                            label=label, text=event.end.error or "",
                            cause=reason.kind if reason is not None else "?")
+    if isinstance(event, HookDecisionEvent):
+        why = f": {_snippet(event.reason)}" if event.reason else ""
+        return EventRecord(kind, turn, f"{event.call_id} {event.event}[{event.index}] "
+                           f"{event.decision}{why}", call_id=event.call_id,
+                           text=event.reason or "")
     assert isinstance(event, ToolAbortEvent)
     body = "body invoked" if event.body_invoked else "body not invoked"
     return EventRecord(

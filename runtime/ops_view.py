@@ -16,6 +16,7 @@ from protocol.ids import root_turn_id
 from protocol.messages.events import ToolCallEvent, TurnEnd
 from protocol.messages.ops import OpsCall
 from runtime.agent.hosttools import HostTools
+from runtime.hooks.stages import TurnHooks
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class SessionOpsView:
         self._tools: dict[str, HostTools] = {}
         # Each turn's planned calls not started yet.
         self._planned: dict[str, dict[str, PlannedCall]] = {}
+        # Hooks of the session's recent turns: a call running a hook is shown so.
+        self._hooks: dict[str, TurnHooks] = {}
 
     def plan_step(self, turn_id: str, calls: Sequence[tuple[str, str, str]]) -> None:
         """A step's calls (call id, tool, class), before the scheduler starts any of them (it
@@ -49,6 +52,18 @@ class SessionOpsView:
                     if root_turn_id(t) != top and not h.in_flight()]:
             del self._tools[old]
         self._tools[turn_id] = tools
+
+    def track_hooks(self, turn_id: str, hooks: TurnHooks) -> None:
+        top = root_turn_id(turn_id)
+        for old in [t for t, h in self._hooks.items() if root_turn_id(t) != top and not h.running]:
+            del self._hooks[old]
+        self._hooks[turn_id] = hooks
+
+    def hooks(self, now: float) -> list[OpsCall]:
+        """Calls running a hook (before or after their body), with the hook."""
+        return [OpsCall(r.call_id, r.tool, r.tool_class.value, "hook", round(now - r.since, 3),
+                        f"{r.label} {' '.join(r.command)}")
+                for hooks in self._hooks.values() for r in hooks.running.values()]
 
     def unplan(self, event: ToolCallEvent | TurnEnd) -> None:
         """A recorded ``tool/call`` (started) or ``turn/end``: no longer queued."""

@@ -48,6 +48,7 @@ from runtime.agent.agent import DEFAULT_STUCK_AFTER
 from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE
 from runtime.agent.turn import TurnConfig
 from runtime.daemon_ops import DaemonOps
+from runtime.hooks.config import HookConfig
 from runtime.host_supervisor import HostSupervisor
 from runtime.permission_relay import PermissionRelay
 from runtime.providers.base import Provider
@@ -72,7 +73,8 @@ class SessionRequests:
                  default_provider: ProviderConfig | None,
                  turn_config: TurnConfig | None = None, max_steps: int | None = None,
                  system_prompt: str | None = None, stuck_after: float | None = None,
-                 process_grace: float | None = None) -> None:
+                 process_grace: float | None = None,
+                 hooks: HookConfig | None = None) -> None:
         config = turn_config or TurnConfig()
         if max_steps is not None:
             config = dataclasses.replace(config, max_steps=max_steps)
@@ -83,7 +85,7 @@ class SessionRequests:
         self.host = host
         self.ops = DaemonOps(self.sessions, host, permissions)
         self.tools = SessionTools(self.sessions, host, process_grace=(
-            DEFAULT_PROCESS_GRACE if process_grace is None else process_grace))
+            DEFAULT_PROCESS_GRACE if process_grace is None else process_grace), hooks=hooks)
         self._announce = announce
         self.default_provider = default_provider
         self.stuck_after = DEFAULT_STUCK_AFTER if stuck_after is None else stuck_after

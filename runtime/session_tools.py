@@ -15,6 +15,8 @@ from protocol.messages.events import ToolAbortEvent, ToolProgressEvent, ToolStar
 from protocol.messages.host import ToolsAbortResult, ToolsOutputParams, ToolsStartedParams
 from runtime.agent.agent import CallNotice, ToolsFactory
 from runtime.agent.hosttools import HostTools
+from runtime.hooks.config import HookConfig
+from runtime.hooks.stages import TurnHooks
 from runtime.host_lease import HostLease
 from runtime.host_supervisor import HostSupervisor
 from runtime.registry import ToolRegistry
@@ -25,10 +27,11 @@ log = logging.getLogger(__name__)
 
 class SessionTools:
     def __init__(self, sessions: SessionStore, host: HostSupervisor, *,
-                 process_grace: float) -> None:
+                 process_grace: float, hooks: HookConfig | None = None) -> None:
         self._sessions = sessions
         self._host = host
         self.process_grace = process_grace
+        self._hooks = hooks if hooks is not None and not hooks.empty else None
 
     def factory(self, session_id: str) -> ToolsFactory:
         def make(turn_id: str) -> tuple[ToolRegistry, list[Any],
@@ -47,15 +50,29 @@ class SessionTools:
                 journal.announce(lambda seq: ToolAbortEvent(seq, turn_id, call_id, tool,
                                                             answer.state, answer.body_invoked))
 
-            tools = HostTools(self._lease(session, turn_id), session_id, turn_id,
+            lease = self._lease(session, turn_id)
+            hooks = self._turn_hooks(session, turn_id, lease)
+            tools = HostTools(lease, session_id, turn_id,
                               on_progress=on_progress, on_started=on_started,
                               on_abort=on_abort, process_grace=self.process_grace,
-                              plugin_tools=session.plugin_tools)
+                              plugin_tools=session.plugin_tools,
+                              asked=hooks.asked if hooks is not None else None)
             definitions = tools.definitions()
             session.ops.track_tools(turn_id, tools)
-            return ToolRegistry(definitions), definitions, tools.on_output
+            stages = hooks.stages() if hooks is not None else {}
+            return ToolRegistry(definitions, **stages), definitions, tools.on_output
 
         return make
+
+    def _turn_hooks(self, session: Session, turn_id: str, lease: HostLease) -> TurnHooks | None:
+        """The daemon's hooks as this turn's registry stages (none configured: None)."""
+        if self._hooks is None:
+            return None
+        hooks = TurnHooks(self._hooks, lease, session_id=session.session_id, turn_id=turn_id,
+                          workspace=session.workspace, record=session.agent.journal.append,
+                          stop_turn=session.agent.stop_from_within, grace=self.process_grace)
+        session.ops.track_hooks(turn_id, hooks)
+        return hooks
 
     def on_tool_output(self, params: ToolsOutputParams | ToolsStartedParams) -> None:
         """The host's ``tools.output`` or ``tools.started``: to the agent whose call it is,

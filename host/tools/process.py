@@ -98,10 +98,11 @@ async def _first_event(child: spawn.Child, stop: trio.Event, limit: float) -> Ou
 async def run_tree(argv: list[str], *, cwd: str | os.PathLike[str], stop: trio.Event,
                    limit: float, grace: float, marker: tuple[str, str] | None,
                    env_extra: dict[str, str], stdout: Sink, stderr: Sink,
-                   cgroup_name: str | None = None) -> TreeResult:
+                   cgroup_name: str | None = None, stdin: int | None = None) -> TreeResult:
     started = trio.current_time()
     async with spawn.spawned(argv, cwd=cwd, marker=marker, grace=grace,
-                             env_extra=env_extra, cgroup_name=cgroup_name) as child:
+                             env_extra=env_extra, cgroup_name=cgroup_name,
+                             stdin=stdin) as child:
         pumps_done = trio.Event()
 
         async def pump_both() -> None:

@@ -121,10 +121,33 @@ class TurnEnd(_Event, frozen=True, tag="turn/end"):
     stop_reason: StopReason
 
 
+HookEvent = Literal["pre_tool_use", "post_tool_use"]
+HookDecision = Literal["allow", "deny", "ask", "stop", "aborted"]
+
+
+class HookDecisionEvent(_Event, frozen=True, tag="hook/decision"):
+    """One configured hook ran for a call (logged before the call's result): which hook
+    (``event`` and its place ``index`` in the configuration, its command), what it decided
+    and why, and how long it took. ``decision`` ``stop`` is a hook's ``stopTurn``;
+    ``aborted``: the call was stopped while the hook ran and its tree was killed. A hook
+    that failed (an exit other than 0 or 2, unparsable output, its time limit) is a
+    ``deny`` whose ``reason`` says so (``failed`` true)."""
+
+    call_id: str
+    event: HookEvent
+    index: int
+    command: tuple[str, ...]
+    decision: HookDecision
+    reason: str = ""
+    duration_ms: int = 0
+    failed: bool = False
+
+
 SessionEvent = (SessionMeta | TurnStart | UserMessageEvent | AssistantMessageEvent
-                | ToolCallEvent | ToolProgressEvent | ToolResultEvent | TurnEnd)
+                | ToolCallEvent | ToolProgressEvent | HookDecisionEvent | ToolResultEvent
+                | TurnEnd)
 DurableEvent = (SessionMeta | TurnStart | UserMessageEvent | AssistantMessageEvent
-                | ToolCallEvent | ToolResultEvent | TurnEnd)
+                | ToolCallEvent | HookDecisionEvent | ToolResultEvent | TurnEnd)
 
 
 class ToolAbortEvent(_Event, frozen=True, tag="tool/abort"):

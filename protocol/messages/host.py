@@ -29,6 +29,10 @@ class ToolsExecuteParams(Struct, frozen=True):
     call_id: str
     tool: str
     args: dict[str, Any]
+    ask: bool = False
+    """A pre-tool-use hook answered ``ask``: the call goes through the permission prompt
+    whatever the session's mode and its session-wide answers (a ``deny-session`` still
+    denies)."""
 
 
 class ToolsAbortParams(Struct, frozen=True):
@@ -151,3 +155,46 @@ class PluginTool(Struct, frozen=True):
 class PluginsListResult(Struct, frozen=True):
     tools: tuple[PluginTool, ...] = ()
     servers: tuple[PluginServerStatus, ...] = ()
+
+
+HookOutcome = Literal["exited", "stopped", "timeout", "failed"]
+
+
+class HooksRunParams(Struct, frozen=True):
+    """Run one hook of the daemon's configuration as a process tree, like Bash: in the
+    session's workspace, its own session and cgroup, ``input`` on its stdin, its output
+    bounded. ``hookId`` is unique in the session (``<host call id>/<event>/<n>``)."""
+
+    session_id: str
+    hook_id: str
+    command: tuple[str, ...]
+    input: str
+    timeout: float
+
+
+class HooksRunResult(Struct, frozen=True):
+    """How the hook's tree ended: ``exited`` (``exitStatus``, or ``signal`` if a signal
+    ended it), ``stopped`` by ``hooks.abort``, ``timeout`` (killed at its time limit) or
+    ``failed`` to start (``error``). ``stdout`` and ``stderr`` are bounded (head and
+    tail kept)."""
+
+    outcome: HookOutcome
+    exit_status: int | None = None
+    signal: str | None = None
+    stdout: str = ""
+    stderr: str = ""
+    duration_ms: int = 0
+    killed_after_grace: int = 0
+    error: str = ""
+
+
+class HooksAbortParams(Struct, frozen=True):
+    session_id: str
+    hook_id: str
+
+
+class HooksAbortResult(Struct, frozen=True):
+    """Answered at once: whether the hook was running (its ``hooks.run`` answers once its
+    tree is gone)."""
+
+    found: bool

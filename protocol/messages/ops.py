@@ -9,7 +9,8 @@ import msgspec
 from protocol.messages.common import Struct
 from protocol.messages.events import AnnouncedEvent
 
-OpsCallState = Literal["queued", "permission-pending", "running", "aborting", "draining"]
+OpsCallState = Literal["queued", "permission-pending", "running", "aborting", "draining",
+                       "hook"]
 
 
 class OpsCall(Struct, frozen=True):
@@ -18,6 +19,8 @@ class OpsCall(Struct, frozen=True):
     tool_class: str = msgspec.field(name="class")
     state: OpsCallState = "running"
     age_s: float = 0.0
+    hook: str | None = None
+    """State ``hook``: the configured hook the call is running (``pre_tool_use[0] cmd``)."""
 
 
 class OpsSession(Struct, frozen=True):

@@ -326,6 +326,18 @@ class Agent:
             self._begin_queued()
         return True
 
+    def stop_from_within(self, cause: Cause) -> None:
+        """Stop the running turn from inside it (a hook's ``stopTurn``): its controller is
+        aborted as by ``cancel`` (the first cause wins), the inbox kept; nothing waits."""
+        phase, slot = self.machine.phase, self._current
+        if phase.kind is not PhaseKind.RUNNING or phase.controller is None:
+            return
+        phase.controller.abort(cause)
+        if self._stop_at is None:
+            self._stop_at = time.monotonic()
+        if slot is not None and slot.stop_requested_at is None:
+            slot.stop_requested_at = time.monotonic()
+
     async def cancel(self, cause: Cause, *, keep_inbox: bool = False,
                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                      ) -> AgentAbortResult:

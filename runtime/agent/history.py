@@ -64,9 +64,18 @@ def model_messages(events: list[DurableEvent]) -> list[ModelMessage]:
             calls.append(ToolCallChunk(event.call_id, event.tool, dict(event.args)))
         else:
             body = "\n".join(c.text for c in event.content if isinstance(c, TextContent))
+            body = _with_contexts(body, event.details.get("contexts"))
             results.append(ToolMessage(event.call_id, body, event.is_error))
     flush()
     return messages
+
+
+def _with_contexts(body: str, contexts: object) -> str:
+    """The deferred contexts of a result (a hook's ``additionalContext``), after its text:
+    they are meant for the model, which reads only text."""
+    if not isinstance(contexts, list):
+        return body
+    return "\n\n".join([body, *(c for c in contexts if isinstance(c, str) and c)])
 
 
 class ModelHistory:

@@ -134,8 +134,10 @@ class HostTools:
                  on_progress: ProgressSink, on_abort: AbortSink,
                  process_grace: float = DEFAULT_PROCESS_GRACE,
                  plugin_tools: tuple[PluginTool, ...] = (),
-                 on_started: StartedSink | None = None) -> None:
+                 on_started: StartedSink | None = None,
+                 asked: Callable[[str], bool] | None = None) -> None:
         self._host = host
+        self._asked = asked  # whether a hook asked for a call's prompt (by call id)
         self._on_started = on_started
         self._session_id = session_id
         self._turn_id = turn_id
@@ -308,7 +310,8 @@ class HostTools:
 
     async def _send_execute(self, call: HostCall, args: msgspec.Struct) -> ToolResult:
         raw = args.value() if isinstance(args, JsonObjectArgs) else msgspec.to_builtins(args)
-        params = ToolsExecuteParams(self._session_id, call.host_call_id, call.tool, raw)
+        ask = self._asked is not None and self._asked(call.call_id)
+        params = ToolsExecuteParams(self._session_id, call.host_call_id, call.tool, raw, ask)
         try:
             await self._host.ready()
             if call.stopped:

@@ -21,6 +21,7 @@ from protocol.messages.events import (
     AnnouncedEvent,
     AssistantDeltaEvent,
     AssistantMessageEvent,
+    HookDecisionEvent,
     SessionMeta,
     ToolAbortEvent,
     ToolCallEvent,
@@ -153,7 +154,17 @@ class ChatView:
             return []
         if isinstance(event, ToolResultEvent):
             return self._result(event, now)
+        if isinstance(event, HookDecisionEvent):
+            return self._hook(event)
         return self._turn_end(event, now)
+
+    def _hook(self, event: HookDecisionEvent) -> Lines:
+        """A hook that did more than allow is shown under its call."""
+        if event.decision == "allow":
+            return []
+        reason = f": {event.reason}" if event.reason else ""
+        return ([Text(f"  ⚑ {event.event} hook {event.decision}{reason}",
+                      style="yellow")])
 
     def _message(self, event: AssistantMessageEvent) -> Lines:
         lines: Lines = []

@@ -115,7 +115,8 @@ def session_detail(pid: int, s: OpsSession) -> str:
         lines.append(f"stop       waiting {duration(s.stop_waiting_s)}{flag}")
     if s.calls:
         lines += ["", table(["CALL", "TOOL", "CLASS", "STATE", "AGE"],
-                            [[c.call_id, c.tool, c.tool_class, c.state, duration(c.age_s)]
+                            [[c.call_id, c.tool, c.tool_class,
+                              f"hook {c.hook}" if c.hook else c.state, duration(c.age_s)]
                              for c in s.calls])]
     else:
         lines.append("calls      none in flight")

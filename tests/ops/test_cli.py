@@ -84,7 +84,7 @@ async def test_ls_and_show(nursery: trio.Nursery, xdg: pathlib.Path) -> None:
                     "inbox": 0, "calls": []}
     assert daemon["sessions"][0]["calls"][0] == {
         "callId": "t-7.write-1", "tool": "Write", "class": "mutating", "state": "aborting",
-        "ageS": 63.5}
+        "ageS": 63.5, "hook": None}
 
     text = out(done["show-session"])
     assert done["show-session"].returncode == 0, err(done["show-session"])

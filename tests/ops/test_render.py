@@ -10,6 +10,7 @@ from protocol.messages.events import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
     Block,
+    HookDecisionEvent,
     SessionMeta,
     ToolAbortEvent,
     ToolProgressEvent,
@@ -52,6 +53,8 @@ def test_every_event_kind_has_a_summary() -> None:
                                          {"forced": True})) == "c ABORTED forced"
     assert event_summary(TurnEnd(9, "t-7", TurnOutcome("aborted", UserCause()),
                                  "cancelled")) == "aborted (user), stop reason cancelled"
+    assert event_summary(HookDecisionEvent(10, "t-7", "c", "pre_tool_use", 1, ("chk",), "deny",
+                                           "no rm -rf")) == "c pre_tool_use[1] deny: 'no rm -rf'"
 
 
 def test_the_summary_test_covers_every_announced_kind() -> None:
@@ -59,7 +62,7 @@ def test_the_summary_test_covers_every_announced_kind() -> None:
     # an operator's tail.
     covered = {"SessionMeta", "TurnStart", "UserMessageEvent", "AssistantMessageEvent",
                "ToolCallEvent", "ToolProgressEvent", "ToolAbortEvent", "AssistantDeltaEvent",
-               "ToolResultEvent", "TurnEnd", "ToolStartedEvent"}
+               "ToolResultEvent", "TurnEnd", "ToolStartedEvent", "HookDecisionEvent"}
     assert {kind.__name__ for kind in typing.get_args(AnnouncedEvent)} == covered
 
 
