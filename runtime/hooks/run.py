@@ -6,7 +6,9 @@ what a stop does to it: the call's signal aborted while the hook runs sends
 ``hooks.run``'s answer, at most ``grace`` seconds (the runtime's process grace). The
 answer says how the hook ended: ``stopped`` (its tree was killed), or how it ended first
 (a denial that settled as the stop landed is still a denial). ``None``: stopped, and no
-answer came within the grace.
+answer came within the grace; the hook's processes were then ended by the runtime
+(``HostPort.end_call_processes``: its cgroup killed, or the host ended) before this
+returns.
 """
 
 from __future__ import annotations
@@ -61,8 +63,12 @@ async def run_hook(host: HostPort, params: HooksRunParams, signal: AbortSignal, 
                 await _abort(host, params)
                 await done.wait()
             if not done.is_set():
-                log.warning("hook %s: no answer within %g s of its stop", params.hook_id,
-                            grace)
+                # An answered stop means the hook's processes are gone: end them ourselves
+                # (its cgroup, or the host), as for a process call past its grace.
+                with trio.CancelScope(shield=True):
+                    ended = await host.end_call_processes(params.session_id, params.hook_id)
+                log.warning("hook %s: no answer within %g s of its stop; its processes were "
+                            "ended by the runtime (%s)", params.hook_id, grace, ended)
         nursery.cancel_scope.cancel()
     if not outcome:
         if not sent:  # only a stop keeps it from being sent

@@ -33,13 +33,14 @@ def hook_table(event: str, matcher: str, command: str, *, timeout: float | None 
 
 @asynccontextmanager
 async def hooked(marked: Marked, tmp_path: pathlib.Path, toml: str, *,
-                 answer: Answer = never) -> AsyncIterator[Agent]:
+                 answer: Answer = never, extra_args: tuple[str, ...] = ()
+                 ) -> AsyncIterator[Agent]:
     """A daemon started with ``--config`` holding ``toml``; a workspace at ``tmp_path/ws``."""
     config = tmp_path / "config.toml"
     config.write_text(toml)
     (tmp_path / "ws").mkdir(exist_ok=True)
     async with agent_daemon(marked, answer=answer,
-                            extra_args=("--config", str(config))) as agent:
+                            extra_args=("--config", str(config), *extra_args)) as agent:
         yield agent
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import pathlib
+import signal
 
 import trio
 
@@ -211,6 +214,33 @@ async def test_stop_during_a_pre_hook_kills_it(tmp_path: pathlib.Path, marked: M
         assert aborted.settled_ms < 1000, aborted.settled_ms
         assert not (ws / "ran").exists()
         assert [d.decision for d in decisions(agent)] == ["aborted"]
+
+
+async def test_a_frozen_host_never_leaves_a_stopped_hook_alive(tmp_path: pathlib.Path,
+                                                               marked: Marked) -> None:
+    # The host freezes (SIGSTOP) while a pre hook runs: no answer to hooks.abort within
+    # the process grace, so the runtime kills the hook's cgroup itself before it answers.
+    slow, pid_file = pid_file_script(tmp_path, "slow", "sleep 30")
+    ws = tmp_path / "ws"
+    host_pid = 0
+    async with hooked(marked, tmp_path, hook_table("pre_tool_use", "Bash", slow),
+                      extra_args=("--process-grace", "0.3")) as agent:
+        assert agent.daemon.info is not None
+        host_pid = int(agent.daemon.info.capabilities["host"]["pid"])
+        try:
+            await agent.new_session(ws, [[call("b1", "Bash", command="touch ran")]])
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(agent.prompt, "go")
+                pid = int(await wait_for_file(pid_file))
+                os.kill(host_pid, signal.SIGSTOP)
+                aborted = await agent.stop_and_check(within=10)
+                assert gone(pid), "the hook outlived the stop's answer"
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(host_pid, signal.SIGCONT)
+        assert [(c.call_id, c.code) for c in aborted.tool_calls] == [
+            ("b1", "ABORTED_BEFORE_DISPATCH")]
+        assert not (ws / "ran").exists()
 
 
 async def test_a_denial_that_settles_after_the_stop_wins(tmp_path: pathlib.Path,
