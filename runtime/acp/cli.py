@@ -85,6 +85,7 @@ async def run(args: argparse.Namespace, first_host: PopenProcess | None = None) 
         default_provider=args.provider, process_grace=args.process_grace,
         ping_interval=args.ping_interval, liveness_timeout=args.liveness_timeout,
         stuck_after=args.stuck_after, first_host=first_host,
+        system_prompt=getattr(args, "system_prompt", None),
         hooks=getattr(args, "hooks", None),
     )
     # Orphans of a crashed host are re-parented to us and killed.
