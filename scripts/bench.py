@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from benchlib import growth, link, micro
+from benchlib import growth, link, micro, profiling
 from benchlib.harness import MARK_VAR, kill_all, marked, open_bench
 from benchlib.machine import Machine
 from benchlib.plot import plot_growth
@@ -78,6 +78,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (workspaces, session logs and the "
                              "daemon's log) and print its path")
+    parser.add_argument("--profile", action="append", choices=profiling.SCENARIOS,
+                        default=None, help="instead of the benchmarks, profile this flood "
+                        "(repeatable): each process's µs per call per stage, printed (and "
+                        "written to --out if given); see benchlib/profiling.py")
     args = parser.parse_args(argv)
     if args.repeat is None:
         args.repeat = QUICK_REPEAT if args.quick else FULL_REPEAT
@@ -178,6 +182,8 @@ async def run_all(args: argparse.Namespace, workdir: pathlib.Path
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.profile:
+        return profiling.main_profile(args.profile, args.quick, args.out)
     command = "./scripts/bench" + "".join(f" {shlex.quote(a)}"
                                           for a in (sys.argv[1:] if argv is None else argv))
     partial = args.quick or args.only is not None

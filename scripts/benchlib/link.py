@@ -187,7 +187,12 @@ IMPORTS = (("startup-python", "start-up part: a bare `python -c pass`", "pass"),
            ("startup-import-host", "start-up part: `python` importing the host (`host.main`)",
             "import host.main"),
            ("startup-import-jsonrpcserver", "start-up part: `python` importing jsonrpcserver "
-            "alone (the dispatcher both processes import)", "import jsonrpcserver"))
+            "as both processes load it (`runtime/shared/rpc/jsonrpcserver_load.py` run alone: "
+            "three submodules, the package `__init__` skipped)", None),
+           ("startup-import-jsonrpcserver-whole", "start-up part: `python` importing the whole "
+            "jsonrpcserver package (how it was loaded before: asyncio, jsonschema)",
+            "import jsonrpcserver"))
+LOADER = HERE.parent.parent / "runtime" / "shared" / "rpc" / "jsonrpcserver_load.py"
 
 
 async def startup_parts(p: LinkPlan, out: LinkResults, workdir: pathlib.Path,
@@ -197,8 +202,9 @@ async def startup_parts(p: LinkPlan, out: LinkResults, workdir: pathlib.Path,
     parts = [out.add(Series(key, title)) for key, title, _ in IMPORTS]
     for _ in range(p.startups):
         for series, (_, _, code) in zip(parts, IMPORTS, strict=True):
+            argv = [sys.executable, str(LOADER)] if code is None else [sys.executable, "-c", code]
             start = now_ms()
-            await trio.run_process([sys.executable, "-c", code], env=env, cwd=workdir)
+            await trio.run_process(argv, env=env, cwd=workdir)
             series.samples.append(now_ms() - start)
 
 

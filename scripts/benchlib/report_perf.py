@@ -15,7 +15,7 @@ from benchlib.stop import kill_grace
 LINK_ROWS = ("floor-pipe-raw", "floor-pipe-epoll", "link-host-stats", "rtt-quiesce", "rtt-mcp",
              "throughput-quiesce", "throughput-mcp", "startup-quiesce", "startup-mcp",
              "startup-python", "startup-import-runtime", "startup-import-host",
-             "startup-import-jsonrpcserver")
+             "startup-import-jsonrpcserver", "startup-import-jsonrpcserver-whole")
 MICRO_ROWS = ("micro-dispatch", "micro-handler", "micro-encode-request",
               "micro-decode-request", "micro-encode-result", "micro-decode-result",
               "micro-json-request", "micro-thread-hop")
