@@ -129,6 +129,8 @@ async def run_groups(args: argparse.Namespace, workdir: pathlib.Path, mark: str,
     groups += [
         ("pipe floors", lambda: linked(link.pipe_floors)),
         ("quiesce link: round trip and throughput", lambda: linked(link.quiesce_link, env)),
+        ("client link: debug.runTool and session.list, 64 in flight",
+         lambda: linked(link.client_link, env)),
         ("MCP SDK peer: round trip, throughput, start-up", lambda: linked(link.mcp_peer)),
         ("quiesce start-up", lambda: linked(link.quiesce_startup, env)),
         ("start-up parts: interpreter and imports", lambda: linked(link.startup_parts, env)),
