@@ -67,6 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", action="append", choices=sorted([*SCENARIOS, "groups"]),
                         default=None, help="run only this stop scenario, or 'groups' for "
                         "every other row (repeatable)")
+    parser.add_argument("--group", action="append", default=None, metavar="TEXT",
+                        help="with --only groups: run only the groups whose name contains "
+                        "TEXT (repeatable), e.g. 'link' or 'start-up'")
     parser.add_argument("--out", type=pathlib.Path, default=None,
                         help="where to write the report (default docs/benchmarks.md; with "
                              "--quick or --only, a temporary file)")
@@ -137,10 +140,14 @@ async def run_groups(args: argparse.Namespace, workdir: pathlib.Path, mark: str,
         ("growth: stops with 1 to 1,000 calls in flight", grown),
         ("tombstone memory", lambda: in_process(lambda: [growth.tombstone_memory(args.quick)])),
         ("dispatch and codec", lambda: micro.micro(5 if args.quick else 30)),
+        ("profile: where each process's time per call goes",
+         lambda: profiling.profile_series(workdir, args.quick)),
     ]
     for name, run in groups:
         if args.only is not None and "groups" not in args.only:
             return
+        if args.group and not any(text in name for text in args.group):
+            continue
         _progress(name)
         try:
             for series in await run():

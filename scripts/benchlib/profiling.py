@@ -35,6 +35,7 @@ import psutil
 import trio
 
 from benchlib.harness import now_ms
+from benchlib.stats import Series
 from protocol.messages.client import (
     DebugRunToolParams,
     ScriptedProviderConfig,
@@ -106,7 +107,7 @@ class ProcessProfile:
         main_real = self.cpu_us * main_share
         rows = [(stage, us / self.main_us * main_real if self.main_us else 0.0)
                 for stage, us in sorted(self.stages.items(), key=lambda kv: -kv[1])]
-        rows.append(("other threads (not profiled: the Read worker, trio's thread cache)",
+        rows.append(("other threads (not profiled: reader threads, trio's thread cache)",
                      self.cpu_us - main_real))
         return rows
 
@@ -333,3 +334,32 @@ def main_profile(scenarios: list[str], quick: bool, out: pathlib.Path | None) ->
         out.write_text(text)
         print(f"wrote {out}", file=sys.stderr)
     return 0
+
+
+PROFILE_PREFIX = "profile-"
+
+
+def as_series(scenario: str, rate: float, profiles: list[ProcessProfile]) -> list[Series]:
+    """One series per process: the sample is its unprofiled CPU per call; the extras are
+    the scaled stages (µs per call), in the report's "Where the time goes"."""
+    out = []
+    for p in profiles:
+        s = Series(f"{PROFILE_PREFIX}{scenario}-{'host' if p.name == 'host' else 'runtime'}",
+                   f"{scenario}: {p.name}", [p.cpu_us], unit="µs")
+        for stage, us in p.scaled():
+            s.extra[stage] = [us]
+        s.extra["callsPerSecond"] = [rate]
+        out.append(s)
+    return out
+
+
+async def profile_series(workdir: pathlib.Path, quick: bool) -> list[Series]:
+    """The three floods profiled, for the report (``scripts/bench`` runs this group)."""
+    total = 300 if quick else 3000
+    out: list[Series] = []
+    rate, profiles = await profile_read_throughput(workdir, total)
+    out += as_series("read-throughput", rate, profiles)
+    for scenario in ("client-read", "session-list"):
+        rate, profiles = await profile_client(workdir, total, scenario)
+        out += as_series(scenario, rate, profiles)
+    return out

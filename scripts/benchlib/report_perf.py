@@ -318,3 +318,47 @@ before it answers) and times it until `initialize` is answered, with the host's 
 in the answer; the peer's spawns the SDK server and completes its `initialize` handshake.
 **Growth** (`benchlib/growth.py`) runs in a daemon of its own: see its table. **Dispatch and
 codec** (`benchlib/micro.py`) are in process, each sample the mean of 2,000 operations."""
+
+
+PROFILE_SCENARIOS = (
+    ("read-throughput", "`Read`, 64 in flight, runtime -> host link (the bench plays the "
+     "runtime with `HostLink`)"),
+    ("client-read", "`debug.runTool` `Read`, 64 in flight, through `quiesce serve`"),
+    ("session-list", "`session.list`, 64 in flight, through `quiesce serve`"))
+
+
+def profile_section(series: dict[str, Series]) -> list[str]:
+    """Where the time goes: each process's CPU per call by stage (``benchlib/profiling``)."""
+    out: list[str] = []
+    for scenario, title in PROFILE_SCENARIOS:
+        procs = [s for k in ("runtime", "host")
+                 if (s := series.get(f"profile-{scenario}-{k}")) is not None and s.samples]
+        if not procs:
+            continue
+        if not out:
+            out += ["## Where the time goes (profile, same run)", "",
+                    "`scripts/bench --profile SCENARIO` reruns one of these alone and prints "
+                    "its top functions too. Each process's main thread is profiled with "
+                    "cProfile on its CPU clock over one flood (start-up and shutdown left "
+                    "out); each stage's own time is scaled to the process's unprofiled CPU "
+                    "per call over the same flood (all threads, psutil), so the shares are "
+                    "cProfile's and the total is the real one. Worker threads are not in "
+                    "cProfile's view: their CPU is the \"other threads\" row. cProfile "
+                    "weighs code with many small calls (trio's scheduler) more than it "
+                    "costs unprofiled: read the stages as a ranking, not to the µs.", ""]
+        rate = procs[0].extra.get("callsPerSecond", [math.nan])[0]
+        stages = sorted({k for s in procs for k in s.extra if k != "callsPerSecond"},
+                        key=lambda k: -sum(s.extra.get(k, [0.0])[0] for s in procs))
+        out += [f"**{title}** ({num(rate, 'calls/s')} calls/s unprofiled in this flood):", "",
+                "| stage | " + " | ".join(f"{s.title.split(': ', 1)[1]} µs a call"
+                                          for s in procs) + " |",
+                "|---|" + "---:|" * len(procs)]
+        for stage in stages:
+            cells = [num(s.extra[stage][0], "µs") if stage in s.extra else "—" for s in procs]
+            if all(c in ("—", "0.000") for c in cells):
+                continue
+            out.append(f"| {stage} | " + " | ".join(cells) + " |")
+        out.append("| **total CPU per call** | " + " | ".join(
+            f"**{num(s.samples[0], 'µs')}**" for s in procs) + " |")
+        out.append("")
+    return out
