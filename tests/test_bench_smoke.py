@@ -33,7 +33,7 @@ GROUPS = {"floor-pipe-raw", "floor-pipe-epoll", "link-host-stats", "rtt-quiesce"
           "throughput-host-stats", "throughput-runtool", "throughput-session-list",
           "micro-reader-hop"}
 PROFILES = {f"profile-{scenario}-{side}" for side in ("runtime", "host")
-            for scenario in ("read-throughput", "client-read", "session-list")}
+            for scenario in ("read-throughput", "client-read")} | {"profile-session-list-runtime"}
 LOAD_BLOCK = "<!-- load:begin -->\n## Load test\nkept as it was\n<!-- load:end -->"
 
 
