@@ -304,8 +304,11 @@ PERF_METHOD = """\
 runtime's own `HostLink`, which spawns `python -m host` with its default configuration, as
 `quiesce serve` does; sessions use permission mode `auto`; each call is a `tools.execute` of
 `Read` on a 1-byte file, the trivial tool both sides have (the host's `Read` is the
-product's, unchanged: confined to the workspace, run in an abandonable worker thread). The
-`host.stats` round trip beside it is the same link with no tool. Throughput keeps 64 calls
+product's, unchanged: confined to the workspace, run on an abandonable reader thread). The
+`host.stats` round trip and throughput beside it are the same link with no tool. Through the
+client link (`client_link`), a whole `quiesce serve` with 4 sessions answers `debug.runTool`
+of the same `Read` and `session.list`, each 64 in flight, with the daemon's and host's CPU
+per call. Throughput keeps 64 calls
 in flight over 4 sessions (the host admits 32 read-only calls at once and 32 per session,
 its defaults, so 32 run while 32 wait in admission); each round is 5,000 calls, the first
 round a warm-up. **The floor** (`benchlib/pipe_floor.py`) is a 200-byte raw `os.write` /
@@ -319,6 +322,25 @@ in the answer; the peer's spawns the SDK server and completes its `initialize` h
 **Growth** (`benchlib/growth.py`) runs in a daemon of its own: see its table. **Dispatch and
 codec** (`benchlib/micro.py`) are in process, each sample the mean of 2,000 operations."""
 
+
+PROFILE_READING = """\
+What the profiles said when this section was written (2 December 2026, the shared 2-core
+machine at load 3 to 8; `scripts/bench --profile`): the host's CPU per `Read` (700 to
+1,300 µs by load) went about a third to its event loop (trio's scheduler, epoll, the pipe
+streams and memory channels: a `Read` is six or so task wake-ups, the request's task, the
+reader's effect gate, the reader thread's answer, `tools.started` and the answer to the
+writer, and one scheduler pass costs tens of µs of CPython), an eighth to the call's
+lifecycle (its record with three cancel scopes, permission, admission, the result's
+classification), a tenth to the link's endpoint and codec, and a fifth to a quarter to the
+reader thread (the read itself: resolve, `open`, `fstat`, the descriptor's check in
+`/proc`, decoding; and the wake-ups of threads that share one GIL). jsonrpcserver is about
+1%. The runtime's side costs 160 to 360 µs a call, half of it trio's scheduler. No one stage
+is the 7 to 13x that 10,000 calls/s (under 100 µs a call) needs: what is left is the
+number of tasks and wake-ups per call and the interpreter's cost per step, not one slow
+piece. The changes of issue 20 (the reader threads instead of `to_thread`, the effect gate
+instead of `nursery.start`, admission without a context manager, small files read in one
+go) each measured faster in isolation (`micro-reader-hop`, `host.stats` CPU) but did not
+move the `Read` figures beyond the machine's noise."""
 
 PROFILE_SCENARIOS = (
     ("read-throughput", "`Read`, 64 in flight, runtime -> host link (the bench plays the "
@@ -345,7 +367,8 @@ def profile_section(series: dict[str, Series]) -> list[str]:
                     "cProfile's and the total is the real one. Worker threads are not in "
                     "cProfile's view: their CPU is the \"other threads\" row. cProfile "
                     "weighs code with many small calls (trio's scheduler) more than it "
-                    "costs unprofiled: read the stages as a ranking, not to the µs.", ""]
+                    "costs unprofiled: read the stages as a ranking, not to the µs.", "",
+                    PROFILE_READING, ""]
         rate = procs[0].extra.get("callsPerSecond", [math.nan])[0]
         stages = sorted({k for s in procs for k in s.extra if k != "callsPerSecond"},
                         key=lambda k: -sum(s.extra.get(k, [0.0])[0] for s in procs))
