@@ -339,8 +339,11 @@ is the 7 to 13x that 10,000 calls/s (under 100 µs a call) needs: what is left i
 number of tasks and wake-ups per call and the interpreter's cost per step, not one slow
 piece. The changes of issue 20 (the reader threads instead of `to_thread`, the effect gate
 instead of `nursery.start`, admission without a context manager, small files read in one
-go) each measured faster in isolation (`micro-reader-hop`, `host.stats` CPU) but did not
-move the `Read` figures beyond the machine's noise."""
+go) took a 64-in-flight `Read` flood from 660 to 730 calls/s to 870 to 1,060 (host CPU
+1,360 to 1,600 µs a call to 820 to 1,290) and a `host.stats` flood from 6,250 to 7,580 to
+7,760 to 11,240 requests/s (host CPU 130 to 160 µs to 90 to 120), in before/after runs
+interleaved at load 1.3 to 2.4; in bench runs at load 4 to 7 they were within the
+noise."""
 
 PROFILE_SCENARIOS = (
     ("read-throughput", "`Read`, 64 in flight, runtime -> host link (the bench plays the "
