@@ -56,8 +56,10 @@ class Admission:
         return (self._class_running[tool_class] < self._class_limit[tool_class]
                 and self._session_running.get(session_id, 0) < self.limits.per_session)
 
-    @asynccontextmanager
-    async def slot(self, session_id: str, tool_class: ToolClass) -> AsyncIterator[None]:
+    async def acquire(self, session_id: str, tool_class: ToolClass) -> None:
+        """Take a class slot and a session slot together (waiting, abandonably, for both to
+        be free); give them back with :meth:`release`. A free slot is taken without a
+        checkpoint: the hot path of a call that never waits."""
         if not self._free(session_id, tool_class):
             if self.waiting >= self.limits.max_waiting:
                 raise Overloaded(f"{self.waiting} calls already wait for admission")
@@ -70,14 +72,22 @@ class Admission:
         self._class_running[tool_class] += 1
         self._session_running[session_id] = self._session_running.get(session_id, 0) + 1
         self.running += 1
+
+    def release(self, session_id: str, tool_class: ToolClass) -> None:
+        self.running -= 1
+        self._class_running[tool_class] -= 1
+        left = self._session_running[session_id] - 1
+        if left:
+            self._session_running[session_id] = left
+        else:
+            del self._session_running[session_id]
+        if self.waiting:
+            self._released.unpark_all()
+
+    @asynccontextmanager
+    async def slot(self, session_id: str, tool_class: ToolClass) -> AsyncIterator[None]:
+        await self.acquire(session_id, tool_class)
         try:
             yield
         finally:
-            self.running -= 1
-            self._class_running[tool_class] -= 1
-            left = self._session_running[session_id] - 1
-            if left:
-                self._session_running[session_id] = left
-            else:
-                del self._session_running[session_id]
-            self._released.unpark_all()
+            self.release(session_id, tool_class)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
-from contextlib import AsyncExitStack
 from typing import Any, Protocol
 
 import msgspec
@@ -103,7 +102,8 @@ class Executor:
         except msgspec.ValidationError as exc:
             return error_result(ErrorCode.INVALID_PARAMS, f"invalid arguments: {exc}",
                                 body_invoked=False)
-        async with AsyncExitStack() as slot:
+        admitted = False
+        try:
             with call.pre_body:
                 verdict = evaluate(session.permission_mode, call.tool, call.tool_class,
                                    session.allowed, session.denied)
@@ -134,16 +134,19 @@ class Executor:
                         session.allowed.add(call.tool)
                 call.fire(CallEvent.ADMIT)
                 try:
-                    await slot.enter_async_context(
-                        self.admission.slot(call.session_id, call.tool_class))
+                    await self.admission.acquire(call.session_id, call.tool_class)
                 except Overloaded as exc:
                     return error_result(ErrorCode.HOST_OVERLOADED, str(exc), body_invoked=False)
+                admitted = True
             if call.stop.is_set():
                 return aborted_result(before_dispatch=True)
             call.fire(CallEvent.START_BODY)
             call.body_invoked = True  # immediately before the body
             self._runtime.tool_started(ToolsStartedParams(call.session_id, call.call_id))
             result = await self._invoke(call, spec, session, args)
+        finally:
+            if admitted:  # the slot is held from admission to the body's end
+                self.admission.release(call.session_id, call.tool_class)
         return self._classify(call, result)
 
     async def _outside_workspace(self, call: Call, session: HostSession,

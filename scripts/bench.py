@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from benchlib import growth, link, micro
+from benchlib import growth, link, micro, profiling
 from benchlib.harness import MARK_VAR, kill_all, marked, open_bench
 from benchlib.machine import Machine
 from benchlib.plot import plot_growth
@@ -67,6 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", action="append", choices=sorted([*SCENARIOS, "groups"]),
                         default=None, help="run only this stop scenario, or 'groups' for "
                         "every other row (repeatable)")
+    parser.add_argument("--group", action="append", default=None, metavar="TEXT",
+                        help="with --only groups: run only the groups whose name contains "
+                        "TEXT (repeatable), e.g. 'link' or 'start-up'")
     parser.add_argument("--out", type=pathlib.Path, default=None,
                         help="where to write the report (default docs/benchmarks.md; with "
                              "--quick or --only, a temporary file)")
@@ -78,6 +81,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true",
                         help="keep the temporary directory (workspaces, session logs and the "
                              "daemon's log) and print its path")
+    parser.add_argument("--profile", action="append", choices=profiling.SCENARIOS,
+                        default=None, help="instead of the benchmarks, profile this flood "
+                        "(repeatable): each process's µs per call per stage, printed (and "
+                        "written to --out if given); see benchlib/profiling.py")
     args = parser.parse_args(argv)
     if args.repeat is None:
         args.repeat = QUICK_REPEAT if args.quick else FULL_REPEAT
@@ -125,16 +132,22 @@ async def run_groups(args: argparse.Namespace, workdir: pathlib.Path, mark: str,
     groups += [
         ("pipe floors", lambda: linked(link.pipe_floors)),
         ("quiesce link: round trip and throughput", lambda: linked(link.quiesce_link, env)),
+        ("client link: debug.runTool and session.list, 64 in flight",
+         lambda: linked(link.client_link, env)),
         ("MCP SDK peer: round trip, throughput, start-up", lambda: linked(link.mcp_peer)),
         ("quiesce start-up", lambda: linked(link.quiesce_startup, env)),
         ("start-up parts: interpreter and imports", lambda: linked(link.startup_parts, env)),
         ("growth: stops with 1 to 1,000 calls in flight", grown),
         ("tombstone memory", lambda: in_process(lambda: [growth.tombstone_memory(args.quick)])),
         ("dispatch and codec", lambda: micro.micro(5 if args.quick else 30)),
+        ("profile: where each process's time per call goes",
+         lambda: profiling.profile_series(workdir, args.quick)),
     ]
     for name, run in groups:
         if args.only is not None and "groups" not in args.only:
             return
+        if args.group and not any(text in name for text in args.group):
+            continue
         _progress(name)
         try:
             for series in await run():
@@ -178,6 +191,8 @@ async def run_all(args: argparse.Namespace, workdir: pathlib.Path
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.profile:
+        return profiling.main_profile(args.profile, args.quick, args.out)
     command = "./scripts/bench" + "".join(f" {shlex.quote(a)}"
                                           for a in (sys.argv[1:] if argv is None else argv))
     partial = args.quick or args.only is not None

@@ -29,7 +29,11 @@ GROUPS = {"floor-pipe-raw", "floor-pipe-epoll", "link-host-stats", "rtt-quiesce"
           "micro-encode-request", "micro-decode-request", "micro-encode-result",
           "micro-decode-result", "micro-json-request", "micro-thread-hop", "growth-all-1",
           "growth-all-10", "startup-python", "startup-import-runtime", "startup-import-host",
-          "startup-import-jsonrpcserver"}
+          "startup-import-jsonrpcserver", "startup-import-jsonrpcserver-whole",
+          "throughput-host-stats", "throughput-runtool", "throughput-session-list",
+          "micro-reader-hop"}
+PROFILES = {f"profile-{scenario}-{side}" for side in ("runtime", "host")
+            for scenario in ("read-throughput", "client-read")} | {"profile-session-list-runtime"}
 LOAD_BLOCK = "<!-- load:begin -->\n## Load test\nkept as it was\n<!-- load:end -->"
 
 
@@ -49,7 +53,8 @@ def test_quick_bench_reports_every_row(tmp_path: pathlib.Path, marked: Marked) -
     report = out.read_text()
     data = json.loads(raw.read_text())
     series = {s["key"]: s for s in data["series"]}
-    assert STOPS | FLOORS | GROUPS <= set(series), STOPS | FLOORS | GROUPS - set(series)
+    assert STOPS | FLOORS | GROUPS | PROFILES <= set(series), \
+        STOPS | FLOORS | GROUPS | PROFILES - set(series)
     assert not data["failures"] and not data["leftovers"]
     for key, s in series.items():
         if key == "memory":  # per-item memory is measured only from 100 sessions up
@@ -84,6 +89,10 @@ def test_quick_bench_reports_every_row(tmp_path: pathlib.Path, marked: Marked) -
     assert tomb["samplesMs"][-1] < 1.5 * at_capacity
 
     # The report says which goals are met, the plot is a PNG, the load block is kept.
+    assert "## Where the time goes (profile, same run)" in report
+    for key in PROFILES:  # a process's stages add up to its CPU per call
+        stages = [v[0] for k, v in series[key]["extraMs"].items() if k != "callsPerSecond"]
+        assert abs(sum(stages) - series[key]["samplesMs"][0]) < 1e-6 * max(1, sum(stages))
     assert "## Goals: met or not" in report
     for goal in ("1. tool call round trip", "2. throughput, 64 in flight", "3. start-up",
                  "4. stop: read-only", "4. stop: tree-term", "4. stop: tree-ignoring",

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from host.tools.readers import READERS
 from host.workspace import ToolInputError, Workspace
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, error_result
@@ -91,14 +92,11 @@ class ToolSpec:
 
 
 async def run_abandonable(work: Callable[[threading.Event], T]) -> T:
-    """Run blocking read-only ``work`` in a thread that a cancel abandons at once.
+    """Run blocking read-only ``work`` on a reader thread (``host.tools.readers``) that a
+    cancel abandons at once.
 
     The worker is handed an event that is set when the caller stops waiting
     (cancelled or done), so it can stop early instead of finishing a long scan
     nobody will read; it must not mutate anything.
     """
-    cancelled = threading.Event()
-    try:
-        return await trio.to_thread.run_sync(work, cancelled, abandon_on_cancel=True)
-    finally:
-        cancelled.set()
+    return await READERS.run(work)

@@ -22,7 +22,7 @@ MAX_LINE_CHARS = 2000
 _SNIFF_BYTES = 8192
 
 
-def _take_line(text: io.TextIOWrapper) -> tuple[str, bool] | None:
+def _take_line(text: io.TextIOBase) -> tuple[str, bool] | None:
     """One line without its newline, cut at ``MAX_LINE_CHARS``; ``None`` at EOF."""
     line = text.readline(MAX_LINE_CHARS)
     if not line:
@@ -36,59 +36,96 @@ def _take_line(text: io.TextIOWrapper) -> tuple[str, bool] | None:
     return line.rstrip("\r\n"), cut
 
 
+SMALL_FILE = 64 * 1024
+"""A file up to this size is read in one go and decoded at once (most files a model
+reads); a larger one is decoded as it is read, so a huge file costs what is shown."""
+
+
 def read_text(ws: Workspace, args: ReadArgs, max_bytes: int,
               cancelled: threading.Event) -> ToolResult:
     path = ws.resolve(args.path, must_exist=True)
     fd = ws.open_regular(path, args.path)
     with os.fdopen(fd, "rb") as raw:
-        if b"\x00" in raw.read(_SNIFF_BYTES):
-            raise ToolInputError(ErrorCode.TOOL_FAILED,
-                                 f"{args.path!r} is a binary file, not text")
-        raw.seek(0)
-        text = io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="")
-        limit = args.limit if args.limit is not None else DEFAULT_LIMIT
-        out: list[str] = []
-        size = 0
-        number = 0
-        truncated = more = False
+        data = raw.read(SMALL_FILE + 1) if os.fstat(fd).st_size <= SMALL_FILE else None
+        if data is not None and len(data) <= SMALL_FILE:
+            _refuse_binary(data, args.path)
+            try:
+                stream: io.TextIOBase = io.StringIO(data.decode("utf-8"), newline="")
+            except UnicodeDecodeError as exc:
+                raise _not_utf8(args.path, data[:exc.start].count(b"\n")) from None
+        else:  # large, or grown since its size was read
+            raw.seek(0)
+            _refuse_binary(raw.read(_SNIFF_BYTES), args.path)
+            raw.seek(0)
+            stream = io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="")
+        lines = _Lines(args, max_bytes)
         try:
-            while not cancelled.is_set():
-                taken = _take_line(text)
-                if taken is None:
-                    break
-                number += 1
-                if number <= args.offset:
-                    continue
-                if len(out) >= limit:
-                    more = True
-                    break
-                line, cut = taken
-                rendered = f"{number:>6}\t{line}{' [line truncated]' if cut else ''}\n"
-                size += len(rendered.encode())
-                if size > max_bytes:
-                    truncated = more = True
-                    break
-                out.append(rendered)
+            lines.take(stream, cancelled)
         except UnicodeDecodeError:
-            raise ToolInputError(
-                ErrorCode.TOOL_FAILED,
-                f"{args.path!r} is not UTF-8 text (invalid bytes near line {number + 1})",
-            ) from None
-    shown = ws.relative(path)
-    if not out:
-        body = ("(empty file)" if number == 0
-                else f"(no lines after offset {args.offset}; the file has {number} lines)")
-    else:
-        body = "".join(out)
-        if truncated:
-            body += (f"[output truncated at {max_bytes} bytes; continue with "
-                     f"offset={args.offset + len(out)}]\n")
-        elif more:
-            body += f"[more lines follow; continue with offset={args.offset + len(out)}]\n"
-    return ok_result(body, details={
-        "path": shown, "startLine": args.offset + 1, "lines": len(out),
-        "truncated": truncated, "more": more,
-    })
+            raise _not_utf8(args.path, lines.number) from None
+    return lines.result(ws.relative(path))
+
+
+def _refuse_binary(head: bytes, shown: str) -> None:
+    if b"\x00" in head[:_SNIFF_BYTES]:
+        raise ToolInputError(ErrorCode.TOOL_FAILED, f"{shown!r} is a binary file, not text")
+
+
+def _not_utf8(shown: str, lines_before: int) -> ToolInputError:
+    return ToolInputError(ErrorCode.TOOL_FAILED,
+                          f"{shown!r} is not UTF-8 text (invalid bytes near line "
+                          f"{lines_before + 1})")
+
+
+class _Lines:
+    """The lines a Read shows, rendered ``cat -n`` style within its bounds."""
+
+    def __init__(self, args: ReadArgs, max_bytes: int) -> None:
+        self.args = args
+        self.max_bytes = max_bytes
+        self.limit = args.limit if args.limit is not None else DEFAULT_LIMIT
+        self.out: list[str] = []
+        self.size = 0
+        self.number = 0
+        self.truncated = self.more = False
+
+    def take(self, text: io.TextIOBase, cancelled: threading.Event) -> None:
+        out = self.out
+        while not cancelled.is_set():
+            taken = _take_line(text)
+            if taken is None:
+                return
+            self.number += 1
+            if self.number <= self.args.offset:
+                continue
+            if len(out) >= self.limit:
+                self.more = True
+                return
+            line, cut = taken
+            rendered = f"{self.number:>6}\t{line}{' [line truncated]' if cut else ''}\n"
+            self.size += len(rendered.encode())
+            if self.size > self.max_bytes:
+                self.truncated = self.more = True
+                return
+            out.append(rendered)
+
+    def result(self, shown: str) -> ToolResult:
+        args, out = self.args, self.out
+        if not out:
+            body = ("(empty file)" if self.number == 0
+                    else f"(no lines after offset {args.offset}; the file has {self.number} "
+                    "lines)")
+        else:
+            body = "".join(out)
+            if self.truncated:
+                body += (f"[output truncated at {self.max_bytes} bytes; continue with "
+                         f"offset={args.offset + len(out)}]\n")
+            elif self.more:
+                body += f"[more lines follow; continue with offset={args.offset + len(out)}]\n"
+        return ok_result(body, details={
+            "path": shown, "startLine": args.offset + 1, "lines": len(out),
+            "truncated": self.truncated, "more": self.more,
+        })
 
 
 async def run(args: ReadArgs, ctx: ToolContext) -> ToolResult:

@@ -6,7 +6,8 @@ returns at once, driven without an event loop (the handler never suspends), minu
 the same handler called directly: what the layer itself adds per request. The
 messages are the hot path's: a ``tools.execute`` request (a ``Read``) and its
 ``ToolResult`` answer; stdlib ``json`` on the same bytes is the reference. The
-thread hop is what a read-only tool pays to run in an abandonable worker thread.
+thread hop is what a read-only tool paid to run in an abandonable worker thread with
+trio's ``to_thread``; the reader hop is what ``Read`` pays now (``host.tools.readers``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 import trio
 
 from benchlib.stats import Series
+from host.tools.readers import Readers
 from protocol.envelope import IncomingRequest, IncomingResponse, encode_request, parse_frame
 from protocol.framing import FrameDecoder, encode_frame
 from protocol.messages.common import Empty
@@ -67,6 +69,21 @@ def _noop() -> None:
     return None
 
 
+async def _reader_hops(batches: int) -> list[float]:
+    readers = Readers()
+    samples = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        for _ in range(BATCH // 10):
+            await readers.run(_noop_work)
+        samples.append((time.perf_counter() - start) / (BATCH // 10) * 1e6)
+    return samples
+
+
+def _noop_work(cancelled: object) -> None:
+    return None
+
+
 async def micro(batches: int) -> list[Series]:
     request_bytes = encode_request(7, "tools.execute", _PARAMS)
     answer = encode_response(7, _RESULT)
@@ -110,6 +127,9 @@ async def micro(batches: int) -> list[Series]:
     out.append(Series("micro-thread-hop", "trio `to_thread.run_sync` of a no-op "
                       "(`abandon_on_cancel`, as a read-only tool's worker; a thread in this "
                       "process's own loop)", await _thread_hops(batches), unit="µs"))
+    out.append(Series("micro-reader-hop", "the host's reader threads (`host/tools/readers.py`, "
+                      "what `Read` uses now) running a no-op, one at a time",
+                      await _reader_hops(batches), unit="µs"))
     layer, direct = out[0], out[1]
     layer.extra["netUs"] = [a - b for a, b in zip(layer.samples, direct.samples, strict=True)]
     return out

@@ -18,6 +18,7 @@ from benchlib.report_perf import (
     growth_section,
     link_sections,
     micro_section,
+    profile_section,
 )
 from benchlib.stats import Series, median_of
 
@@ -167,7 +168,8 @@ class Report:
             value = self.ratio(top, bottom)
             shown = "—" if value is None else ratio_text(value)
             out.append(f"| {what} (`{top}` / `{bottom}`) | {shown} |")
-        out += ["", *growth_section(self.series, self.plot_name), *micro_section(self.series)]
+        out += ["", *growth_section(self.series, self.plot_name), *micro_section(self.series),
+                *profile_section(self.series)]
         notes = [f"- {s.key}: {note}" for s in self.series.values() for note in s.notes]
         anomalies = [f"- {s.key}: {a}" for s in self.series.values() for a in s.anomalies]
         out += ["", "## Observations", ""]

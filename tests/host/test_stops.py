@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import sys
 import time
 from collections.abc import Sequence
 
@@ -15,12 +17,14 @@ from protocol.messages.host import (
     ToolsOutputParams,
     ToolsStartedParams,
 )
+from protocol.tools import ToolResult
 from runtime.shared.rpc import effect_taken
 from tests.conftest import Marked
 from tests.host.harness import running_host
 from tests.support import command_line, marked_processes, stuck_grep_file
 
 FAST = {"tools": {"kill_grace": 0.5}}
+STUCK_HOST = [sys.executable, str(pathlib.Path(__file__).with_name("stuck_host.py"))]
 TREE = (
     "echo started; "
     "sleep 60 & "
@@ -235,3 +239,38 @@ async def test_tools_started_precedes_the_output_and_a_stopped_prompt_has_none(
             await host.abort("c2", "Bash")
         assert results[0].code == "ABORTED_BEFORE_DISPATCH"
         assert [n for n in host.notices if n.call_id == "c2"] == []
+
+
+async def test_a_stuck_read_is_abandoned_and_other_reads_go_on(tmp_path: pathlib.Path,
+                                                                marked: Marked) -> None:
+    """A read-only body stuck in the kernel (a blocking open of a FIFO nobody writes, on a
+    reader thread as Read's) holds neither its stop nor the Reads beside and after it."""
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "one").write_text("x\n")
+    async with running_host(str(tmp_path), marked.env(), command=STUCK_HOST) as host:
+        results: list[ToolResult] = []
+        async with trio.open_nursery() as nursery:
+            async def run() -> None:
+                results.append(await host.execute("r1", "StuckRead", {"path": "fifo"}))
+
+            nursery.start_soon(run)
+            with trio.fail_after(10):
+                while not any(c.state == "running" for c in (await host.stats()).calls):
+                    await trio.sleep(0.01)
+            await trio.sleep(0.1)  # its reader thread is in open(2)
+            with trio.fail_after(5):
+                async with trio.open_nursery() as reads:
+                    for i in range(8):
+                        async def read(i: int = i) -> None:
+                            quick = await host.execute(f"q{i}", "Read", {"path": "one"})
+                            assert not quick.is_error and "x" in quick.content[0].text
+                        reads.start_soon(read)
+            sent = time.monotonic()
+            state = await host.abort("r1", "StuckRead")
+            assert state.found and state.state == "running" and state.body_invoked
+        elapsed = time.monotonic() - sent
+        after = await host.execute("q-after", "Read", {"path": "one"})
+        assert not after.is_error
+    (result,) = results
+    assert result.code == "ABORTED" and result.body_invoked
+    assert elapsed < 1.0, elapsed

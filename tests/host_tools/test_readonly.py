@@ -69,6 +69,31 @@ async def test_read_refuses_binary_and_non_utf8(harness: Harness) -> None:
     assert latin.code == "TOOL_FAILED" and "not UTF-8" in text(latin)
 
 
+@pytest.mark.parametrize("content", [
+    b"one\ntwo\r\nthree\rfour", b"x" * 5000 + b"\nshort\n", b"", b"a\n" * 3000,
+    b"text\x00binary"])
+async def test_read_of_a_small_file_in_one_go_shows_what_the_streamed_read_shows(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch, content: bytes) -> None:
+    """Files up to ``SMALL_FILE`` are read and decoded at once; larger ones as they are
+    read. Both show the same lines, bounds, errors and details."""
+    from host.tools import read as read_module
+
+    (harness.root / "f").write_bytes(content)
+    shown = [await TOOLS["Read"].run(ReadArgs("f", offset=1, limit=2500),
+                                     harness.ctx(read_max_bytes=8192))]
+    monkeypatch.setattr(read_module, "SMALL_FILE", 0)
+    shown.append(await TOOLS["Read"].run(ReadArgs("f", offset=1, limit=2500),
+                                         harness.ctx(read_max_bytes=8192)))
+    assert shown[0] == shown[1]
+
+
+async def test_read_names_the_line_of_the_first_invalid_byte(harness: Harness) -> None:
+    (harness.root / "f").write_bytes(b"ok\nfine\n" + "caf\u00e9\n".encode("latin-1"))
+    result = await read(harness, "f")
+    assert result.code == "TOOL_FAILED" and "not UTF-8 text (invalid bytes near line 3)" in \
+        text(result)
+
+
 async def test_read_errors(harness: Harness, tmp_path: object) -> None:
     (harness.root / "dir").mkdir()
     os.mkfifo(harness.root / "fifo")

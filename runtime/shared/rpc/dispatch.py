@@ -10,8 +10,9 @@ from the handler's result (no detour through builtins). The shapes are JSON-RPC 
 jsonrpcserver writes them: an error carries ``data`` (``null`` when absent) and an
 unknown method's ``data`` is its name. Concurrency is the caller's nursery.
 
-What jsonrpcserver costs is measured by ``scripts/bench`` (its import is a visible part
-of each process's start-up; see docs/benchmarks.md).
+jsonrpcserver is loaded without its package ``__init__`` (``jsonrpcserver_load``): only
+the three submodules used, not its asyncio dispatcher, jsonschema validation or HTTP
+server. ``scripts/bench`` measures the import (see docs/benchmarks.md).
 
 This module is the one place per endpoint where a request's exceptions become error
 responses: an :class:`RpcError` keeps its catalogue code (also when a handler's nursery
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -42,14 +42,14 @@ import trio
 from protocol.envelope import IncomingRequest
 from protocol.errors import ERROR_MESSAGES, ErrorCode, RpcError
 from protocol.methods import RequestId
-
-with warnings.catch_warnings():
-    # jsonrpcserver reads its bundled schema with a deprecated importlib API.
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from jsonrpcserver.dispatcher import get_method
-    from jsonrpcserver.result import Error, ErrorResult, Success
-    from jsonrpcserver.sentinels import NODATA
-    from oslash.either import Left
+from runtime.shared.rpc.jsonrpcserver_load import (
+    NODATA,
+    Error,
+    ErrorResult,
+    Left,
+    Success,
+    get_method,
+)
 
 log = logging.getLogger(__name__)
 
