@@ -48,7 +48,7 @@ def test_quick_bench_reports_every_row(tmp_path: pathlib.Path, marked: Marked) -
     run = subprocess.run(
         [sys.executable, str(BENCH), "--quick", "--repeat", "1", "--out", str(out),
          "--json", str(raw)],
-        cwd=ROOT, env=marked.env(), capture_output=True, text=True, timeout=90, check=False)
+        cwd=ROOT, env=marked.env(), capture_output=True, text=True, timeout=240, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     report = out.read_text()
     data = json.loads(raw.read_text())
