@@ -215,6 +215,10 @@ class Cgroup:
         """A descriptor of ``cgroup.procs``, for a forked child to write itself into."""
         return os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
 
+    def add(self, pid: int) -> None:
+        """Move ``pid`` (a child of ours, not yet running its command) into this cgroup."""
+        _write(os.path.join(self.path, "cgroup.procs"), str(pid).encode())
+
     def members(self) -> list[int]:
         pids = _members(self.path)
         self.seen.update(pids)

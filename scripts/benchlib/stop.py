@@ -26,7 +26,7 @@ from benchlib import logwrite
 from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms
 from benchlib.isolation import loop_lag
 from benchlib.stats import Goal, Series
-from benchlib.stop_many import stop_many_trees
+from benchlib.stop_many import stop_many_trees, stop_many_trees_fallback
 from host.tools.context import HostToolConfig
 from protocol.messages.client import AgentAbortResult, AgentPromptResult
 from protocol.messages.common import Empty
@@ -434,6 +434,7 @@ SCENARIOS: dict[str, Spec] = {
     "stop-tree-ignoring": Spec(stop_term_ignoring, False),
     "stop-undispatched": Spec(stop_permission_siblings, False),
     "stop-50-trees": Spec(stop_many_trees, False),
+    "stop-50-trees-fallback": Spec(stop_many_trees_fallback, False),
     "stop-loop-lag": Spec(loop_lag, False),
 }
 
