@@ -60,7 +60,7 @@ class Child:
 
     def __init__(self, popen: subprocess.Popen[bytes], stdout: trio.lowlevel.FdStream,
                  stderr: trio.lowlevel.FdStream, marker: Marker | None,
-                 cgroup: cgroups.Cgroup | None = None) -> None:
+                 cgroup: cgroups.Cgroup | None = None, *, sweep_escapes: bool = True) -> None:
         self.popen = popen
         self.pid = popen.pid
         self.stdout = stdout
@@ -68,6 +68,9 @@ class Child:
         self.marker = marker
         self.cgroup = cgroup
         """The tree's cgroup (``None``: the host has none; found by ``proctree``)."""
+        self.sweep_escapes = sweep_escapes
+        """Whether its stop looks for processes that left their cgroups (false only for a
+        program of ours that never moves itself, ``rg``)."""
         self.returncode: int | None = None
         self.kill_report: KillReport | None = None
         _started.add(self.pid)  # already, if the spawner started it
@@ -120,18 +123,25 @@ class Child:
 
     async def _stop_cgroup(self, cgroup: cgroups.Cgroup, grace: float) -> KillReport:
         """TERM, grace, ``cgroup.kill``, until ``populated 0``; members reaped, the cgroup
-        removed once empty. Shielded, with its own deadline."""
+        removed once empty; then the processes that left their cgroups (``_ESCAPES``) are
+        killed. Shielded, with its own deadline."""
+        escaped: tuple[int, tuple[int, ...]] = (0, ())
         with trio.CancelScope(shield=True) as scope:
-            scope.deadline = trio.current_time() + grace + KILL_TIMEOUT + 1.0
+            scope.deadline = trio.current_time() + grace + 2 * KILL_TIMEOUT + 1.0
             stop = await cgroup.stop(grace, KILL_TIMEOUT)
+            made = cgroups.host_cgroups()
+            if self.sweep_escapes and made is not None:
+                escaped = await _ESCAPES.sweep(made.path)
         if not stop.survivors:
             cgroup.remove()
         reap_members(cgroup.seen - {self.pid})
+        found, survivors = stop.found + escaped[0], stop.survivors + escaped[1]
         if stop.found:
             log.info("cgroup %s: %d processes, %d needed KILL, %.3f s", cgroup.path,
                      stop.found, stop.killed, stop.elapsed)
-        return KillReport(found=stop.found, terminated=stop.found - stop.killed,
-                          killed=stop.killed, survivors=stop.survivors, elapsed=stop.elapsed)
+        return KillReport(found=found, terminated=stop.found - stop.killed,
+                          killed=stop.killed + escaped[0], survivors=survivors,
+                          elapsed=stop.elapsed)
 
     def _close_pidfd(self) -> None:
         if self._pidfd is not None:
@@ -144,6 +154,75 @@ class Child:
         with trio.CancelScope(shield=True):
             await self.stdout.aclose()
             await self.stderr.aclose()
+
+
+class _EscapeSweep:
+    """Killing the processes that left their cgroups (``cgroups.escapees``): a root process
+    may write itself into any ``cgroup.procs`` (root passes every permission check), so
+    after a call's cgroup is empty the host walks its own descendants for one outside its
+    cgroups (or in another call's than its parent) and KILLs it with its subtree.
+
+    One walk serves every stop waiting for one: a stop asks for a walk that begins after it
+    asked; a walk in progress began earlier, so it waits for the next, which covers every
+    stop that asked meanwhile (50 trees stopped at once walk twice, not 50 times)."""
+
+    ROUNDS = 8
+    """Walks until one finds nothing (an escapee may fork while being killed)."""
+
+    def __init__(self) -> None:
+        self._lock: trio.Lock | None = None
+        self._token: object = None
+        self._asked = 0
+        self._covered = 0
+
+    async def sweep(self, base: str) -> tuple[int, tuple[int, ...]]:
+        """How many escapees this walk killed, and any still alive after KILL."""
+        token = trio.lowlevel.current_trio_token()
+        if self._lock is None or self._token is not token:  # a new trio run (tests)
+            self._lock, self._token, self._asked, self._covered = trio.Lock(), token, 0, 0
+        self._asked += 1
+        mine = self._asked
+        async with self._lock:
+            if self._covered >= mine:
+                return 0, ()
+            covers = self._asked
+            result = await self._walk_and_kill(base)
+            self._covered = covers
+            return result
+
+    async def _walk_and_kill(self, base: str) -> tuple[int, tuple[int, ...]]:
+        killed = 0
+        survivors: tuple[int, ...] = ()
+        for _ in range(self.ROUNDS):
+            found = await self._walk(base)
+            if not found:
+                break
+            log.warning("killing %d processes that left their cgroups: %s", len(found),
+                        [pid for pid, _ in found])
+            signalled = cgroups.kill_listed(found)
+            killed += len(signalled)
+            survivors = await cgroups.wait_pidfds(signalled, KILL_TIMEOUT)
+            reap_members([pid for pid, _ in signalled])
+        return killed, survivors
+
+    @staticmethod
+    async def _walk(base: str) -> list[tuple[int, int]]:
+        """Under the spawn lock (a child being started is not in its cgroup yet); on the
+        event loop if the lock is free, else in a thread (not to block the loop on it)."""
+        if _spawn_lock.acquire(blocking=False):
+            try:
+                return cgroups.escapees(base)
+            finally:
+                _spawn_lock.release()
+
+        def locked() -> list[tuple[int, int]]:
+            with _spawn_lock:
+                return cgroups.escapees(base)
+
+        return await trio.to_thread.run_sync(locked)
+
+
+_ESCAPES = _EscapeSweep()
 
 
 def _die_with_parent(procs_fd: int | None = None, niceness: int = 0
@@ -310,26 +389,26 @@ def _gated(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
                "quiesce-gate", exe, *argv[1:]]
     gate_r, gate_w = os.pipe()
     try:
+        # The lock also covers the move: a walk for escapees (``_EscapeSweep``) never sees
+        # a child of ours outside its cgroup that is only being started.
         with _spawn_lock:
-            popen = subprocess.Popen(wrapped, start_new_session=True, close_fds=True,
-                                     **{**options, "stdin": gate_r})
+            try:
+                popen = subprocess.Popen(wrapped, start_new_session=True, close_fds=True,
+                                         **{**options, "stdin": gate_r})
+            finally:
+                os.close(gate_r)
             _started.add(popen.pid)
-    except BaseException:
-        os.close(gate_w)
-        raise
-    finally:
-        os.close(gate_r)
-    try:
-        if cgroup is not None:
-            cgroup.add(popen.pid)
-        if niceness:
-            os.setpriority(os.PRIO_PROCESS, popen.pid, niceness)
-        os.write(gate_w, b"go\n")
-    except OSError as exc:
-        popen.kill()
-        popen.wait()
-        _started.discard(popen.pid)
-        raise subprocess.SubprocessError(f"cannot start {argv[0]!r}: {exc}") from exc
+            try:
+                if cgroup is not None:
+                    cgroup.add(popen.pid)
+                if niceness:
+                    os.setpriority(os.PRIO_PROCESS, popen.pid, niceness)
+                os.write(gate_w, b"go\n")
+            except OSError as exc:
+                popen.kill()
+                popen.wait()
+                _started.discard(popen.pid)
+                raise subprocess.SubprocessError(f"cannot start {argv[0]!r}: {exc}") from exc
     finally:
         os.close(gate_w)
     return popen
@@ -337,7 +416,7 @@ def _gated(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
 
 async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
                 env_extra: dict[str, str] | None = None, cgroup_name: str | None = None,
-                niceness: int = 0) -> Child:
+                niceness: int = 0, sweep_escapes: bool = True) -> Child:
     """Start ``argv`` in a new session (and cgroup, named ``cgroup_name`` if given) with
     piped stdout/stderr and stdin from /dev/null."""
     env = {**os.environ, **(env_extra or {})}
@@ -360,17 +439,18 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
         os.close(out_w)
         os.close(err_w)
     return Child(popen, trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r), marker,
-                 cgroup)
+                 cgroup, sweep_escapes=sweep_escapes)
 
 
 @asynccontextmanager
 async def spawned(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
                   grace: float, env_extra: dict[str, str] | None = None,
-                  cgroup_name: str | None = None, niceness: int = 0
-                  ) -> AsyncIterator[Child]:
+                  cgroup_name: str | None = None, niceness: int = 0,
+                  sweep_escapes: bool = True) -> AsyncIterator[Child]:
     """``spawn``, with the tree killed and the root reaped however the block ends."""
     child = await spawn(argv, cwd=cwd, marker=marker, env_extra=env_extra,
-                        cgroup_name=cgroup_name, niceness=niceness)
+                        cgroup_name=cgroup_name, niceness=niceness,
+                        sweep_escapes=sweep_escapes)
     try:
         yield child
     finally:

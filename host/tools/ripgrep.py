@@ -177,7 +177,7 @@ async def run_rg(args: Sequence[str], *, cwd: str, marker: Marker | None,
     stderr = _Stderr()
     async with spawn.spawned(argv, cwd=cwd, marker=marker, grace=KILL_GRACE,
                              env_extra=env_extra, cgroup_name=cgroup_name,
-                             niceness=NICENESS) as child:
+                             niceness=NICENESS, sweep_escapes=False) as child:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stderr.collect, child.stderr)
             yield RgRun(child, sep, stderr)

@@ -196,6 +196,109 @@ def _term(pid: int, path: str) -> bool:
         os.close(pidfd)
 
 
+def _children(pid: int | str) -> list[int]:
+    """The children of every thread of ``pid``."""
+    pids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return pids
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                pids += [int(child) for child in f.read().split()]
+        except OSError:
+            continue
+    return pids
+
+
+def _stat(pid: int) -> tuple[bytes, int] | None:
+    """A process's state letter and parent, or ``None`` if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0], int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _ppid(pid: int) -> int | None:
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
+def _call_of(where: str, base: str) -> str | None:
+    """The call cgroup (first directory below ``base``) ``where`` is in, or ``None`` if
+    ``where`` is not below ``base``."""
+    if not where.startswith(base + "/"):
+        return None
+    return where[len(base) + 1:].split("/", 1)[0]
+
+
+def escapees(base: str) -> list[tuple[int, int]]:
+    """``(pid, parent)`` of every descendant of this process that left the cgroups it was
+    started in: it is outside ``base`` (the host's directory), or in another call's cgroup
+    than its parent (a process in a cgroup starts in its parent's), with the whole subtree
+    below such a process. Blocking; reads only this process's descendants. A direct child
+    of ours in a call's cgroup is not one (a root, or an orphan of that call)."""
+    me = os.getpid()
+    found: list[tuple[int, int]] = []
+    # (pid, parent, the parent's call cgroup: None for us, "" inside an escapee)
+    stack: list[tuple[int, int, str | None]] = [(pid, me, None) for pid in _children("self")]
+    while stack:
+        pid, parent, parent_call = stack.pop()
+        if parent_call == "":
+            found.append((pid, parent))
+            stack += [(child, pid, "") for child in _children(pid)]
+            continue
+        stat = _stat(pid)
+        where = own_cgroup_dir(pid)
+        if stat is None or stat[0] == b"Z" or where is None:
+            continue  # gone, or exited (a zombie has no children and runs nothing)
+        call = _call_of(where, base)
+        if call is None or (parent_call is not None and call != parent_call):
+            found.append((pid, parent))
+            call = ""
+        stack += [(child, pid, call) for child in _children(pid)]
+    return found
+
+
+def kill_listed(found: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """KILL each ``(pid, parent)`` still that process (its parent unchanged since it was
+    listed, checked on a pidfd); ``(pid, pidfd)`` of those signalled (``wait_pidfds``)."""
+    signalled: list[tuple[int, int]] = []
+    for pid, parent in found:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        # An orphan is reparented to us (a subreaper): that is still the process listed.
+        if _ppid(pid) not in (parent, os.getpid()):
+            os.close(pidfd)
+            continue
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except OSError:
+            os.close(pidfd)
+            continue
+        signalled.append((pid, pidfd))
+    return signalled
+
+
+async def wait_pidfds(signalled: list[tuple[int, int]], within: float) -> tuple[int, ...]:
+    """Until every ``(pid, pidfd)``'s process exited (its pidfd is readable), at most
+    ``within``; closes the pidfds. The pids still alive."""
+    try:
+        with trio.move_on_after(within):
+            for _, fd in signalled:
+                await trio.lowlevel.wait_readable(fd)
+        return tuple(pid for pid, fd in signalled if not select.select([fd], [], [], 0)[0])
+    finally:
+        for _, fd in signalled:
+            trio.lowlevel.notify_closing(fd)
+            os.close(fd)
+
+
 @dataclass(frozen=True)
 class StopReport:
     found: int
