@@ -132,8 +132,8 @@ class Child:
             made = cgroups.host_cgroups()
             if self.sweep_escapes and made is not None:
                 escaped = await _ESCAPES.sweep(made.path)
-        if not stop.survivors:
-            cgroup.remove()
+            if not stop.survivors:  # rmdir in a thread: no blocking call on the loop
+                await trio.to_thread.run_sync(cgroup.remove)
         reap_members(cgroup.seen - {self.pid})
         found, survivors = stop.found + escaped[0], stop.survivors + escaped[1]
         if stop.found:
@@ -291,19 +291,30 @@ async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None
     With ``stdin=subprocess.DEVNULL`` (every tool process) it is started through the gate
     (``_gated``: no fork of the host), else with a ``preexec_fn``.
     Shielded: the child it started must not be lost to a cancel."""
+    popen, _ = await _start(argv, lambda: cgroup, False, niceness, options)
+    return popen
+
+
+async def _start(argv: list[str], cgroup_of: Callable[[], cgroups.Cgroup | None],
+                 owned: bool, niceness: int, options: dict[str, Any]
+                 ) -> tuple[subprocess.Popen[bytes], cgroups.Cgroup | None]:
+    """``start_process`` with the cgroup made by ``cgroup_of`` on the spawner thread (no
+    file system work on the event loop); an ``owned`` one is removed if the start fails."""
     token = trio.lowlevel.current_trio_token()
     done = trio.Event()
-    outcome: list[subprocess.Popen[bytes] | Exception] = []
+    outcome: list[tuple[subprocess.Popen[bytes], cgroups.Cgroup | None] | Exception] = []
     gated = options.get("stdin") == subprocess.DEVNULL and gate_tools() is not None
 
     def job() -> None:
+        cgroup: cgroups.Cgroup | None = None
         try:
-            if gated:
-                outcome.append(_gated(argv, cgroup, niceness, options))
-            else:
-                outcome.append(_forked(argv, cgroup, niceness, options))
+            cgroup = cgroup_of()
+            start = _gated if gated else _forked
+            outcome.append((start(argv, cgroup, niceness, options), cgroup))
         except Exception as exc:  # noqa: BLE001 -- raised again in the caller; it must not
             # end this thread (its children would get their parent-death signal)
+            if owned and cgroup is not None:
+                cgroup.remove()
             outcome.append(exc)
         try:
             token.run_sync_soon(done.set)
@@ -422,18 +433,16 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
     env = {**os.environ, **(env_extra or {})}
     if marker is not None:
         env[marker[0]] = marker[1]
-    cgroup = new_cgroup(cgroup_name)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        popen = await start_process(argv, cgroup=cgroup, niceness=niceness, cwd=cwd,
-                                    env=env, stdin=subprocess.DEVNULL, stdout=out_w,
-                                    stderr=err_w)
+        popen, cgroup = await _start(
+            argv, lambda: new_cgroup(cgroup_name), True, niceness,
+            {"cwd": cwd, "env": env, "stdin": subprocess.DEVNULL, "stdout": out_w,
+             "stderr": err_w})
     except BaseException:
         for fd in (out_r, err_r):
             os.close(fd)
-        if cgroup is not None:
-            cgroup.remove()
         raise
     finally:
         os.close(out_w)
