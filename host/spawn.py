@@ -43,6 +43,7 @@ from runtime.shared.proctree import (
     _prctl,
     _spawn_lock,
     _started,
+    adopted_children,
     kill_tree,
     reap_members,
 )
@@ -131,7 +132,7 @@ class Child:
             stop = await cgroup.stop(grace, KILL_TIMEOUT)
             made = cgroups.host_cgroups()
             if self.sweep_escapes and made is not None:
-                escaped = await _ESCAPES.sweep(made.path)
+                escaped = await _kill_escapees(made.path, self.pid)
             if not stop.survivors:  # rmdir in a thread: no blocking call on the loop
                 await trio.to_thread.run_sync(cgroup.remove)
         reap_members(cgroup.seen - {self.pid})
@@ -156,73 +157,38 @@ class Child:
             await self.stderr.aclose()
 
 
-class _EscapeSweep:
-    """Killing the processes that left their cgroups (``cgroups.escapees``): a root process
-    may write itself into any ``cgroup.procs`` (root passes every permission check), so
-    after a call's cgroup is empty the host walks its own descendants for one outside its
-    cgroups (or in another call's than its parent) and KILLs it with its subtree.
-
-    One walk serves every stop waiting for one: a stop asks for a walk that begins after it
-    asked; a walk in progress began earlier, so it waits for the next, which covers every
-    stop that asked meanwhile (50 trees stopped at once walk twice, not 50 times)."""
-
-    ROUNDS = 8
-    """Walks until one finds nothing (an escapee may fork while being killed)."""
-
-    def __init__(self) -> None:
-        self._lock: trio.Lock | None = None
-        self._token: object = None
-        self._asked = 0
-        self._covered = 0
-
-    async def sweep(self, base: str) -> tuple[int, tuple[int, ...]]:
-        """How many escapees this walk killed, and any still alive after KILL."""
-        token = trio.lowlevel.current_trio_token()
-        if self._lock is None or self._token is not token:  # a new trio run (tests)
-            self._lock, self._token, self._asked, self._covered = trio.Lock(), token, 0, 0
-        self._asked += 1
-        mine = self._asked
-        async with self._lock:
-            if self._covered >= mine:
-                return 0, ()
-            covers = self._asked
-            result = await self._walk_and_kill(base)
-            self._covered = covers
-            return result
-
-    async def _walk_and_kill(self, base: str) -> tuple[int, tuple[int, ...]]:
-        killed = 0
-        survivors: tuple[int, ...] = ()
-        for _ in range(self.ROUNDS):
-            found = await self._walk(base)
-            if not found:
-                break
-            log.warning("killing %d processes that left their cgroups: %s", len(found),
-                        [pid for pid, _ in found])
-            signalled = cgroups.kill_listed(found)
-            killed += len(signalled)
-            survivors = await cgroups.wait_pidfds(signalled, KILL_TIMEOUT)
-            reap_members([pid for pid, _ in signalled])
-        return killed, survivors
-
-    @staticmethod
-    async def _walk(base: str) -> list[tuple[int, int]]:
-        """Under the spawn lock (a child being started is not in its cgroup yet); on the
-        event loop if the lock is free, else in a thread (not to block the loop on it)."""
-        if _spawn_lock.acquire(blocking=False):
-            try:
-                return cgroups.escapees(base)
-            finally:
-                _spawn_lock.release()
-
-        def locked() -> list[tuple[int, int]]:
-            with _spawn_lock:
-                return cgroups.escapees(base)
-
-        return await trio.to_thread.run_sync(locked)
+def _escapees(base: str, root: int) -> list[tuple[int, int]]:
+    """Processes of a call whose cgroup is now empty that left it: a root process may write
+    itself into any ``cgroup.procs`` (root passes every permission check). Such a process
+    outlived every member of the call, so it is the call's root itself (a child of the
+    spawner thread) or, with each of its ancestors in the call dead, an orphan the kernel
+    reparented to us (a child of our main thread): only those are looked at, each outside
+    the host's cgroups being killed with its subtree. One that moved into another call's
+    cgroup is that call's now (it dies with it at the latest)."""
+    started = set(_started)
+    candidates = [pid for pid in adopted_children() if pid not in started]
+    return cgroups.escapees(base, [root, *candidates])
 
 
-_ESCAPES = _EscapeSweep()
+async def _kill_escapees(base: str, root: int) -> tuple[int, tuple[int, ...]]:
+    """KILL ``_escapees`` until none is left (one may fork while being killed): how many,
+    and any still alive after ``KILL_TIMEOUT``."""
+    killed = 0
+    survivors: tuple[int, ...] = ()
+    for _ in range(ESCAPE_ROUNDS):
+        found = _escapees(base, root)
+        if not found:
+            break
+        log.warning("killing %d processes that left their call's cgroup: %s", len(found),
+                    [pid for pid, _ in found])
+        signalled = cgroups.kill_listed(found)
+        killed += len(signalled)
+        survivors = await cgroups.wait_pidfds(signalled, KILL_TIMEOUT)
+        reap_members([pid for pid, _ in signalled if pid != root])
+    return killed, survivors
+
+
+ESCAPE_ROUNDS = 8
 
 
 def _die_with_parent(procs_fd: int | None = None, niceness: int = 0
@@ -400,8 +366,6 @@ def _gated(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
                "quiesce-gate", exe, *argv[1:]]
     gate_r, gate_w = os.pipe()
     try:
-        # The lock also covers the move: a walk for escapees (``_EscapeSweep``) never sees
-        # a child of ours outside its cgroup that is only being started.
         with _spawn_lock:
             try:
                 popen = subprocess.Popen(wrapped, start_new_session=True, close_fds=True,

@@ -227,39 +227,24 @@ def _ppid(pid: int) -> int | None:
     return None if stat is None else stat[1]
 
 
-def _call_of(where: str, base: str) -> str | None:
-    """The call cgroup (first directory below ``base``) ``where`` is in, or ``None`` if
-    ``where`` is not below ``base``."""
-    if not where.startswith(base + "/"):
-        return None
-    return where[len(base) + 1:].split("/", 1)[0]
-
-
-def escapees(base: str) -> list[tuple[int, int]]:
-    """``(pid, parent)`` of every descendant of this process that left the cgroups it was
-    started in: it is outside ``base`` (the host's directory), or in another call's cgroup
-    than its parent (a process in a cgroup starts in its parent's), with the whole subtree
-    below such a process. Blocking; reads only this process's descendants. A direct child
-    of ours in a call's cgroup is not one (a root, or an orphan of that call)."""
+def escapees(base: str, candidates: list[int]) -> list[tuple[int, int]]:
+    """``(pid, parent)`` of each of ``candidates`` (children of ours) that is outside
+    ``base`` (the host's directory), with the whole subtree below it. Blocking; reads only
+    those processes and their descendants."""
     me = os.getpid()
     found: list[tuple[int, int]] = []
-    # (pid, parent, the parent's call cgroup: None for us, "" inside an escapee)
-    stack: list[tuple[int, int, str | None]] = [(pid, me, None) for pid in _children("self")]
-    while stack:
-        pid, parent, parent_call = stack.pop()
-        if parent_call == "":
-            found.append((pid, parent))
-            stack += [(child, pid, "") for child in _children(pid)]
-            continue
+    for pid in candidates:
         stat = _stat(pid)
         where = own_cgroup_dir(pid)
         if stat is None or stat[0] == b"Z" or where is None:
             continue  # gone, or exited (a zombie has no children and runs nothing)
-        call = _call_of(where, base)
-        if call is None or (parent_call is not None and call != parent_call):
-            found.append((pid, parent))
-            call = ""
-        stack += [(child, pid, call) for child in _children(pid)]
+        if where == base or where.startswith(base + "/"):
+            continue
+        stack = [(pid, me)]
+        while stack:
+            member, parent = stack.pop()
+            found.append((member, parent))
+            stack += [(child, member) for child in _children(member)]
     return found
 
 

@@ -346,7 +346,7 @@ def reap_members(pids: Collection[int]) -> None:
     """Reap those of ``pids`` that are dead adopted children of ours (members of a killed
     tree); in a process that starts every child itself, every dead adopted orphan
     (``reap_orphan_zombies``). Never a child ``subprocess`` or the spawner owns."""
-    adopted = set(_adopted_children())
+    adopted = set(adopted_children())
     started = set(_started)
     for pid in pids:
         if pid in adopted and pid not in started:
@@ -361,10 +361,10 @@ def reap_members(pids: Collection[int]) -> None:
 def reap_orphan_zombies() -> int:
     """In a process that starts every child itself (a host): reap every zombie child it
     did not start (an adopted orphan that died). How many. Reads only our own adopted
-    children (``_adopted_children``), never the whole process table."""
+    children (``adopted_children``), never the whole process table."""
     reaped = 0
     started = set(_started)
-    for pid in _adopted_children():
+    for pid in adopted_children():
         if pid in started:
             continue
         try:
@@ -379,7 +379,7 @@ def reap_orphan_zombies() -> int:
     return reaped
 
 
-def _adopted_children() -> list[int]:
+def adopted_children() -> list[int]:
     """The children of our main thread: where the kernel reparents an orphan (to the
     subreaper's first live thread, its leader). Tool processes are children of the spawner
     thread (``host.spawn``), so a child being started is never among them, and no lock
