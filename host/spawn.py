@@ -2,20 +2,22 @@
 
 A tool process is started in a new session (its pid is its session and group id) with an
 attribution marker in its environment, and, where the host has cgroups
-(:mod:`runtime.shared.cgroups`), inside a fresh cgroup of its own: the forked child writes itself
-into the cgroup's ``cgroup.procs`` (a descriptor the spawner opened) before it execs, so
-it is a member before it can fork. ``Child.finish`` then stops the tree by its cgroup;
-without one, :mod:`runtime.shared.proctree` finds and kills its tree.
+(:mod:`runtime.shared.cgroups`), inside a fresh cgroup of its own, as a member before it
+can fork: a tool process (stdin from /dev/null) through the gate (``_gated``: vfork,
+``setpriv --pdeathsig KILL``, a shell that waits on a pipe while the host moves it into its
+cgroup), a plugin server by a ``preexec_fn`` that writes itself into ``cgroup.procs``
+(``_forked``). ``Child.finish`` then stops the tree by its cgroup and kills whatever left
+it (``_kill_escapees``); without one, :mod:`runtime.shared.proctree` finds and kills its
+tree.
 
-``start_process`` forks every child from one spawner thread that lives as
-long as the process, and arms a parent-death signal (KILL) in the child
-before exec: if the host dies, its direct children die with it. Linux sends
+``start_process`` starts every child from one spawner thread that lives as
+long as the process, with a parent-death signal (KILL) armed before its
+command runs: if the host dies, its direct children die with it. Linux sends
 that signal when the *thread* that forked exits, so forking from trio's
 short-lived worker threads would kill children early. Only direct children
 get it; their descendants are left to the group and marker kill (the
 runtime's sweep, after a host crash).
 """
-
 from __future__ import annotations
 
 import errno
