@@ -36,7 +36,7 @@ from typing import Any
 
 import trio
 
-from runtime.shared import cgroups
+from runtime.shared import cgroups, escapes
 from runtime.shared.proctree import (
     KILL_TIMEOUT,
     PR_SET_PDEATHSIG,
@@ -169,7 +169,7 @@ def _escapees(base: str, root: int) -> list[tuple[int, int]]:
     cgroup is that call's now (it dies with it at the latest)."""
     started = set(_started)
     candidates = [pid for pid in adopted_children() if pid not in started]
-    return cgroups.escapees(base, [root, *candidates])
+    return escapes.escapees(base, [root, *candidates])
 
 
 async def _kill_escapees(base: str, root: int) -> tuple[int, tuple[int, ...]]:
@@ -183,9 +183,9 @@ async def _kill_escapees(base: str, root: int) -> tuple[int, tuple[int, ...]]:
             break
         log.warning("killing %d processes that left their call's cgroup: %s", len(found),
                     [pid for pid, _ in found])
-        signalled = cgroups.kill_listed(found)
+        signalled = escapes.kill_listed(found)
         killed += len(signalled)
-        survivors = await cgroups.wait_pidfds(signalled, KILL_TIMEOUT)
+        survivors = await escapes.wait_pidfds(signalled, KILL_TIMEOUT)
         reap_members([pid for pid, _ in signalled if pid != root])
     return killed, survivors
 

@@ -48,7 +48,6 @@ import signal
 import sys
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -56,12 +55,14 @@ from typing import Any
 import psutil  # type: ignore[import-untyped, unused-ignore]  # types-psutil not a dev dep
 import trio
 
+from runtime.shared.proclisting import ENV_MARKER as ENV_MARKER
+from runtime.shared.proclisting import Listing, environ_matches, fresh_listing
+from runtime.shared.proclisting import Marker as Marker
+
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
-ENV_MARKER = "QUIESCE_HOST_CALL"
-"""In the environment of every process a host starts: ``<host pid>:<session>:<call>``."""
 KILL_TIMEOUT = 2.0
 """How long the KILL phase keeps trying before reporting survivors."""
 _RESCAN = 0.05
@@ -104,22 +105,6 @@ def become_subreaper(*, sweep_orphans: bool = False) -> bool:
     return True
 
 
-Marker = tuple[str, str]
-"""An environment variable name and value that attributes a process to a call."""
-
-
-def _environ_matches(proc: psutil.Process, key: str, value: str | None, prefix: bool) -> bool:
-    try:
-        found: str | None = proc.environ().get(key)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return False
-    if found is None:
-        return False
-    if value is None:
-        return True
-    return found.startswith(value) if prefix else found == value
-
-
 def _alive(proc: psutil.Process) -> bool:
     try:
         return bool(proc.status() != psutil.STATUS_ZOMBIE)
@@ -136,7 +121,7 @@ def find_marked(key: str, value: str | None = None, *,
     """
     me = os.getpid()
     return [p for p in psutil.process_iter()
-            if p.pid != me and _alive(p) and _environ_matches(p, key, value, prefix)]
+            if p.pid != me and _alive(p) and environ_matches(p, key, value, prefix)]
 
 
 @dataclass(frozen=True)
@@ -156,90 +141,6 @@ class KillReport:
     @property
     def clean(self) -> bool:
         return not self.survivors
-
-
-@dataclass
-class _Listing:
-    """One snapshot of the process table, shared by every tree that asked for one: each
-    process with its parent, session and marker (read once per listing, not per tree)."""
-
-    procs: dict[int, psutil.Process]
-    children: defaultdict[int, list[int]]
-    sids: dict[int, int]
-    markers: dict[int, str | None]
-    """``ENV_MARKER`` of every process (``None``: none, or not readable)."""
-
-    @classmethod
-    def take(cls) -> _Listing:
-        """Blocking (a thread's work)."""
-        children: defaultdict[int, list[int]] = defaultdict(list)
-        procs: dict[int, psutil.Process] = {}
-        sids: dict[int, int] = {}
-        markers: dict[int, str | None] = {}
-        me = os.getpid()
-        for proc in psutil.process_iter(["ppid"]):
-            pid = proc.pid
-            ppid = proc.info.get("ppid")
-            procs[pid] = proc
-            if isinstance(ppid, int):
-                children[ppid].append(pid)
-            try:
-                sids[pid] = os.getsid(pid)
-            except OSError:
-                continue
-            if pid != me:
-                try:
-                    markers[pid] = proc.environ().get(ENV_MARKER)
-                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                    markers[pid] = None
-        return cls(procs, children, sids, markers)
-
-    def marker_matches(self, pid: int, proc: psutil.Process, marker: Marker,
-                       prefix: bool) -> bool:
-        key, value = marker
-        if key != ENV_MARKER:
-            return _environ_matches(proc, key, value, prefix)
-        found = self.markers.get(pid)
-        if found is None:
-            return False
-        return found.startswith(value) if prefix else found == value
-
-
-class Coalesced:
-    """Blocking work many tasks ask for at once, done once for all of them: a caller gets
-    the result of a run that *began after it asked* (a run in progress began earlier, so it
-    waits for the next, which serves every caller that asked meanwhile)."""
-
-    def __init__(self) -> None:
-        self._lock: trio.Lock | None = None
-        self._token: object = None
-        self._asked = 0
-        self._covered = 0
-        self._result: Any = None
-
-    async def run(self, work: Any) -> Any:
-        """``await work()``'s result, shared with the callers it covers."""
-        token = trio.lowlevel.current_trio_token()
-        if self._lock is None or self._token is not token:  # a new trio run (tests)
-            self._lock, self._token, self._asked, self._covered = trio.Lock(), token, 0, 0
-        self._asked += 1
-        mine = self._asked
-        async with self._lock:
-            if self._covered < mine:
-                covers = self._asked
-                self._result = await work()
-                self._covered = covers
-            return self._result
-
-
-_LISTINGS = Coalesced()
-
-
-async def fresh_listing() -> _Listing:
-    """A listing of the process table begun after the call (in a thread), shared by every
-    tree stopped in the same wave (50 trees stopped at once list a few times, not 200)."""
-    listing: _Listing = await _LISTINGS.run(lambda: trio.to_thread.run_sync(_Listing.take))
-    return listing
 
 
 class _Tree:
@@ -263,7 +164,7 @@ class _Tree:
             except psutil.NoSuchProcess:
                 self.root_proc = None
 
-    def scan(self, listing: _Listing) -> dict[int, psutil.Process]:
+    def scan(self, listing: Listing) -> dict[int, psutil.Process]:
         """Every current member (live or zombie) in ``listing``, added to ``known``."""
         me = os.getpid()
         procs, children = listing.procs, listing.children
@@ -290,7 +191,7 @@ class _Tree:
         self.sessions -= self._excluded_sessions
         return members
 
-    def _is_seed(self, pid: int, proc: psutil.Process, listing: _Listing) -> bool:
+    def _is_seed(self, pid: int, proc: psutil.Process, listing: Listing) -> bool:
         if pid == self.root_pid:
             return self.root_proc is not None and proc == self.root_proc
         known = self.known.get(pid)
