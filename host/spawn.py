@@ -133,10 +133,11 @@ class Child:
             scope.deadline = trio.current_time() + grace + 2 * KILL_TIMEOUT + 1.0
             stop = await cgroup.stop(grace, KILL_TIMEOUT)
             made = cgroups.host_cgroups()
-            if self.sweep_escapes and made is not None:
-                escaped = await _kill_escapees(made.path, self.pid)
-            if not stop.survivors:  # rmdir in a thread: no blocking call on the loop
-                await trio.to_thread.run_sync(cgroup.remove)
+            async with trio.open_nursery() as both:
+                if not stop.survivors:  # rmdir in a thread (no blocking call on the loop),
+                    both.start_soon(trio.to_thread.run_sync, cgroup.remove)  # meanwhile:
+                if self.sweep_escapes and made is not None:
+                    escaped = await _kill_escapees(made.path, self.pid)
         reap_members(cgroup.seen - {self.pid})
         found, survivors = stop.found + escaped[0], stop.survivors + escaped[1]
         if stop.found:
