@@ -2,25 +2,30 @@
 
 A tool process is started in a new session (its pid is its session and group id) with an
 attribution marker in its environment, and, where the host has cgroups
-(:mod:`runtime.shared.cgroups`), inside a fresh cgroup of its own: the forked child writes itself
-into the cgroup's ``cgroup.procs`` (a descriptor the spawner opened) before it execs, so
-it is a member before it can fork. ``Child.finish`` then stops the tree by its cgroup;
-without one, :mod:`runtime.shared.proctree` finds and kills its tree.
+(:mod:`runtime.shared.cgroups`), inside a fresh cgroup of its own, as a member before it
+can fork: a tool process (stdin from /dev/null) through the gate (``_gated``: vfork,
+``setpriv --pdeathsig KILL``, a shell that waits on a pipe while the host moves it into its
+cgroup), a plugin server by a ``preexec_fn`` that writes itself into ``cgroup.procs``
+(``_forked``). ``Child.finish`` then stops the tree by its cgroup and kills whatever left
+it (``_kill_escapees``); without one, :mod:`runtime.shared.proctree` finds and kills its
+tree.
 
-``start_process`` forks every child from one spawner thread that lives as
-long as the process, and arms a parent-death signal (KILL) in the child
-before exec: if the host dies, its direct children die with it. Linux sends
+``start_process`` starts every child from one spawner thread that lives as
+long as the process, with a parent-death signal (KILL) armed before its
+command runs: if the host dies, its direct children die with it. Linux sends
 that signal when the *thread* that forked exits, so forking from trio's
 short-lived worker threads would kill children early. Only direct children
 get it; their descendants are left to the group and marker kill (the
 runtime's sweep, after a host crash).
 """
-
 from __future__ import annotations
 
+import errno
+import functools
 import logging
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +36,7 @@ from typing import Any
 
 import trio
 
-from runtime.shared import cgroups
+from runtime.shared import cgroups, escapes
 from runtime.shared.proctree import (
     KILL_TIMEOUT,
     PR_SET_PDEATHSIG,
@@ -40,6 +45,7 @@ from runtime.shared.proctree import (
     _prctl,
     _spawn_lock,
     _started,
+    adopted_children,
     kill_tree,
     reap_members,
 )
@@ -57,7 +63,7 @@ class Child:
 
     def __init__(self, popen: subprocess.Popen[bytes], stdout: trio.lowlevel.FdStream,
                  stderr: trio.lowlevel.FdStream, marker: Marker | None,
-                 cgroup: cgroups.Cgroup | None = None) -> None:
+                 cgroup: cgroups.Cgroup | None = None, *, sweep_escapes: bool = True) -> None:
         self.popen = popen
         self.pid = popen.pid
         self.stdout = stdout
@@ -65,6 +71,9 @@ class Child:
         self.marker = marker
         self.cgroup = cgroup
         """The tree's cgroup (``None``: the host has none; found by ``proctree``)."""
+        self.sweep_escapes = sweep_escapes
+        """Whether its stop looks for processes that left their cgroups (false only for a
+        program of ours that never moves itself, ``rg``)."""
         self.returncode: int | None = None
         self.kill_report: KillReport | None = None
         _started.add(self.pid)  # already, if the spawner started it
@@ -117,18 +126,26 @@ class Child:
 
     async def _stop_cgroup(self, cgroup: cgroups.Cgroup, grace: float) -> KillReport:
         """TERM, grace, ``cgroup.kill``, until ``populated 0``; members reaped, the cgroup
-        removed once empty. Shielded, with its own deadline."""
+        removed once empty; then the processes that left their cgroups (``_ESCAPES``) are
+        killed. Shielded, with its own deadline."""
+        escaped: tuple[int, tuple[int, ...]] = (0, ())
         with trio.CancelScope(shield=True) as scope:
-            scope.deadline = trio.current_time() + grace + KILL_TIMEOUT + 1.0
+            scope.deadline = trio.current_time() + grace + 2 * KILL_TIMEOUT + 1.0
             stop = await cgroup.stop(grace, KILL_TIMEOUT)
-        if not stop.survivors:
-            cgroup.remove()
+            made = cgroups.host_cgroups()
+            async with trio.open_nursery() as both:
+                if not stop.survivors:  # rmdir in a thread (no blocking call on the loop),
+                    both.start_soon(trio.to_thread.run_sync, cgroup.remove)  # meanwhile:
+                if self.sweep_escapes and made is not None:
+                    escaped = await _kill_escapees(made.path, self.pid)
         reap_members(cgroup.seen - {self.pid})
+        found, survivors = stop.found + escaped[0], stop.survivors + escaped[1]
         if stop.found:
             log.info("cgroup %s: %d processes, %d needed KILL, %.3f s", cgroup.path,
                      stop.found, stop.killed, stop.elapsed)
-        return KillReport(found=stop.found, terminated=stop.found - stop.killed,
-                          killed=stop.killed, survivors=stop.survivors, elapsed=stop.elapsed)
+        return KillReport(found=found, terminated=stop.found - stop.killed,
+                          killed=stop.killed + escaped[0], survivors=survivors,
+                          elapsed=stop.elapsed)
 
     def _close_pidfd(self) -> None:
         if self._pidfd is not None:
@@ -141,6 +158,40 @@ class Child:
         with trio.CancelScope(shield=True):
             await self.stdout.aclose()
             await self.stderr.aclose()
+
+
+def _escapees(base: str, root: int) -> list[tuple[int, int]]:
+    """Processes of a call whose cgroup is now empty that left it: a root process may write
+    itself into any ``cgroup.procs`` (root passes every permission check). Such a process
+    outlived every member of the call, so it is the call's root itself (a child of the
+    spawner thread) or, with each of its ancestors in the call dead, an orphan the kernel
+    reparented to us (a child of our main thread): only those are looked at, each outside
+    the host's cgroups being killed with its subtree. One that moved into another call's
+    cgroup is that call's now (it dies with it at the latest)."""
+    started = set(_started)
+    candidates = [pid for pid in adopted_children() if pid not in started]
+    return escapes.escapees(base, [root, *candidates])
+
+
+async def _kill_escapees(base: str, root: int) -> tuple[int, tuple[int, ...]]:
+    """KILL ``_escapees`` until none is left (one may fork while being killed): how many,
+    and any still alive after ``KILL_TIMEOUT``."""
+    killed = 0
+    survivors: tuple[int, ...] = ()
+    for _ in range(ESCAPE_ROUNDS):
+        found = _escapees(base, root)
+        if not found:
+            break
+        log.warning("killing %d processes that left their call's cgroup: %s", len(found),
+                    [pid for pid, _ in found])
+        signalled = escapes.kill_listed(found)
+        killed += len(signalled)
+        survivors = await escapes.wait_pidfds(signalled, KILL_TIMEOUT)
+        reap_members([pid for pid, _ in signalled if pid != root])
+    return killed, survivors
+
+
+ESCAPE_ROUNDS = 8
 
 
 def _die_with_parent(procs_fd: int | None = None, niceness: int = 0
@@ -206,27 +257,34 @@ async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None
     """``subprocess.Popen(argv, **options)`` in a new session with ``close_fds``, forked by
     the spawner thread with a parent-death signal, inside ``cgroup`` if given, and
     registered as ours (never taken for an orphan); ``niceness`` lowers its CPU priority.
+    With ``stdin=subprocess.DEVNULL`` (every tool process) it is started through the gate
+    (``_gated``: no fork of the host), else with a ``preexec_fn``.
     Shielded: the child it started must not be lost to a cancel."""
+    popen, _ = await _start(argv, lambda: cgroup, False, niceness, options)
+    return popen
+
+
+async def _start(argv: list[str], cgroup_of: Callable[[], cgroups.Cgroup | None],
+                 owned: bool, niceness: int, options: dict[str, Any]
+                 ) -> tuple[subprocess.Popen[bytes], cgroups.Cgroup | None]:
+    """``start_process`` with the cgroup made by ``cgroup_of`` on the spawner thread (no
+    file system work on the event loop); an ``owned`` one is removed if the start fails."""
     token = trio.lowlevel.current_trio_token()
     done = trio.Event()
-    outcome: list[subprocess.Popen[bytes] | Exception] = []
+    outcome: list[tuple[subprocess.Popen[bytes], cgroups.Cgroup | None] | Exception] = []
+    gated = options.get("stdin") == subprocess.DEVNULL and gate_tools() is not None
 
     def job() -> None:
-        procs_fd: int | None = None
+        cgroup: cgroups.Cgroup | None = None
         try:
-            procs_fd = cgroup.open_procs() if cgroup is not None else None
-            preexec = _die_with_parent(procs_fd, niceness)
-            with _spawn_lock:
-                popen = subprocess.Popen(argv, start_new_session=True, close_fds=True,
-                                         preexec_fn=preexec, **options)
-                _started.add(popen.pid)
-            outcome.append(popen)
+            cgroup = cgroup_of()
+            start = _gated if gated else _forked
+            outcome.append((start(argv, cgroup, niceness, options), cgroup))
         except Exception as exc:  # noqa: BLE001 -- raised again in the caller; it must not
             # end this thread (its children would get their parent-death signal)
+            if owned and cgroup is not None:
+                cgroup.remove()
             outcome.append(exc)
-        finally:
-            if procs_fd is not None:
-                os.close(procs_fd)
         try:
             token.run_sync_soon(done.set)
         except trio.RunFinishedError:
@@ -241,45 +299,138 @@ async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None
     return result
 
 
+def _forked(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
+            options: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """Fork (the host's whole address space, holding the interpreter lock) and run
+    ``_die_with_parent`` in the child: for a child with a stdin of its own (a plugin)."""
+    procs_fd = cgroup.open_procs() if cgroup is not None else None
+    try:
+        preexec = _die_with_parent(procs_fd, niceness)
+        with _spawn_lock:
+            popen = subprocess.Popen(argv, start_new_session=True, close_fds=True,
+                                     preexec_fn=preexec, **options)
+            _started.add(popen.pid)
+        return popen
+    finally:
+        if procs_fd is not None:
+            os.close(procs_fd)
+
+
+GATE_SCRIPT = 'read -r _ && exec "$@" </dev/null'
+"""The gate: wait for one line on stdin (the host's go), then exec the command with stdin
+from /dev/null; at EOF (the host died, or gave up on the child) exit without exec."""
+
+
+@functools.cache
+def gate_tools() -> tuple[str, str] | None:
+    """``setpriv`` (util-linux, for ``--pdeathsig``) and ``/bin/sh``, or ``None`` (then every
+    child is forked with a ``preexec_fn``)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    setpriv = shutil.which("setpriv")
+    shell = "/bin/sh" if os.access("/bin/sh", os.X_OK) else None
+    if setpriv is None or shell is None:
+        log.info("setpriv or /bin/sh not found: tool processes are forked with a preexec_fn")
+        return None
+    return setpriv, shell
+
+
+def _executable(name: str, options: dict[str, Any]) -> str:
+    """Where ``subprocess`` would find ``name``; raises as ``Popen`` would (the gate's
+    shell would only exit 127)."""
+    env = options.get("env")
+    cwd = os.fspath(options.get("cwd") or os.getcwd())
+    if "/" in name:
+        found: str | None = os.path.join(cwd, name)
+    else:
+        path = (env if env is not None else os.environ).get("PATH", os.defpath)
+        found = shutil.which(name, path=path)
+        if found is not None and not os.path.isabs(found):
+            found = os.path.join(cwd, found)
+    if found is None or not os.path.exists(found):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
+    return found
+
+
+def _gated(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
+           options: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """Start ``argv`` without forking the host: ``subprocess`` vforks (no ``preexec_fn``)
+    and execs ``setpriv --pdeathsig KILL`` (the parent-death signal, kept across exec) and
+    then the gate (``GATE_SCRIPT``), which waits on a pipe. Meanwhile the host moves the
+    child into ``cgroup`` and sets its niceness, then opens the gate: the command starts
+    already a member, before it can fork."""
+    tools = gate_tools()
+    assert tools is not None
+    setpriv, shell = tools
+    exe = _executable(argv[0], options)
+    wrapped = [setpriv, "--pdeathsig", "KILL", "--", shell, "-c", GATE_SCRIPT,
+               "quiesce-gate", exe, *argv[1:]]
+    gate_r, gate_w = os.pipe()
+    try:
+        with _spawn_lock:
+            try:
+                popen = subprocess.Popen(wrapped, start_new_session=True, close_fds=True,
+                                         **{**options, "stdin": gate_r})
+            finally:
+                os.close(gate_r)
+            _started.add(popen.pid)
+            try:
+                if cgroup is not None:
+                    cgroup.add(popen.pid)
+                if niceness:
+                    os.setpriority(os.PRIO_PROCESS, popen.pid, niceness)
+                os.write(gate_w, b"go\n")
+            except OSError as exc:
+                popen.kill()
+                popen.wait()
+                _started.discard(popen.pid)
+                raise subprocess.SubprocessError(f"cannot start {argv[0]!r}: {exc}") from exc
+    finally:
+        os.close(gate_w)
+    return popen
+
+
 async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
                 env_extra: dict[str, str] | None = None, cgroup_name: str | None = None,
-                niceness: int = 0, stdin: int | None = None) -> Child:
+                niceness: int = 0, stdin: int | None = None,
+                sweep_escapes: bool = True) -> Child:
     """Start ``argv`` in a new session (and cgroup, named ``cgroup_name`` if given) with
     piped stdout/stderr and stdin from /dev/null (or the descriptor ``stdin``, which the
     caller keeps and closes)."""
     env = {**os.environ, **(env_extra or {})}
     if marker is not None:
         env[marker[0]] = marker[1]
-    cgroup = new_cgroup(cgroup_name)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
-        popen = await start_process(argv, cgroup=cgroup, niceness=niceness, cwd=cwd,
-                                    env=env,
-                                    stdin=subprocess.DEVNULL if stdin is None else stdin,
-                                    stdout=out_w,
-                                    stderr=err_w)
+        popen, cgroup = await _start(
+            argv, lambda: new_cgroup(cgroup_name), True, niceness,
+            {"cwd": cwd, "env": env,
+             "stdin": subprocess.DEVNULL if stdin is None else stdin,  # own stdin: forked
+             "stdout": out_w, "stderr": err_w})
     except BaseException:
         for fd in (out_r, err_r):
             os.close(fd)
-        if cgroup is not None:
-            cgroup.remove()
         raise
     finally:
         os.close(out_w)
         os.close(err_w)
     return Child(popen, trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r), marker,
-                 cgroup)
+                 cgroup, sweep_escapes=sweep_escapes)
 
 
 @asynccontextmanager
 async def spawned(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
                   grace: float, env_extra: dict[str, str] | None = None,
                   cgroup_name: str | None = None, niceness: int = 0,
-                  stdin: int | None = None) -> AsyncIterator[Child]:
+                  stdin: int | None = None, sweep_escapes: bool = True
+                  ) -> AsyncIterator[Child]:
     """``spawn``, with the tree killed and the root reaped however the block ends."""
     child = await spawn(argv, cwd=cwd, marker=marker, env_extra=env_extra,
-                        cgroup_name=cgroup_name, niceness=niceness, stdin=stdin)
+                        cgroup_name=cgroup_name, niceness=niceness, stdin=stdin,
+                        sweep_escapes=sweep_escapes)
     try:
         yield child
     finally:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 
+import trio
+
 from host import fsnames
 from host.tools import ripgrep
 from host.tools.context import ToolContext
@@ -23,6 +25,8 @@ from protocol.errors import ErrorCode
 from protocol.tools import GlobArgs, ToolResult, ok_result
 
 MAX_RESULTS = 1000
+SHOW_PER_STEP = 200
+"""Names shown between two checkpoints (``ripgrep.RECORDS_PER_STEP``)."""
 
 
 async def run(args: GlobArgs, ctx: ToolContext) -> ToolResult:
@@ -53,7 +57,12 @@ async def run(args: GlobArgs, ctx: ToolContext) -> ToolResult:
         code = await rg.returncode()
     if code == 2 and total == 0 and rg.stderr:
         raise ripgrep.input_error(rg.stderr, f"invalid glob pattern {args.pattern!r}")
-    shown = [fsnames.show(name if prefix == b"." else prefix + b"/" + name) for name in kept]
+    shown: list[str] = []
+    for start in range(0, len(kept), SHOW_PER_STEP):  # the loop is given back between
+        if start:
+            await trio.lowlevel.checkpoint()
+        shown += [fsnames.show(name if prefix == b"." else prefix + b"/" + name)
+                  for name in kept[start:start + SHOW_PER_STEP]]
     if not shown:
         text = f"No files match {args.pattern!r}"
     else:

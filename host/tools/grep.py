@@ -47,13 +47,14 @@ class _MatchData(msgspec.Struct, frozen=True):
     line_number: int | None = None
 
 
-class _Record(msgspec.Struct, frozen=True):
-    type: str
-    data: msgspec.Raw
+class _Match(msgspec.Struct, frozen=True):
+    data: _MatchData
 
 
-_records = msgspec.json.Decoder(_Record)
-_matches = msgspec.json.Decoder(_MatchData)
+_matches = msgspec.json.Decoder(_Match)
+_MATCH = b'{"type":"match"'
+"""How ripgrep begins a match record (it writes ``type`` first, without spaces): the other
+records (begin, end, context, summary) are skipped without being decoded."""
 _CUT_PATH = re.compile(rb'"path":\{"(text|bytes)":"((?:[^"\\]|\\.)*)"')
 
 
@@ -90,10 +91,9 @@ class _Found:
                 self.add(self.shown_path(path.as_bytes()), None,
                          f"[a matching line longer than {ripgrep.MAX_RECORD} bytes]")
             return
-        record = _records.decode(raw)
-        if record.type != "match":
+        if not raw.startswith(_MATCH):
             return
-        match = _matches.decode(record.data)
+        match = _matches.decode(raw).data
         text = match.lines.as_bytes().decode("utf-8", "replace").rstrip("\r\n")
         self.add(self.shown_path(match.path.as_bytes()), match.line_number, text)
 

@@ -69,6 +69,12 @@ def rg_binary() -> str:
     return chosen
 
 
+RECORDS_PER_STEP = 64
+"""Records handed out between two checkpoints: a reader of a fast ``rg`` gives the event
+loop back after each handful (a whole 64 KiB chunk of short records at once would hold
+the loop for milliseconds while other sessions wait)."""
+
+
 class Records:
     """``sep``-terminated records of a stream, each at most ``MAX_RECORD`` bytes kept: a
     longer one comes as its first ``MAX_RECORD`` bytes with ``cut`` true."""
@@ -76,23 +82,31 @@ class Records:
     def __init__(self, stream: trio.lowlevel.FdStream, sep: bytes) -> None:
         self._stream = stream
         self._sep = sep
-        self._buffer = bytearray()
+        self._buffer = b""
         self._skipping = False  # inside a record already cut
         self._ready: deque[tuple[bytes, bool]] = deque()
         self._eof = False
+        self._since_checkpoint = 0
 
     async def next(self) -> tuple[bytes, bool] | None:
         """The next ``(record, cut)``; ``None`` at the end of the stream."""
+        if self._ready:
+            self._since_checkpoint += 1
+            if self._since_checkpoint >= RECORDS_PER_STEP:
+                self._since_checkpoint = 0
+                await trio.lowlevel.checkpoint()
         while not self._ready:
             if self._eof:
                 return None
             chunk = await self._stream.receive_some(65536)
+            self._since_checkpoint = 0
             if chunk:
                 self._split(chunk)
                 continue
             self._eof = True
             if self._buffer and not self._skipping:
-                self._ready.append((bytes(self._buffer), False))
+                self._ready.append((self._buffer, False))
+            self._buffer = b""
         return self._ready.popleft()
 
     async def count_rest(self) -> int:
@@ -101,7 +115,7 @@ class Records:
         count = len(self._ready)
         self._ready.clear()
         partial = bool(self._buffer) or self._skipping
-        self._buffer.clear()
+        self._buffer = b""
         self._skipping = False
         while not self._eof:
             chunk = await self._stream.receive_some(65536)
@@ -113,21 +127,26 @@ class Records:
         return count + partial
 
     def _split(self, chunk: bytes) -> None:
-        start = 0
-        while (end := chunk.find(self._sep, start)) != -1:
-            if not self._skipping:
-                self._buffer += chunk[start:end]
-                cut = len(self._buffer) > MAX_RECORD
-                self._ready.append((bytes(self._buffer[:MAX_RECORD]), cut))
-            self._buffer.clear()
-            self._skipping = False
-            start = end + 1
-        if not self._skipping:
-            self._buffer += chunk[start:]
-            if len(self._buffer) > MAX_RECORD:
-                self._ready.append((bytes(self._buffer[:MAX_RECORD]), True))
-                self._buffer.clear()
-                self._skipping = True
+        parts = chunk.split(self._sep)
+        rest = parts.pop()  # after the last separator: the start of the next record
+        for part in parts:
+            if self._skipping:  # the end of a record already cut
+                self._skipping = False
+                self._buffer = b""
+                continue
+            record = self._buffer + part if self._buffer else part
+            self._buffer = b""
+            if len(record) > MAX_RECORD:
+                self._ready.append((record[:MAX_RECORD], True))
+            else:
+                self._ready.append((record, False))
+        if self._skipping:
+            return
+        self._buffer += rest
+        if len(self._buffer) > MAX_RECORD:
+            self._ready.append((self._buffer[:MAX_RECORD], True))
+            self._buffer = b""
+            self._skipping = True
 
 
 class _Stderr:
@@ -177,7 +196,7 @@ async def run_rg(args: Sequence[str], *, cwd: str, marker: Marker | None,
     stderr = _Stderr()
     async with spawn.spawned(argv, cwd=cwd, marker=marker, grace=KILL_GRACE,
                              env_extra=env_extra, cgroup_name=cgroup_name,
-                             niceness=NICENESS) as child:
+                             niceness=NICENESS, sweep_escapes=False) as child:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stderr.collect, child.stderr)
             yield RgRun(child, sep, stderr)

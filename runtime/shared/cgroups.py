@@ -2,13 +2,14 @@
 
 Where the host can create cgroups beneath its own (as root, or in a delegated subtree),
 every child it starts (a Bash or image backend tree, an ``rg``, a plugin server) is
-started *inside* a fresh cgroup: the spawner opens the cgroup's ``cgroup.procs`` and the
-forked child writes itself into it before it execs (``host.spawn``), so it is a member
-before it can fork. No ``setsid``, double fork, cleared or forged environment or
-look-alike command line takes a process out of it. A tree is stopped by TERM (and CONT)
-to every member, then ``cgroup.kill`` past the grace; it is settled when
-``cgroup.events`` says ``populated 0`` (waited for through an epoll on the file's
-change notification, not by polling), and its directory is then removed.
+started *inside* a fresh cgroup, a member before it can fork (``host.spawn``: the host
+moves it in while it waits at a gate, or it writes itself in before exec). No ``setsid``,
+double fork, cleared or forged environment or look-alike command line takes a process out
+of it. A tree is stopped by TERM (and CONT) to every member, then ``cgroup.kill`` past the
+grace; it is settled when ``cgroup.events`` says ``populated 0`` (waited for through an
+epoll on the file's change notification, not by polling), and its directory is then
+removed. A root process can still write itself into another cgroup's ``cgroup.procs``:
+``runtime.shared.escapes`` finds and kills such a process.
 
 Layout: ``<the host's cgroup>/quiesce-host-<host pid>/<name>``, where a process call's
 name is ``call-<hash of host pid, session and call id>`` (``call_cgroup_name``), so the
@@ -214,6 +215,10 @@ class Cgroup:
     def open_procs(self) -> int:
         """A descriptor of ``cgroup.procs``, for a forked child to write itself into."""
         return os.open(os.path.join(self.path, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC)
+
+    def add(self, pid: int) -> None:
+        """Move ``pid`` (a child of ours, not yet running its command) into this cgroup."""
+        _write(os.path.join(self.path, "cgroup.procs"), str(pid).encode())
 
     def members(self) -> list[int]:
         pids = _members(self.path)

@@ -43,11 +43,11 @@ import ctypes.util
 import functools
 import logging
 import os
+import select
 import signal
 import sys
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
@@ -55,16 +55,18 @@ from typing import Any
 import psutil  # type: ignore[import-untyped, unused-ignore]  # types-psutil not a dev dep
 import trio
 
+from runtime.shared.proclisting import ENV_MARKER as ENV_MARKER
+from runtime.shared.proclisting import Listing, environ_matches, fresh_listing
+from runtime.shared.proclisting import Marker as Marker
+
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
-ENV_MARKER = "QUIESCE_HOST_CALL"
-"""In the environment of every process a host starts: ``<host pid>:<session>:<call>``."""
 KILL_TIMEOUT = 2.0
 """How long the KILL phase keeps trying before reporting survivors."""
-_POLL = 0.01
 _RESCAN = 0.05
+"""How often a tree that has not died yet (a grace running) is listed again."""
 
 _spawn_lock = threading.Lock()
 """Held by the spawner around ``Popen`` and by a scan while it picks adopted orphans, so a
@@ -103,22 +105,6 @@ def become_subreaper(*, sweep_orphans: bool = False) -> bool:
     return True
 
 
-Marker = tuple[str, str]
-"""An environment variable name and value that attributes a process to a call."""
-
-
-def _environ_matches(proc: psutil.Process, key: str, value: str | None, prefix: bool) -> bool:
-    try:
-        found: str | None = proc.environ().get(key)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return False
-    if found is None:
-        return False
-    if value is None:
-        return True
-    return found.startswith(value) if prefix else found == value
-
-
 def _alive(proc: psutil.Process) -> bool:
     try:
         return bool(proc.status() != psutil.STATUS_ZOMBIE)
@@ -135,7 +121,7 @@ def find_marked(key: str, value: str | None = None, *,
     """
     me = os.getpid()
     return [p for p in psutil.process_iter()
-            if p.pid != me and _alive(p) and _environ_matches(p, key, value, prefix)]
+            if p.pid != me and _alive(p) and environ_matches(p, key, value, prefix)]
 
 
 @dataclass(frozen=True)
@@ -178,21 +164,15 @@ class _Tree:
             except psutil.NoSuchProcess:
                 self.root_proc = None
 
-    def scan(self) -> dict[int, psutil.Process]:
-        """Every current member (live or zombie), added to ``known``. Blocking."""
+    def scan(self, listing: Listing) -> dict[int, psutil.Process]:
+        """Every current member (live or zombie) in ``listing``, added to ``known``."""
         me = os.getpid()
-        children: defaultdict[int, list[int]] = defaultdict(list)
-        procs: dict[int, psutil.Process] = {}
-        for proc in psutil.process_iter(["ppid"]):
-            ppid = proc.info.get("ppid")
-            procs[proc.pid] = proc
-            if isinstance(ppid, int):
-                children[ppid].append(proc.pid)
+        procs, children = listing.procs, listing.children
         members: dict[int, psutil.Process] = {}
         for pid, proc in procs.items():
             if pid == me:
                 continue
-            if self._is_seed(pid, proc):
+            if self._is_seed(pid, proc, listing):
                 members[pid] = proc
         if self.orphans_of is not None:
             for pid in _adopted_orphans(children.get(me, []), procs, self.orphans_of):
@@ -205,26 +185,25 @@ class _Tree:
                     stack.append(child)
         self.known.update(members)
         for pid in members:
-            try:
-                self.sessions.add(os.getsid(pid))
-            except OSError:
-                continue
+            sid = listing.sids.get(pid)
+            if sid is not None:
+                self.sessions.add(sid)
         self.sessions -= self._excluded_sessions
         return members
 
-    def _is_seed(self, pid: int, proc: psutil.Process) -> bool:
+    def _is_seed(self, pid: int, proc: psutil.Process, listing: Listing) -> bool:
         if pid == self.root_pid:
             return self.root_proc is not None and proc == self.root_proc
         known = self.known.get(pid)
         if known is not None and known == proc:
             return True
-        try:
-            if os.getsid(pid) in self.sessions:
-                return True
-        except OSError:
+        sid = listing.sids.get(pid)
+        if sid is None:
             return False
+        if sid in self.sessions:
+            return True
         if self.marker is not None:
-            return _environ_matches(proc, self.marker[0], self.marker[1], self.value_prefix)
+            return listing.marker_matches(pid, proc, self.marker, self.value_prefix)
         return False
 
     def reap(self, proc: psutil.Process) -> None:
@@ -265,12 +244,13 @@ def _adopted_orphans(children: list[int], procs: dict[int, psutil.Process],
 
 
 def reap_members(pids: Collection[int]) -> None:
-    """Reap those of ``pids`` that are dead children of ours (adopted members of a killed
-    tree); never a child ``subprocess`` or the spawner owns."""
-    with _spawn_lock:
-        for pid in pids:
-            if pid in _started:
-                continue
+    """Reap those of ``pids`` that are dead adopted children of ours (members of a killed
+    tree); in a process that starts every child itself, every dead adopted orphan
+    (``reap_orphan_zombies``). Never a child ``subprocess`` or the spawner owns."""
+    adopted = set(adopted_children())
+    started = set(_started)
+    for pid in pids:
+        if pid in adopted and pid not in started:
             try:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
@@ -281,38 +261,35 @@ def reap_members(pids: Collection[int]) -> None:
 
 def reap_orphan_zombies() -> int:
     """In a process that starts every child itself (a host): reap every zombie child it
-    did not start (an adopted orphan that died). How many. Reads only our own children
-    (``/proc/self/task/*/children``), never the whole process table."""
+    did not start (an adopted orphan that died). How many. Reads only our own adopted
+    children (``adopted_children``), never the whole process table."""
     reaped = 0
-    with _spawn_lock:
-        for pid in _own_children():
-            if pid in _started:
+    started = set(_started)
+    for pid in adopted_children():
+        if pid in started:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+            if state != b"Z":
                 continue
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as f:
-                    state = f.read().rsplit(b")", 1)[1].split()[0]
-                if state != b"Z":
-                    continue
-                if os.waitpid(pid, os.WNOHANG)[0]:
-                    reaped += 1
-            except (OSError, IndexError):
-                continue
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                reaped += 1
+        except (OSError, IndexError):
+            continue
     return reaped
 
 
-def _own_children() -> list[int]:
-    pids: list[int] = []
+def adopted_children() -> list[int]:
+    """The children of our main thread: where the kernel reparents an orphan (to the
+    subreaper's first live thread, its leader). Tool processes are children of the spawner
+    thread (``host.spawn``), so a child being started is never among them, and no lock
+    against the spawner is needed (nor a read of every thread's children)."""
     try:
-        tasks = os.listdir("/proc/self/task")
+        with open(f"/proc/self/task/{os.getpid()}/children", "rb") as f:
+            return [int(pid) for pid in f.read().split()]
     except OSError:
-        return pids
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/children") as f:
-                pids += [int(pid) for pid in f.read().split()]
-        except OSError:
-            continue
-    return pids
+        return []
 
 
 def _signal(proc: psutil.Process, sig: signal.Signals) -> None:
@@ -337,34 +314,83 @@ def _signal_groups(procs: list[psutil.Process], sig: signal.Signals) -> None:
             pass
 
 
+class _Tracked:
+    """The live members of a tree being killed, each with a pidfd: their exits are waited
+    for (the pidfd turns readable), not polled."""
+
+    def __init__(self, tree: _Tree) -> None:
+        self.tree = tree
+        self.live: dict[int, tuple[psutil.Process, int]] = {}
+        self.found: set[int] = set()
+
+    def add(self, members: dict[int, psutil.Process]) -> None:
+        for pid, proc in members.items():
+            if pid in self.live:
+                continue
+            try:
+                pidfd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            # The pidfd names whatever has that pid now: it must be the process listed.
+            if not _alive(proc) or not proc.is_running():
+                os.close(pidfd)
+                self.tree.reap(proc)
+                continue
+            self.live[pid] = (proc, pidfd)
+            self.found.add(pid)
+
+    def drop_exited(self) -> None:
+        for pid, (proc, pidfd) in list(self.live.items()):
+            if select.select([pidfd], [], [], 0)[0]:
+                del self.live[pid]
+                trio.lowlevel.notify_closing(pidfd)
+                os.close(pidfd)
+                self.tree.reap(proc)
+
+    async def wait_all(self, deadline: float) -> None:
+        """Until every live member exited, or ``deadline`` (``trio.current_time``)."""
+        with trio.move_on_at(deadline):
+            for _, pidfd in list(self.live.values()):
+                await trio.lowlevel.wait_readable(pidfd)
+        self.drop_exited()
+
+    def close(self) -> None:
+        for _, pidfd in self.live.values():
+            trio.lowlevel.notify_closing(pidfd)
+            os.close(pidfd)
+        self.live.clear()
+
+
 async def _kill(tree: _Tree, grace: float, kill_timeout: float) -> KillReport:
     started = time.monotonic()
-    members = await trio.to_thread.run_sync(tree.scan)
-    found: set[int] = set()
+    tracked = _Tracked(tree)
+    try:
+        return await _kill_tracked(tree, tracked, started, grace, kill_timeout)
+    finally:
+        tracked.close()
+
+
+async def _kill_tracked(tree: _Tree, tracked: _Tracked, started: float, grace: float,
+                        kill_timeout: float) -> KillReport:
     termed: set[int] = set()
     killed: set[int] = set()
-    phase_end = started + grace
+    now = trio.current_time()
+    phase_end = now + grace
     sig = signal.SIGTERM
-    last_scan = time.monotonic()
-    fresh_listing = True
-    alive: list[psutil.Process] = []
+    tracked.add(tree.scan(await fresh_listing()))
+    last_listing = trio.current_time()
+    verified = True  # no member exited since the last listing
     while True:
-        alive = []
-        for proc in members.values():
-            if _alive(proc):
-                alive.append(proc)
-            else:
-                tree.reap(proc)
-        if not alive:
-            if fresh_listing:
+        if not tracked.live:
+            if verified:
                 break
-            # Verify with a full listing: an orphan may have moved under us meanwhile.
-            members = await trio.to_thread.run_sync(tree.scan)
-            last_scan, fresh_listing = time.monotonic(), True
+            # Verify with a listing begun now: a member may have forked, an orphan may
+            # have moved under us meanwhile.
+            tracked.add(tree.scan(await fresh_listing()))
+            last_listing, verified = trio.current_time(), True
             continue
-        found.update(p.pid for p in alive)
         sent = termed if sig is signal.SIGTERM else killed
-        fresh = [p for p in alive if p.pid not in sent]
+        fresh = [proc for pid, (proc, _) in tracked.live.items() if pid not in sent]
         if fresh:
             _signal_groups(fresh, sig)
             for proc in fresh:
@@ -372,20 +398,21 @@ async def _kill(tree: _Tree, grace: float, kill_timeout: float) -> KillReport:
                 if sig is signal.SIGTERM:
                     _signal(proc, signal.SIGCONT)
             sent.update(p.pid for p in fresh)
-        now = time.monotonic()
+        now = trio.current_time()
         if now >= phase_end:
             if sig is signal.SIGKILL:
                 break
             sig, phase_end = signal.SIGKILL, now + kill_timeout
             continue
-        await trio.sleep(min(_POLL, phase_end - now))
-        fresh_listing = False
-        if time.monotonic() - last_scan >= _RESCAN:
-            members = await trio.to_thread.run_sync(tree.scan)
-            last_scan, fresh_listing = time.monotonic(), True
-    if any(_alive(p) for p in alive):
-        await trio.sleep(0.05)  # let the last KILLs land before calling anything a survivor
-    survivors = tuple(sorted(p.pid for p in alive if _alive(p)))
+        await tracked.wait_all(min(phase_end, last_listing + _RESCAN))
+        verified = False
+        if tracked.live and trio.current_time() - last_listing >= _RESCAN:
+            tracked.add(tree.scan(await fresh_listing()))  # during a long grace
+            last_listing, verified = trio.current_time(), True
+    if tracked.live:  # let the last KILLs land before calling anything a survivor
+        await tracked.wait_all(trio.current_time() + 0.05)
+    survivors = tuple(sorted(tracked.live))
+    found = tracked.found
     report = KillReport(found=len(found), terminated=len(found - killed), killed=len(killed),
                         survivors=survivors, elapsed=time.monotonic() - started)
     if survivors:

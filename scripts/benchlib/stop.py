@@ -26,7 +26,7 @@ from benchlib import logwrite
 from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms
 from benchlib.isolation import loop_lag
 from benchlib.stats import Goal, Series
-from benchlib.stop_many import stop_many_trees
+from benchlib.stop_many import stop_many_trees, stop_many_trees_fallback
 from host.tools.context import HostToolConfig
 from protocol.messages.client import AgentAbortResult, AgentPromptResult
 from protocol.messages.common import Empty
@@ -355,7 +355,9 @@ async def stop_term_honouring(bench: Bench, n: int, warmup: int) -> Series:
     series = Series("stop-tree-term", "stop: TERM-honouring process tree (Bash: `&`, setsid, "
                     "double fork, nohup)", goal=HONOURING_GOAL)
     series.notes.append("before issue 14 (commit 5326022, the same command and machine on "
-                        "2026-12-01, load average ~4): median 107.2 ms, max 158.7 ms (n=15)")
+                        "2026-12-01, load average ~4): median 107.2 ms, max 158.7 ms (n=15); "
+                        "before issue 20's tree-stop work (commit dcb15c8, load average 7 to "
+                        "10): median 15.6 ms (n=15)")
     await _stop_tree(bench, series, n, warmup, name="tree-term", command=HONOURING_TREE,
                      members_ready=_sleeps(HONOURING_SLEEPS))
     return series
@@ -434,6 +436,7 @@ SCENARIOS: dict[str, Spec] = {
     "stop-tree-ignoring": Spec(stop_term_ignoring, False),
     "stop-undispatched": Spec(stop_permission_siblings, False),
     "stop-50-trees": Spec(stop_many_trees, False),
+    "stop-50-trees-fallback": Spec(stop_many_trees_fallback, False),
     "stop-loop-lag": Spec(loop_lag, False),
 }
 
@@ -445,6 +448,8 @@ RATIOS: list[tuple[str, str, str]] = [
     ("stop-tree-term", "floor-bash-turn", "tree stop vs. a completed Bash `true` turn"),
     ("stop-tree-term", "floor-process-scan", "tree stop vs. one process-table scan"),
     ("stop-50-trees", "stop-tree-term", "50 trees stopped at once vs. one tree"),
+    ("stop-50-trees-fallback", "stop-50-trees",
+     "50 trees at once without cgroups vs. with them"),
     ("stop-undispatched", "floor-noop-turn", "undispatched stop vs. a completed no-op turn"),
     ("stop-undispatched", "floor-fsync", "undispatched stop vs. one append + fsync"),
     ("floor-noop-turn", "floor-fsync", "no-op turn vs. one append + fsync"),

@@ -7,6 +7,7 @@ admits 64 process calls (the default admits 8).
 
 from __future__ import annotations
 
+import os
 import pathlib
 import time
 
@@ -15,6 +16,7 @@ import trio
 from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms, open_bench
 from benchlib.stats import Goal, Series
 from protocol.messages.events import ToolProgressEvent
+from runtime.shared import cgroups
 
 TREES = 50
 MANY_TREE = "sleep 300 & setsid sleep 300 & echo tree-started; sleep 300"
@@ -22,7 +24,12 @@ SLEEPS_PER_TREE = 3
 MANY_GOAL = Goal(500.0, "< 500 ms for all 50 answers, goal 200 ms (issue 14)")
 BEFORE = ("before issue 14 (commit 5326022: process-table scans per tree, polling; "
           "`./scripts/bench --only stop-tree-term --only stop-50-trees` on this machine on "
-          "2026-12-01, load average ~4): median 6,654 ms, max 6,763 ms (n=5)")
+          "2026-12-01, load average ~4): median 6,654 ms, max 6,763 ms (n=5); before issue "
+          "20's tree-stop work (commit dcb15c8, load average 7 to 10): median 371 ms (n=5)")
+BEFORE_FALLBACK = ("before issue 20's tree-stop work (commit dcb15c8: a full process-table scan "
+                   "per tree every 50 ms, members polled every 10 ms; `./scripts/bench --only "
+                   "stop-50-trees-fallback` on this machine on 2026-12-01, load average 7 to "
+                   "10): median 5,150 ms, max 5,925 ms (n=5)")
 CONFIG = "[host.admission]\nper_session = 4\n[host.admission.per_class]\nprocess = 64\n"
 
 
@@ -30,6 +37,12 @@ def _prepared(workdir: pathlib.Path) -> pathlib.Path:
     workdir.mkdir()
     (workdir / "config.toml").write_text(CONFIG)
     return workdir
+
+
+def _mechanism(bench: Bench) -> str:
+    """What the daemon's host uses: a ``quiesce-host-<pid>`` cgroup directory is there."""
+    path = None if bench.host_pid is None else cgroups.host_dir(bench.host_pid)
+    return cgroups.CGROUP if path is not None and os.path.isdir(path) else cgroups.PROCESS_TREE
 
 
 def _sleeps(members: list[Member]) -> int:
@@ -80,11 +93,29 @@ async def stop_many_trees(bench: Bench, n: int, warmup: int) -> Series:
     series = Series("stop-50-trees", f"stop: {TREES} TERM-honouring trees at once (`&`, "
                     "setsid, foreground; one session each), until the last answer",
                     goal=MANY_GOAL)
-    workdir = _prepared(bench.workdir / "many-trees")
-    config = workdir / "config.toml"
     series.notes.append(BEFORE)
+    await _many(bench, series, n, warmup, "many-trees", {})
+    return series
+
+
+async def stop_many_trees_fallback(bench: Bench, n: int, warmup: int) -> Series:
+    """The same, with the host's cgroups forced off (``QUIESCE_CGROUPS=off``): trees found
+    by ancestry and session (``runtime.shared.proctree``)."""
+    series = Series("stop-50-trees-fallback", f"stop: {TREES} TERM-honouring trees at once, "
+                    "no cgroups (`QUIESCE_CGROUPS=off`: the process-tree fallback)",
+                    goal=MANY_GOAL)
+    series.notes.append(BEFORE_FALLBACK)
+    await _many(bench, series, n, warmup, "many-trees-fallback", {"QUIESCE_CGROUPS": "off"})
+    return series
+
+
+async def _many(bench: Bench, series: Series, n: int, warmup: int, name: str,
+                env: dict[str, str]) -> None:
+    workdir = _prepared(bench.workdir / name)
+    config = workdir / "config.toml"
     reps = min(n, 5) + warmup  # fifty trees a repetition: fewer repetitions
-    async with open_bench(workdir, {"QUIESCE_CONFIG": str(config)}) as own:
+    async with open_bench(workdir, {"QUIESCE_CONFIG": str(config), **env}) as own:
+        series.notes.append(f"the host's process mechanism: {_mechanism(own)}")
         sessions = []
         for k in range(TREES):
             workspace = workdir / f"ws-{k}"
@@ -98,4 +129,3 @@ async def stop_many_trees(bench: Bench, n: int, warmup: int) -> Series:
             if elapsed is not None and rep >= warmup:
                 series.samples.append(elapsed)
             series.notes.append(f"rep {rep}: {time.monotonic() - began:.1f} s with set-up")
-    return series

@@ -4,7 +4,10 @@ and with them forced off (``QUIESCE_CGROUPS=off``: the fallback):
 - a forged marker: ``( ( env QUIESCE_HOST_CALL=<host pid>:x:y setsid sleep 300 & ) & )``
   (it names this host, but no call of it);
 - a look-alike host: a ``setsid``'d ``python -m host`` without the marker, started from a
-  directory holding a ``host.py`` with the host's exact command line.
+  directory holding a ``host.py`` with the host's exact command line;
+- a process that leaves its call's cgroup: a root process may write itself into any
+  ``cgroup.procs``; this one moves to the cgroup the host itself is made under, clears the
+  marker and leaves its session.
 
 Neither survives the call's stop, its normal completion, the daemon's EOF, ``kill -9``
 of the runtime, or ``kill -9`` of the host.
@@ -36,6 +39,9 @@ COPY_HOST = ("import os, sys; "
              "os.setsid(); os.execvp(argv[0], argv)")
 LOOK_ALIKE = ('( ( cd {fake} && exec env -u QUIESCE_HOST_CALL {python} -c "{code}" '
               '${{QUIESCE_HOST_CALL%%:*}} ) & echo $! > {pid_file} )')
+# Writes itself into the cgroup of the test (the daemon's, where the host's directory is).
+LEFT_CGROUP = ("( env -u QUIESCE_HOST_CALL setsid sh -c 'echo $$ > {procs} && "
+               "echo $$ > {pid_file} && exec sleep 300' & )")
 ENDINGS = ["stop", "completion", "eof", "kill-runtime", "kill-host"]
 
 
@@ -43,6 +49,9 @@ def _escape(kind: str, tmp_path: pathlib.Path) -> tuple[str, pathlib.Path]:
     pid_file = tmp_path / "escapee.pid"
     if kind == "forged":
         return FORGED.format(pid_file=pid_file), pid_file
+    if kind == "left-cgroup":
+        procs = os.path.join(cgroups.own_cgroup_dir() or "/nonexistent", "cgroup.procs")
+        return LEFT_CGROUP.format(procs=procs, pid_file=pid_file), pid_file
     fake = tmp_path / "fake"
     fake.mkdir()
     (fake / "host.py").write_text(f"open({str(fake / 'ran')!r}, 'w').close()\n"
@@ -85,12 +94,15 @@ def _host_pid(agent: Agent) -> int:
 
 
 @pytest.mark.parametrize("ending", ENDINGS)
-@pytest.mark.parametrize("kind", ["forged", "look-alike"])
+@pytest.mark.parametrize("kind", ["forged", "look-alike", "left-cgroup"])
 @pytest.mark.parametrize("mechanism", ["cgroup", "process-tree"])
 async def test_an_escapee_does_not_survive(tmp_path: pathlib.Path, marked: Marked,
                                            mechanism: str, kind: str, ending: str) -> None:
     escape, pid_file = _escape(kind, tmp_path)
-    tail = "echo done" if ending == "completion" else "echo up; sleep 60"
+    # A completion waits until the escape is done (its pid written), or the call would end
+    # before it, and kill it still in its tree.
+    tail = (f"while [ ! -s {pid_file} ]; do sleep 0.01; done; sleep 0.1; echo done"
+            if ending == "completion" else "echo up; sleep 60")
     script = [[call("b1", "Bash", command=f"{escape}; {tail}")], [text("after")]]
     env = {"QUIESCE_CGROUPS": "off"} if mechanism == "process-tree" else {}
     escapee: int | None = None
@@ -115,6 +127,8 @@ async def test_an_escapee_does_not_survive(tmp_path: pathlib.Path, marked: Marke
                         while not (tmp_path / "fake" / "ran").exists():
                             await trio.sleep(0.02)
                 assert _alive(escapee)
+                if kind == "left-cgroup":  # it is out of every cgroup of the host
+                    assert cgroups.own_cgroup_dir(escapee) == cgroups.own_cgroup_dir()
                 if ending == "stop":
                     await agent.stop_and_check()
                     assert not _alive(escapee), "the escapee outlived the stop's answer"

@@ -152,3 +152,84 @@ def test_a_child_whose_parent_died_before_the_signal_was_armed_exits(
     popen = subprocess.Popen(["touch", str(ran)], preexec_fn=in_child)
     assert popen.wait(timeout=10) == 1
     assert not ran.exists()  # it never got to exec the command
+
+
+async def test_a_tool_process_gets_its_parent_death_signal_through_the_gate(
+        tmp_path: pathlib.Path) -> None:
+    """``spawn`` (stdin from /dev/null) starts through the gate: no ``preexec_fn``, the
+    signal armed by ``setpriv``, stdin /dev/null for the command."""
+    if spawn.gate_tools() is None:
+        pytest.skip("no setpriv or /bin/sh here: children are forked with a preexec_fn")
+    code = PDEATHSIG_OF_SELF + "import os; print(os.readlink('/proc/self/fd/0'))\n"
+    with trio.fail_after(10):
+        child = await spawn.spawn([sys.executable, "-c", code], cwd=tmp_path, marker=None)
+        out = b""
+        while chunk := await child.stdout.receive_some(4096):
+            out += chunk
+        await child.finish(TEST_GRACE)
+        await child.aclose()
+    assert out.split() == [str(int(signal.SIGKILL)).encode(), b"/dev/null"]
+
+
+def test_a_gated_child_whose_host_never_opens_the_gate_runs_nothing(
+        tmp_path: pathlib.Path) -> None:
+    """As if the host had died before the go line: the gate reads EOF and exits."""
+    tools = spawn.gate_tools()
+    if tools is None:
+        pytest.skip("no setpriv or /bin/sh here")
+    setpriv, shell = tools
+    ran = tmp_path / "ran"
+    gate_r, gate_w = os.pipe()
+    popen = subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--", shell, "-c",
+                              spawn.GATE_SCRIPT, "gate", "/usr/bin/touch", str(ran)],
+                             stdin=gate_r)
+    os.close(gate_r)
+    os.close(gate_w)
+    assert popen.wait(timeout=10) != 0
+    assert not ran.exists()
+
+
+def test_a_missing_command_fails_as_popen_would(tmp_path: pathlib.Path) -> None:
+    async def start() -> None:
+        await spawn.spawn(["no-such-command-quiesce"], cwd=tmp_path, marker=None)
+
+    with pytest.raises(FileNotFoundError):
+        trio.run(start)
+
+
+async def test_trees_stopped_together_share_their_listings(
+        monkeypatch: pytest.MonkeyPatch, marker: tuple[str, str]) -> None:
+    """The fallback lists the process table once per wave, not once per tree."""
+    from runtime.shared import proclisting
+
+    taken = 0
+    take = proclisting.Listing.take
+
+    def counted() -> proclisting.Listing:
+        nonlocal taken
+        taken += 1
+        return take()
+
+    monkeypatch.setattr(proclisting.Listing, "take", staticmethod(counted))
+    trees = 8
+    markers = [(marker[0], f"{marker[1]}-{k}") for k in range(trees)]  # one tree each
+    children = [await spawn.spawn(["bash", "-c", "sleep 60 & setsid sleep 61 & echo ready; "
+                                   "sleep 62"], cwd="/", marker=mine)
+                for mine in markers]
+    with trio.fail_after(20):
+        for child in children:
+            assert await child.stdout.receive_some(100) == b"ready\n"
+        async def stop(pid: int, mine: tuple[str, str]) -> None:
+            report = await kill_tree(pid, grace=TEST_GRACE, marker=mine)
+            assert report.found == 3 and report.clean
+
+        async with trio.open_nursery() as nursery:
+            for child, mine in zip(children, markers, strict=True):
+                nursery.start_soon(stop, child.pid, mine)
+        together = taken
+        for child in children:
+            await child.finish(TEST_GRACE)
+            await child.aclose()
+    # One tree alone lists at least twice (its members, then a verifying listing once they
+    # died): the eight together share theirs.
+    assert 0 < together <= 5, together

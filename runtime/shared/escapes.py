@@ -1,0 +1,108 @@
+"""Processes that left the host's cgroups: found among candidates the host names, killed
+on pidfds.
+
+A process running as root may write itself into any cgroup's ``cgroup.procs`` (root passes
+the permission check on the common ancestor). ``host.spawn`` names the candidates once a
+call's cgroup is empty (the call's root and the host's adopted orphans); ``escapees``
+lists those outside the host's directory with their subtrees, ``kill_listed`` KILLs them
+(each checked to still be the process listed) and ``wait_pidfds`` waits for their exits.
+Standard library and trio only, as :mod:`runtime.shared.cgroups`.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+
+import trio
+
+from runtime.shared.cgroups import own_cgroup_dir
+
+
+def _children(pid: int | str) -> list[int]:
+    """The children of every thread of ``pid``."""
+    pids: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return pids
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                pids += [int(child) for child in f.read().split()]
+        except OSError:
+            continue
+    return pids
+
+
+def _stat(pid: int) -> tuple[bytes, int] | None:
+    """A process's state letter and parent, or ``None`` if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0], int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _ppid(pid: int) -> int | None:
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
+def escapees(base: str, candidates: list[int]) -> list[tuple[int, int]]:
+    """``(pid, parent)`` of each of ``candidates`` (children of ours) that is outside
+    ``base`` (the host's directory), with the whole subtree below it. Blocking; reads only
+    those processes and their descendants."""
+    me = os.getpid()
+    found: list[tuple[int, int]] = []
+    for pid in candidates:
+        stat = _stat(pid)
+        where = own_cgroup_dir(pid)
+        if stat is None or stat[0] == b"Z" or where is None:
+            continue  # gone, or exited (a zombie has no children and runs nothing)
+        if where == base or where.startswith(base + "/"):
+            continue
+        stack = [(pid, me)]
+        while stack:
+            member, parent = stack.pop()
+            found.append((member, parent))
+            stack += [(child, member) for child in _children(member)]
+    return found
+
+
+def kill_listed(found: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """KILL each ``(pid, parent)`` still that process (its parent unchanged since it was
+    listed, checked on a pidfd); ``(pid, pidfd)`` of those signalled (``wait_pidfds``)."""
+    signalled: list[tuple[int, int]] = []
+    for pid, parent in found:
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        # An orphan is reparented to us (a subreaper): that is still the process listed.
+        if _ppid(pid) not in (parent, os.getpid()):
+            os.close(pidfd)
+            continue
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except OSError:
+            os.close(pidfd)
+            continue
+        signalled.append((pid, pidfd))
+    return signalled
+
+
+async def wait_pidfds(signalled: list[tuple[int, int]], within: float) -> tuple[int, ...]:
+    """Until every ``(pid, pidfd)``'s process exited (its pidfd is readable), at most
+    ``within``; closes the pidfds. The pids still alive."""
+    try:
+        with trio.move_on_after(within):
+            for _, fd in signalled:
+                await trio.lowlevel.wait_readable(fd)
+        return tuple(pid for pid, fd in signalled if not select.select([fd], [], [], 0)[0])
+    finally:
+        for _, fd in signalled:
+            trio.lowlevel.notify_closing(fd)
+            os.close(fd)
