@@ -21,7 +21,7 @@ from host.manager import HostConfig
 from host.server import HostServer
 from runtime.shared import cgroups
 from runtime.shared.logs import setup_logging
-from runtime.shared.proctree import become_subreaper
+from runtime.shared.orphans import become_subreaper
 from runtime.shared.stdio import take_stdio
 
 log = logging.getLogger(__name__)

@@ -58,7 +58,7 @@ async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> N
     import pathlib
 
     from runtime.daemon import Daemon
-    from runtime.shared.proctree import become_subreaper
+    from runtime.shared.orphans import become_subreaper
     from runtime.shared.stdio import take_stdio
 
     daemon = Daemon(

@@ -8,13 +8,13 @@ import logging
 
 import psutil
 
-from runtime.shared import cgroups
+from runtime.shared import cgroup_sweeps
+from runtime.shared.orphans import sweeps_orphans
 from runtime.shared.proctree import (
     ENV_MARKER,
     find_marked,
     kill_adopted_children,
     kill_marked,
-    sweeps_orphans,
 )
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ async def kill_orphans_of_dead_hosts() -> int:
         host_pid = value.split(":", 1)[0]
         if host_pid.isdigit() and not psutil.pid_exists(int(host_pid)):
             pids.add(host_pid)
-    killed = await cgroups.sweep_dead_hosts()
+    killed = await cgroup_sweeps.sweep_dead_hosts()
     for host_pid in pids:
         report = await kill_marked(ENV_MARKER, f"{host_pid}:", prefix=True,
                                    grace=SURVIVOR_KILL_GRACE)

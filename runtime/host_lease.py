@@ -28,7 +28,7 @@ import msgspec
 import trio
 
 from runtime.host_generation import HostGeneration
-from runtime.shared import cgroups
+from runtime.shared import cgroup_sweeps, cgroups
 from runtime.shared.rpc import NotSent
 
 log = logging.getLogger(__name__)
@@ -139,7 +139,7 @@ class HostLease:
         pid = host.link.pid
         host_dir = cgroups.host_dir(pid)
         if host_dir is not None and await trio.to_thread.run_sync(os.path.isdir, host_dir):
-            emptied = await cgroups.kill_call_cgroup(pid, session_id, host_call_id)
+            emptied = await cgroup_sweeps.kill_call_cgroup(pid, session_id, host_call_id)
             if emptied is None:
                 return "cgroup-gone"  # settled (its cgroup removed), or never spawned
             if emptied:

@@ -62,7 +62,7 @@ from runtime.host_liveness import (
     ping_until_dead,
 )
 from runtime.popen_process import PopenProcess
-from runtime.shared import cgroups
+from runtime.shared import cgroup_sweeps
 from runtime.shared.rpc import ConnectionClosed, Handler, NotificationHandler, NotSent
 
 log = logging.getLogger(__name__)
@@ -230,7 +230,7 @@ class HostSupervisor:
             if link.pid is not None:
                 # Whatever its end, a host leaves no cgroup: a crashed one leaves its trees'
                 # cgroups populated (a cgroup outlives its maker), an orderly one none.
-                held = await cgroups.kill_host_cgroups(link.pid)
+                held = await cgroup_sweeps.kill_host_cgroups(link.pid)
                 if held:
                     log.warning("killed %d processes in the cgroups of host %s", held,
                                 link.pid)

@@ -75,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
 
 async def run(args: argparse.Namespace, first_host: PopenProcess | None = None) -> None:
     from runtime.daemon import Daemon
-    from runtime.shared.proctree import become_subreaper
+    from runtime.shared.orphans import become_subreaper
     from runtime.shared.stdio import take_stdio
 
     daemon = Daemon(

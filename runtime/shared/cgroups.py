@@ -15,8 +15,8 @@ Layout: ``<the host's cgroup>/quiesce-host-<host pid>/<name>``, where a process 
 name is ``call-<hash of host pid, session and call id>`` (``call_cgroup_name``), so the
 runtime can kill one call's processes itself when its host does not answer, and
 ``<the host's cgroup>/quiesce-host-<pid>`` whole after the host died
-(``kill_host_cgroups``, ``sweep_dead_hosts``). A cgroup outlives the processes that made
-it: these are the sweeps that leave none behind.
+(``runtime.shared.cgroup_sweeps``). A cgroup outlives the processes that made it: those
+are the sweeps that leave none behind.
 
 ``QUIESCE_CGROUPS=off`` forces the fallback (``runtime.shared.proctree``: process trees found by
 ancestry, session and marker). Which one a host uses is ``mechanism()``: ``cgroup`` or
@@ -337,79 +337,3 @@ def host_cgroups() -> HostCgroups | None:
 
 def mechanism() -> Mechanism:
     return CGROUP if _host[0] is not None else PROCESS_TREE
-
-
-async def _kill_dir(path: str, within: float) -> int:
-    """``cgroup.kill`` a whole directory, wait until empty, remove it; how many
-    processes it held."""
-    held = len(_members(path))
-    Cgroup(path).kill()
-    if not await wait_empty(path, within):
-        log.error("cgroup %s did not empty within %.1f s after cgroup.kill", path, within)
-    _remove_tree(path)
-    return held
-
-
-async def kill_host_cgroups(host_pid: int, *, within: float = 2.0) -> int:
-    """After host ``host_pid`` (a child of this process) died: kill and remove every
-    cgroup it left. How many processes they held."""
-    path = host_dir(host_pid)
-    if path is None or not _is_dir(path):
-        return 0
-    return await _kill_dir(path, within)
-
-
-async def kill_call_cgroup(host_pid: int, session_id: str, call_id: str, *,
-                           within: float = 2.0) -> bool | None:
-    """Kill one call's cgroups of host ``host_pid`` (the host does not answer): whether
-    they are empty now; ``None`` if that call has no cgroup (no cgroups, or settled)."""
-    path = host_dir(host_pid)
-    if path is None:
-        return None
-    name = call_cgroup_name(host_pid, session_id, call_id)
-    try:
-        with os.scandir(path) as entries:
-            mine = [e.path for e in entries if e.name == name or e.name.startswith(name + "-")]
-    except OSError:
-        return None
-    if not mine:
-        return None
-    empty = True
-    for cgroup in mine:
-        Cgroup(cgroup).kill()
-        empty = await wait_empty(cgroup, within) and empty
-    return empty
-
-
-async def sweep_dead_hosts(*, within: float = 2.0) -> int:
-    """At start-up: kill and remove the cgroups of hosts (of this process's cgroup) that
-    no longer exist. How many processes they held."""
-    base = own_cgroup_dir()
-    if base is None:
-        return 0
-    try:
-        with os.scandir(base) as entries:
-            dirs = [(e.path, e.name[len(HOST_PREFIX):]) for e in entries
-                    if e.name.startswith(HOST_PREFIX) and e.is_dir(follow_symlinks=False)]
-    except OSError:
-        return 0
-    held = 0
-    for path, pid in dirs:
-        if pid.isdigit() and not _alive(int(pid)):
-            held += await _kill_dir(path, within)
-    return held
-
-
-def _is_dir(path: str) -> bool:
-    return os.path.isdir(path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-

@@ -27,7 +27,7 @@ from protocol.messages.host import (
 )
 from protocol.tools import Decision, ToolResult
 from runtime.host_link import HostLink
-from runtime.shared import cgroups
+from runtime.shared import cgroup_sweeps
 from runtime.shared.rpc import effect_taken
 
 
@@ -128,5 +128,5 @@ async def running_host(workspace: str, env: dict[str, str], *, mode: str = "auto
         finally:
             await link.stop()
             if link.pid is not None:  # as the runtime does after its host's death
-                await cgroups.kill_host_cgroups(link.pid)
+                await cgroup_sweeps.kill_host_cgroups(link.pid)
             nursery.cancel_scope.cancel()

@@ -18,8 +18,8 @@ import psutil  # type: ignore[import-untyped, unused-ignore]
 import pytest
 import trio
 
-from host import spawn
-from runtime.shared import proctree
+from host import spawn, spawn_start
+from runtime.shared import orphans
 from runtime.shared.proctree import find_marked, kill_marked, kill_tree
 
 from .conftest import TEST_GRACE, wait_until
@@ -117,7 +117,7 @@ async def test_cancelled_caller_still_gets_a_dead_tree(marker: tuple[str, str]) 
 
 
 def test_become_subreaper() -> None:
-    assert proctree.become_subreaper() is True
+    assert orphans.become_subreaper() is True
 
 
 def test_find_marked_tolerates_foreign_processes() -> None:
@@ -145,7 +145,7 @@ def test_a_child_whose_parent_died_before_the_signal_was_armed_exits(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # As if the parent had died between the fork and the prctl: getppid() is not it.
     monkeypatch.setattr(os, "getpid", lambda: 1)
-    in_child = spawn._die_with_parent()
+    in_child = spawn_start._die_with_parent()
     monkeypatch.undo()
     assert in_child is not None
     ran = tmp_path / "ran"
@@ -158,7 +158,7 @@ async def test_a_tool_process_gets_its_parent_death_signal_through_the_gate(
         tmp_path: pathlib.Path) -> None:
     """``spawn`` (stdin from /dev/null) starts through the gate: no ``preexec_fn``, the
     signal armed by ``setpriv``, stdin /dev/null for the command."""
-    if spawn.gate_tools() is None:
+    if spawn_start.gate_tools() is None:
         pytest.skip("no setpriv or /bin/sh here: children are forked with a preexec_fn")
     code = PDEATHSIG_OF_SELF + "import os; print(os.readlink('/proc/self/fd/0'))\n"
     with trio.fail_after(10):
@@ -174,14 +174,14 @@ async def test_a_tool_process_gets_its_parent_death_signal_through_the_gate(
 def test_a_gated_child_whose_host_never_opens_the_gate_runs_nothing(
         tmp_path: pathlib.Path) -> None:
     """As if the host had died before the go line: the gate reads EOF and exits."""
-    tools = spawn.gate_tools()
+    tools = spawn_start.gate_tools()
     if tools is None:
         pytest.skip("no setpriv or /bin/sh here")
     setpriv, shell = tools
     ran = tmp_path / "ran"
     gate_r, gate_w = os.pipe()
     popen = subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--", shell, "-c",
-                              spawn.GATE_SCRIPT, "gate", "/usr/bin/touch", str(ran)],
+                              spawn_start.GATE_SCRIPT, "gate", "/usr/bin/touch", str(ran)],
                              stdin=gate_r)
     os.close(gate_r)
     os.close(gate_w)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ from runtime.shared.rpc.dispatch import (
     effect_taken,
     encode_responses,
 )
+from runtime.shared.rpc.effectgate import EffectGate, start_in_order
 
 log = logging.getLogger(__name__)
 
@@ -324,7 +325,7 @@ class Endpoint:
             reply.close()
         elif isinstance(parsed, IncomingRequest):
             started = trio.current_time()
-            await _start_in_order(self._nursery, self._serve_request, parsed)
+            await start_in_order(self._nursery, self._serve_request, parsed)
             if trio.current_time() - started > SLOW_EFFECT:
                 log.warning("%s: %s held the reader %.3f s before taking its effect",
                             self.name, parsed.method, trio.current_time() - started)
@@ -340,7 +341,7 @@ class Endpoint:
     async def _handle_member(self, item: Incoming, reply: BatchReply) -> None:
         assert self._nursery is not None
         if isinstance(item, IncomingRequest):
-            await _start_in_order(self._nursery, self._serve_member, item, reply)
+            await start_in_order(self._nursery, self._serve_member, item, reply)
         elif isinstance(item, InvalidMessage):
             if item.respond:
                 reply.add(encode_message(error_response(
@@ -398,52 +399,10 @@ class Endpoint:
                 "frame limit"))
         return payload
 
-    async def _serve_request(self, request: IncomingRequest, task_status: _EffectGate) -> None:
+    async def _serve_request(self, request: IncomingRequest, task_status: EffectGate) -> None:
         self._enqueue_quietly(await self._answer(request, task_status))
 
     async def _serve_member(self, request: IncomingRequest, reply: BatchReply,
-                            task_status: _EffectGate) -> None:
+                            task_status: EffectGate) -> None:
         reply.expect()
         reply.add(await self._answer(request, task_status, room=2), answered=True)
-
-
-class _EffectGate:
-    """What ``nursery.start`` gives the reader, at half its cost (the profile's): the reader
-    sleeps until the request's handler calls ``started()`` (its effect point) or ends. The
-    handler runs in the handlers' nursery from the start, so no temporary nursery is
-    opened and no task is moved between nurseries per request. Idempotent."""
-
-    __slots__ = ("_reader",)
-
-    def __init__(self) -> None:
-        self._reader: trio.lowlevel.Task | None = None
-
-    def started(self, value: None = None) -> None:
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            trio.lowlevel.reschedule(reader)
-
-    async def wait(self) -> None:
-        self._reader = trio.lowlevel.current_task()
-
-        def abort(_: Any) -> trio.lowlevel.Abort:
-            self._reader = None  # the link is being cancelled: nobody waits for the effect
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
-
-
-async def _start_in_order(nursery: trio.Nursery, serve: Callable[..., Awaitable[None]],
-                          *args: Any) -> None:
-    """Start ``serve(*args, gate)`` in ``nursery``; return once it took its effect (or
-    ended, also by an error: that error is the nursery's)."""
-    gate = _EffectGate()
-
-    async def run() -> None:
-        try:
-            await serve(*args, gate)
-        finally:
-            gate.started()  # taken at the latest when it ends
-
-    nursery.start_soon(run)
-    await gate.wait()

@@ -1,0 +1,152 @@
+"""How a child is started, on the spawner thread (``host.spawn``): through the gate, or
+forked.
+
+- The gate (``_gated``), for a child whose stdin is /dev/null (every tool process): no
+  fork of the host. ``subprocess`` vforks (no ``preexec_fn``) and execs ``setpriv
+  --pdeathsig KILL`` and then a shell that waits for one line on a pipe; meanwhile the
+  host moves the child into its cgroup and sets its niceness, then writes the line. The
+  command starts already a member, before it can fork; at EOF (the host died) it never
+  runs.
+- The fork (``_forked``), for a child with a stdin of its own (a hook, a plugin server),
+  or where ``setpriv`` or ``/bin/sh`` is missing: a ``preexec_fn`` arms the parent-death
+  signal and writes the child into its cgroup before exec (``_die_with_parent``).
+
+Both register the child as ours under the spawn lock (``runtime.shared.orphans``), so it
+is never taken for an orphan.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from runtime.shared import cgroups
+from runtime.shared.orphans import PR_SET_PDEATHSIG, _prctl, _spawn_lock, _started
+
+log = logging.getLogger(__name__)
+
+
+def _die_with_parent(procs_fd: int | None = None, niceness: int = 0
+                     ) -> Callable[[], None] | None:
+    """The ``preexec_fn`` that arms the parent-death signal (KILL) and, with ``procs_fd``
+    (a cgroup's ``cgroup.procs``), moves the child into that cgroup; ``None`` off Linux.
+
+    It runs in the forked child before exec: only a resolved libc call, ``getppid`` and a
+    ``write``. A parent that died before the signal was armed is caught by the ``getppid``
+    check; a child that cannot join its cgroup fails to start (``SubprocessError``).
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl, parent, sig = _prctl(), os.getpid(), int(signal.SIGKILL)
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(1)
+        if procs_fd is not None:
+            os.write(procs_fd, b"0")  # "0": the writing process itself
+        if niceness:
+            os.nice(niceness)
+
+    return in_child
+
+
+def _forked(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
+            options: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """Fork (the host's whole address space, holding the interpreter lock) and run
+    ``_die_with_parent`` in the child: for a child with a stdin of its own (a plugin)."""
+    procs_fd = cgroup.open_procs() if cgroup is not None else None
+    try:
+        preexec = _die_with_parent(procs_fd, niceness)
+        with _spawn_lock:
+            popen = subprocess.Popen(argv, start_new_session=True, close_fds=True,
+                                     preexec_fn=preexec, **options)
+            _started.add(popen.pid)
+        return popen
+    finally:
+        if procs_fd is not None:
+            os.close(procs_fd)
+
+
+GATE_SCRIPT = 'read -r _ && exec "$@" </dev/null'
+"""The gate: wait for one line on stdin (the host's go), then exec the command with stdin
+from /dev/null; at EOF (the host died, or gave up on the child) exit without exec."""
+
+
+@functools.cache
+def gate_tools() -> tuple[str, str] | None:
+    """``setpriv`` (util-linux, for ``--pdeathsig``) and ``/bin/sh``, or ``None`` (then every
+    child is forked with a ``preexec_fn``)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    setpriv = shutil.which("setpriv")
+    shell = "/bin/sh" if os.access("/bin/sh", os.X_OK) else None
+    if setpriv is None or shell is None:
+        log.info("setpriv or /bin/sh not found: tool processes are forked with a preexec_fn")
+        return None
+    return setpriv, shell
+
+
+def _executable(name: str, options: dict[str, Any]) -> str:
+    """Where ``subprocess`` would find ``name``; raises as ``Popen`` would (the gate's
+    shell would only exit 127)."""
+    env = options.get("env")
+    cwd = os.fspath(options.get("cwd") or os.getcwd())
+    if "/" in name:
+        found: str | None = os.path.join(cwd, name)
+    else:
+        path = (env if env is not None else os.environ).get("PATH", os.defpath)
+        found = shutil.which(name, path=path)
+        if found is not None and not os.path.isabs(found):
+            found = os.path.join(cwd, found)
+    if found is None or not os.path.exists(found):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
+    if os.path.isdir(found) or not os.access(found, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), name)
+    return found
+
+
+def _gated(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
+           options: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """Start ``argv`` without forking the host: ``subprocess`` vforks (no ``preexec_fn``)
+    and execs ``setpriv --pdeathsig KILL`` (the parent-death signal, kept across exec) and
+    then the gate (``GATE_SCRIPT``), which waits on a pipe. Meanwhile the host moves the
+    child into ``cgroup`` and sets its niceness, then opens the gate: the command starts
+    already a member, before it can fork."""
+    tools = gate_tools()
+    assert tools is not None
+    setpriv, shell = tools
+    exe = _executable(argv[0], options)
+    wrapped = [setpriv, "--pdeathsig", "KILL", "--", shell, "-c", GATE_SCRIPT,
+               "quiesce-gate", exe, *argv[1:]]
+    gate_r, gate_w = os.pipe()
+    try:
+        with _spawn_lock:
+            try:
+                popen = subprocess.Popen(wrapped, start_new_session=True, close_fds=True,
+                                         **{**options, "stdin": gate_r})
+            finally:
+                os.close(gate_r)
+            _started.add(popen.pid)
+            try:
+                if cgroup is not None:
+                    cgroup.add(popen.pid)
+                if niceness:
+                    os.setpriority(os.PRIO_PROCESS, popen.pid, niceness)
+                os.write(gate_w, b"go\n")
+            except OSError as exc:
+                popen.kill()
+                popen.wait()
+                _started.discard(popen.pid)
+                raise subprocess.SubprocessError(f"cannot start {argv[0]!r}: {exc}") from exc
+    finally:
+        os.close(gate_w)
+    return popen
