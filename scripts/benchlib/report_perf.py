@@ -107,7 +107,7 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
         "(the host's event loop is one thread, and the machine has two cores for both "
         f"processes). A bare `host.stats` on the same link already costs the host "
         f"{num(bare_cpu)} µs: reading and decoding the frame, a trio task per request "
-        "started with `nursery.start` (the reader waits for its effect point: wire order), "
+        "(the reader waits on an effect gate for its effect point: wire order), "
         "the dispatch, encoding, the writer task's wake-up and write. " + PROFILE_FINDINGS))
     tr = f.ratio("throughput-quiesce", "throughput-mcp")
     rows.append(GoalRow("2. throughput, 64 in flight", "≥ 5x the MCP SDK's",
