@@ -3,9 +3,9 @@
 A hook is a side effect, so it runs here, never in the runtime: a process tree in the
 session's workspace, in its own session and (where the host has them) its own cgroup,
 carrying the host's marker, its input (one JSON object) on stdin from a sealed memory
-file (no writer task, no pipe to fill), its stdout and stderr bounded (head and tail,
-``HOOK_OUTPUT_BYTES`` each). It ends at the first of: it exits, its ``timeout``, or
-``hooks.abort`` (a stop of its call). Then its whole tree is killed (TERM, the kill
+file (no writer task, no pipe to fill), its stdout and stderr bounded (head and tail:
+``HOOK_ANSWER_BYTES`` and ``HOOK_OUTPUT_BYTES``). It ends at the first of: it exits, its
+``timeout``, or ``hooks.abort`` (a stop of its call). Then its whole tree is killed (TERM, the kill
 grace, KILL), as every tool tree is, and ``hooks.run`` answers how it ended.
 
 The host runs the command the runtime names: the runtime is trusted (it started this
@@ -39,6 +39,10 @@ from runtime.shared.proctree import ENV_MARKER
 log = logging.getLogger(__name__)
 
 HOOK_OUTPUT_BYTES = 64 * 1024
+HOOK_ANSWER_BYTES = 1024 * 1024
+"""A hook's stdout is its JSON answer, read only whole: it may be long (a linter's report
+as ``additionalContext``), so it gets more room than stderr; past it the answer is cut
+and the hook fails closed."""
 """Bound of each of a hook's stdout and stderr as ``hooks.run`` answers them."""
 
 
@@ -90,7 +94,7 @@ class HookRunner:
     async def _run(self, params: HooksRunParams, cwd: str, stop: trio.Event) -> HooksRunResult:
         marker = self._sessions.marker_value
         stdin = _sealed_input(params.input.encode("utf-8", "surrogatepass"))
-        out = BoundedOutput(HOOK_OUTPUT_BYTES, None)
+        out = BoundedOutput(HOOK_ANSWER_BYTES, None)
         err = BoundedOutput(HOOK_OUTPUT_BYTES, None)
         try:
             tree = await run_tree(
@@ -100,7 +104,8 @@ class HookRunner:
                 env_extra={}, stdout=TextSink("stdout", out), stderr=TextSink("stderr", err),
                 cgroup_name=call_cgroup_name(marker, params.session_id, params.hook_id),
                 stdin=stdin)
-        except (OSError, subprocess.SubprocessError) as exc:  # not found, not executable
+        # Not found, not executable, or an argument holding a NUL (ValueError).
+        except (OSError, subprocess.SubprocessError, ValueError) as exc:
             log.warning("hook %s could not start: %s", params.hook_id, exc)
             return HooksRunResult("failed", error=f"the hook could not start: {exc}")
         finally:

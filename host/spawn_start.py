@@ -8,7 +8,7 @@ forked.
   command starts already a member, before it can fork; at EOF (the host died) it never
   runs.
 - The fork (``_forked``), for a child with a stdin of its own (a hook, a plugin server),
-  or where ``setpriv`` or ``/bin/sh`` is missing: a ``preexec_fn`` arms the parent-death
+  or where ``setpriv`` or bash is missing: a ``preexec_fn`` arms the parent-death
   signal and writes the child into its cgroup before exec (``_die_with_parent``).
 
 Both register the child as ours under the spawn lock (``runtime.shared.orphans``), so it
@@ -83,14 +83,16 @@ from /dev/null; at EOF (the host died, or gave up on the child) exit without exe
 
 @functools.cache
 def gate_tools() -> tuple[str, str] | None:
-    """``setpriv`` (util-linux, for ``--pdeathsig``) and ``/bin/sh``, or ``None`` (then every
-    child is forked with a ``preexec_fn``)."""
+    """``setpriv`` (util-linux, for ``--pdeathsig``) and ``bash``, or ``None`` (then every
+    child is forked with a ``preexec_fn``). Bash, not ``/bin/sh``: dash rebuilds the
+    environment at exec, dropping variables whose names are not shell identifiers (an
+    exported bash function's ``BASH_FUNC_f%%`` among them); bash passes them on."""
     if not sys.platform.startswith("linux"):
         return None
     setpriv = shutil.which("setpriv")
-    shell = "/bin/sh" if os.access("/bin/sh", os.X_OK) else None
+    shell = next((p for p in ("/bin/bash", "/usr/bin/bash") if os.access(p, os.X_OK)), None)
     if setpriv is None or shell is None:
-        log.info("setpriv or /bin/sh not found: tool processes are forked with a preexec_fn")
+        log.info("setpriv or bash not found: tool processes are forked with a preexec_fn")
         return None
     return setpriv, shell
 

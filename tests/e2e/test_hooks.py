@@ -116,6 +116,30 @@ async def test_a_failing_hook_fails_closed(tmp_path: pathlib.Path, marked: Marke
         assert [(d.decision, d.failed) for d in decisions(agent)] == [("deny", True)] * 2
 
 
+async def test_a_long_answer_is_read_whole_and_a_nul_in_a_command_fails_closed(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    # An answer of 100 KB (a linter's report as context) is JSON only if read whole; a
+    # command holding a NUL cannot start: it is a failed hook, not an internal error.
+    body = ("cat >/dev/null\nprintf '{\"additionalContext\": \"'\n"
+            "head -c 100000 /dev/zero | tr '\\0' x\nprintf '\"}'\n")
+    long_answer = script(tmp_path, "long", body)
+    toml = (hook_table("post_tool_use", "Read", long_answer)
+            + '[[hooks.pre_tool_use]]\nmatcher = "Bash"\ncommand = ["/bin/true\\u0000x"]\n')
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a")
+    async with hooked(marked, tmp_path, toml) as agent:
+        await agent.new_session(ws, [[call("r1", "Read", path="a.txt")],
+                                     [call("b1", "Bash", command="touch ran")], DONE])
+        with trio.fail_after(15):
+            await agent.prompt("go")
+        results = agent.results("t1")
+        assert results["r1"].code is None, result_text(results["r1"])
+        assert results["b1"].code == "TOOL_DENIED"
+        assert "could not start" in result_text(results["b1"]), result_text(results["b1"])
+        assert not (ws / "ran").exists()
+
+
 async def test_ask_prompts_even_in_auto_mode(tmp_path: pathlib.Path, marked: Marked) -> None:
     asked: list[PermissionRequestParams] = []
 

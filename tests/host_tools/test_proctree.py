@@ -159,7 +159,7 @@ async def test_a_tool_process_gets_its_parent_death_signal_through_the_gate(
     """``spawn`` (stdin from /dev/null) starts through the gate: no ``preexec_fn``, the
     signal armed by ``setpriv``, stdin /dev/null for the command."""
     if spawn_start.gate_tools() is None:
-        pytest.skip("no setpriv or /bin/sh here: children are forked with a preexec_fn")
+        pytest.skip("no setpriv or bash here: children are forked with a preexec_fn")
     code = PDEATHSIG_OF_SELF + "import os; print(os.readlink('/proc/self/fd/0'))\n"
     with trio.fail_after(10):
         child = await spawn.spawn([sys.executable, "-c", code], cwd=tmp_path, marker=None)
@@ -176,7 +176,7 @@ def test_a_gated_child_whose_host_never_opens_the_gate_runs_nothing(
     """As if the host had died before the go line: the gate reads EOF and exits."""
     tools = spawn_start.gate_tools()
     if tools is None:
-        pytest.skip("no setpriv or /bin/sh here")
+        pytest.skip("no setpriv or bash here")
     setpriv, shell = tools
     ran = tmp_path / "ran"
     gate_r, gate_w = os.pipe()
@@ -233,3 +233,21 @@ async def test_trees_stopped_together_share_their_listings(
     # One tree alone lists at least twice (its members, then a verifying listing once they
     # died): the eight together share theirs.
     assert 0 < together <= 5, together
+
+
+async def test_the_gate_passes_the_environment_on_as_it_was(tmp_path: pathlib.Path) -> None:
+    """A variable whose name is no shell identifier and an exported bash function reach the
+    command as they would without the gate (dash's exec drops both)."""
+    if spawn_start.gate_tools() is None:
+        pytest.skip("no setpriv or bash here: children are forked with a preexec_fn")
+    env = {"MY-VAR": "kept", "BASH_FUNC_greet%%": "() {  echo hello\n}"}
+    code = "import os; print(os.environ.get('MY-VAR'), os.environ.get('BASH_FUNC_greet%%'))"
+    with trio.fail_after(10):
+        child = await spawn.spawn([sys.executable, "-c", code], cwd=tmp_path, marker=None,
+                                  env_extra=env)
+        out = b""
+        while chunk := await child.stdout.receive_some(4096):
+            out += chunk
+        await child.finish(TEST_GRACE)
+        await child.aclose()
+    assert out.decode() == "kept () {  echo hello\n}\n"
