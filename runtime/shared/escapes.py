@@ -52,8 +52,9 @@ def _ppid(pid: int) -> int | None:
 
 
 def escapees(base: str, candidates: list[int]) -> list[tuple[int, int]]:
-    """``(pid, parent)`` of each of ``candidates`` (children of ours) that is outside
-    ``base`` (the host's directory), with the whole subtree below it. Blocking; reads only
+    """``(pid, parent)`` of each of ``candidates`` (children of ours) that is in no cgroup
+    below ``base`` (the host's directory; a process in ``base`` itself wrote itself there),
+    with the whole subtree below it. Blocking; reads only
     those processes and their descendants."""
     me = os.getpid()
     found: list[tuple[int, int]] = []
@@ -62,7 +63,7 @@ def escapees(base: str, candidates: list[int]) -> list[tuple[int, int]]:
         where = own_cgroup_dir(pid)
         if stat is None or stat[0] == b"Z" or where is None:
             continue  # gone, or exited (a zombie has no children and runs nothing)
-        if where == base or where.startswith(base + "/"):
+        if where.startswith(base + "/"):  # in a call's cgroup (base itself holds none)
             continue
         stack = [(pid, me)]
         while stack:

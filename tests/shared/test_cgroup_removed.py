@@ -8,10 +8,11 @@ removal needs an empty cgroup, so that is "empty", never a failure of the call.
 from __future__ import annotations
 
 import os
+import subprocess
 
 import pytest
 
-from runtime.shared import cgroups
+from runtime.shared import cgroups, escapes
 
 
 @pytest.fixture
@@ -38,3 +39,21 @@ def test_populated_and_kill_of_a_removed_cgroup(scratch_cgroup: cgroups.HostCgro
     finally:
         os.close(events)
         os.close(kill)
+
+
+def test_a_process_in_the_hosts_own_directory_is_an_escapee(
+        scratch_cgroup: cgroups.HostCgroups) -> None:
+    # Only a call's cgroup below the host's directory holds a process legitimately; one
+    # that wrote itself into the directory itself left its call's cgroup all the same.
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        with open(os.path.join(scratch_cgroup.path, "cgroup.procs"), "w") as f:
+            f.write(str(proc.pid))
+        assert (proc.pid, os.getpid()) in escapes.escapees(scratch_cgroup.path, [proc.pid])
+        call = scratch_cgroup.new("call-legit")
+        with open(os.path.join(call.path, "cgroup.procs"), "w") as f:
+            f.write(str(proc.pid))
+        assert escapes.escapees(scratch_cgroup.path, [proc.pid]) == []
+    finally:
+        proc.kill()
+        proc.wait()
