@@ -12,9 +12,11 @@ import functools
 import json
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import trio
+
+from runtime.providers.base import ModelRequest, StreamChunk
 
 SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),
                ("Cache-Control", "no-cache"))
@@ -168,3 +170,23 @@ async def _read_request(stream: trio.SocketStream) -> Received:
             raise EOFError
         body += data
     return Received(method, target, headers, bytes(body))
+
+
+class StreamingProvider(Protocol):
+    def stream(self, request: ModelRequest) -> Any: ...
+
+
+async def collect(provider: StreamingProvider, request: ModelRequest,
+                  seen: list[StreamChunk] | None = None) -> list[StreamChunk]:
+    """Every chunk of one streamed request (into ``seen`` too, if given), within 5 s."""
+    seen = [] if seen is None else seen
+    with trio.fail_after(5):
+        async with provider.stream(request) as stream:
+            async for chunk in stream:
+                seen.append(chunk)
+    return seen
+
+
+def split(body: bytes, size: int) -> tuple[bytes, ...]:
+    """Cut a body into pieces of ``size`` bytes: lines, CRLFs and UTF-8 get split."""
+    return tuple(body[i:i + size] for i in range(0, len(body), size))

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-
 import pytest
 import trio
 
@@ -23,7 +20,8 @@ from runtime.providers.base import (
     ToolSchema,
     UserMessage,
 )
-from tests.providers.fakeserver import FakeServer, Reply
+from tests.providers import fakeserver
+from tests.providers.fakeserver import FakeServer, Reply, split
 from tests.providers.messages_recorded import (
     error_body,
     error_event,
@@ -43,23 +41,6 @@ KEY = "sk-ant-test-secret"
 CLOSE_BOUND = 0.5  # how soon after a stop the server must see the client gone
 
 
-@pytest.fixture(autouse=True)
-def _no_proxies_no_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY",
-                 "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    before = set(threading.enumerate())
-    yield
-    assert set(threading.enumerate()) <= before, "the test left threads behind"
-
-
-@pytest.fixture
-async def server(nursery: trio.Nursery) -> FakeServer:
-    fake = FakeServer()
-    await fake.start(nursery)
-    return fake
-
-
 def provider_for(server: FakeServer, **config: object) -> AnthropicProvider:
     return AnthropicProvider(AnthropicConfig(model="claude-sonnet-4-5", base_url=server.base_url,
                                              api_key=KEY, **config))  # type: ignore[arg-type]
@@ -67,16 +48,7 @@ def provider_for(server: FakeServer, **config: object) -> AnthropicProvider:
 
 async def collect(provider: AnthropicProvider, request: ModelRequest = REQUEST,
                   seen: list[StreamChunk] | None = None) -> list[StreamChunk]:
-    seen = [] if seen is None else seen
-    with trio.fail_after(5):
-        async with provider.stream(request) as stream:
-            async for chunk in stream:
-                seen.append(chunk)
-    return seen
-
-
-def split(body: bytes, size: int) -> tuple[bytes, ...]:
-    return tuple(body[i:i + size] for i in range(0, len(body), size))
+    return await fakeserver.collect(provider, request, seen)
 
 
 async def test_text_with_pings_in_small_http_chunks(server: FakeServer) -> None:

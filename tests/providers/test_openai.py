@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import socket
-import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -23,31 +22,14 @@ from runtime.providers.base import (
     UserMessage,
 )
 from runtime.providers.openai import OpenAIConfig, OpenAIProvider
-from tests.providers import recorded
-from tests.providers.fakeserver import FakeServer, Reply
+from tests.providers import fakeserver, recorded
+from tests.providers.fakeserver import FakeServer, Reply, split
 from tests.providers.recorded import event, sse
 
 REQUEST = ModelRequest("Be brief.", (UserMessage("hi"),))
 KEY = "sk-test-secret"
 # How soon after a stop the server must see the client gone. Measured: ~1 ms.
 CLOSE_BOUND = 0.5
-
-
-@pytest.fixture(autouse=True)
-def _no_proxies_no_threads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY",
-                 "ALL_PROXY"):
-        monkeypatch.delenv(name, raising=False)
-    before = set(threading.enumerate())
-    yield
-    assert set(threading.enumerate()) <= before, "the test left threads behind"
-
-
-@pytest.fixture
-async def server(nursery: trio.Nursery) -> FakeServer:
-    fake = FakeServer()
-    await fake.start(nursery)
-    return fake
 
 
 def provider_for(server: FakeServer, **config: object) -> OpenAIProvider:
@@ -57,17 +39,7 @@ def provider_for(server: FakeServer, **config: object) -> OpenAIProvider:
 
 async def collect(provider: OpenAIProvider, request: ModelRequest = REQUEST,
                   seen: list[StreamChunk] | None = None) -> list[StreamChunk]:
-    seen = [] if seen is None else seen
-    with trio.fail_after(5):
-        async with provider.stream(request) as stream:
-            async for chunk in stream:
-                seen.append(chunk)
-    return seen
-
-
-def split(body: bytes, size: int) -> tuple[bytes, ...]:
-    """Cut a body into pieces of ``size`` bytes: lines, CRLFs and UTF-8 get split."""
-    return tuple(body[i:i + size] for i in range(0, len(body), size))
+    return await fakeserver.collect(provider, request, seen)
 
 
 async def test_text_stream_in_small_http_chunks(server: FakeServer) -> None:
