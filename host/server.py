@@ -63,18 +63,18 @@ EXIT_GRACE = 1.0
 _encoder = msgspec.json.Encoder()
 
 
-def sendable(result: ToolResult) -> ToolResult:
-    """The one check, on the way to the writer, that a call's result can be sent: one that
-    cannot be encoded (a string UTF-8 cannot carry, such as a file name's surrogate
-    escape) becomes that call's ``TOOL_FAILED``, never a failure of the link."""
+def sendable(result: ToolResult) -> msgspec.Raw:
+    """A call's result encoded, once, on the way to the writer (which sends the bytes as
+    they are): one that cannot be encoded (a string UTF-8 cannot carry, such as a file
+    name's surrogate escape) becomes that call's ``TOOL_FAILED``, never a failure of the
+    link."""
     try:
-        _encoder.encode(result)
+        return msgspec.Raw(_encoder.encode(result))
     except (UnicodeEncodeError, msgspec.EncodeError, TypeError, OverflowError) as exc:
         log.error("a %s result could not be encoded: %s", result.code or "success", exc)
-        return error_result(ErrorCode.TOOL_FAILED,
-                            f"the tool's result could not be encoded: {exc}",
-                            body_invoked=result.body_invoked)
-    return result
+        return msgspec.Raw(_encoder.encode(error_result(
+            ErrorCode.TOOL_FAILED, f"the tool's result could not be encoded: {exc}",
+            body_invoked=result.body_invoked)))
 
 
 class _EndpointPort:
@@ -194,7 +194,7 @@ class HostServer:
         effect_taken()  # it changes nothing: waiting for plugin servers must not hold the link
         return await self.manager.list_plugins(params.session_id)
 
-    async def tools_execute(self, params: ToolsExecuteParams) -> ToolResult:
+    async def tools_execute(self, params: ToolsExecuteParams) -> msgspec.Raw:
         return sendable(await self.manager.execute(params, task_status=effect_status()))
 
     async def tools_abort(self, params: ToolsAbortParams) -> ToolsAbortResult:
