@@ -39,11 +39,11 @@ from runtime.shared.proctree import ENV_MARKER
 log = logging.getLogger(__name__)
 
 HOOK_OUTPUT_BYTES = 64 * 1024
+"""Bound of a hook's stderr as ``hooks.run`` answers it (head and tail)."""
 HOOK_ANSWER_BYTES = 1024 * 1024
 """A hook's stdout is its JSON answer, read only whole: it may be long (a linter's report
 as ``additionalContext``), so it gets more room than stderr; past it the answer is cut
 and the hook fails closed."""
-"""Bound of each of a hook's stdout and stderr as ``hooks.run`` answers them."""
 
 
 class HookRunner:

@@ -144,8 +144,8 @@ class DaemonOps:
                 round(waiting, 3) if waiting is not None else None,
                 waiting is not None and waiting > agent.stuck_after,
                 len(agent.inbox), tuple(calls)))
-        # Off the event loop (a listing reads the logs it has not seen yet).
-        broken = await trio.to_thread.run_sync(self._sessions.unreadable)
+        # The scan session.list uses (off the event loop, shared by listings at once).
+        broken = [i for i in await self._sessions.scan_disk() if i.error is not None]
         return OpsSessionsResult(os.getpid(), tuple(out), tuple(
             OpsUnreadableLog(i.session_id, i.error or "", str(self._sessions.dir /
                                                               f"{i.session_id}.jsonl"),

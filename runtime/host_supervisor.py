@@ -134,7 +134,7 @@ class HostSupervisor:
                     log.info("host %d was started as %s, not as this supervisor's host: "
                              "killing it", first.pid, list(first.args))
                     await self._discard_first_host()
-                await self.kill_orphans_of_dead_hosts()
+                await kill_orphans_of_dead_hosts()
                 await self.ensure()
                 task_status.started()
                 await trio.sleep_forever()
@@ -272,10 +272,6 @@ class HostSupervisor:
                 await old.gone.wait()
         link = await self.ensure()
         return old_pid, link.pid
-
-    @staticmethod
-    async def kill_orphans_of_dead_hosts() -> int:
-        return await kill_orphans_of_dead_hosts()
 
     async def stop(self) -> None:
         self._stopping = True

@@ -106,22 +106,24 @@ class SessionLife:
                         raise RpcError(ErrorCode.HOST_CRASHED,
                                        f"no host for the session: {exc}") from exc
                 except BaseException:
-                    self._sessions.discard(self.session_id, forget=True)
-                    self.registration = None
-                    await self._close_in_host()
+                    await self._undo_open()
                     raise
             if opening.scope.cancel_called:
                 if not opening.scope.cancelled_caught:
                     # session.close came after the open's last checkpoint: undone all the
                     # same (before ``done``, so the close waits for it).
-                    self._sessions.discard(self.session_id, forget=True)
-                    self.registration = None
-                    await self._close_in_host()
+                    await self._undo_open()
                 return None  # cancelled by session.close
             return listed
         finally:
             self.opening = None
             opening.done.set()
+
+    async def _undo_open(self) -> None:
+        """The session forgotten, unregistered, and closed in the host (its servers too)."""
+        self._sessions.discard(self.session_id, forget=True)
+        self.registration = None
+        await self._close_in_host()
 
     async def _list_plugins(self) -> PluginsListResult:
         """Start the session's plugin servers; their tools are offered from the next turn."""

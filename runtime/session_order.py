@@ -22,8 +22,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from protocol.errors import RpcError
-from runtime.sessions import Session, SessionStore
+from runtime.sessions import SessionStore
 from runtime.shared.rpc import effect_taken
 
 STOPPING_POLL = 0.02
@@ -52,14 +51,6 @@ class SessionOrder:
         self._last: dict[str, Place] = {}
         self._pending: dict[str, int] = {}
         self._changed = trio.Event()
-
-    def loaded(self, session_id: str, *, closing: bool = False) -> Session | None:
-        """The loaded session if it is closing (``closing``) or not closing, else None."""
-        try:
-            session = self._sessions.get(session_id)
-        except RpcError:
-            return None
-        return session if session.closing == closing else None
 
     @asynccontextmanager
     async def place(self, session_id: str) -> AsyncIterator[Place]:

@@ -193,8 +193,9 @@ class SessionRequests:
 
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
         async with self.order.place(params.session_id) as place:
-            open_now = self.order.loaded(params.session_id)
-            if open_now is not None and not self.sessions.lock(params.session_id).locked():
+            open_now = self.sessions.find(params.session_id)
+            if (open_now is not None and not open_now.closing
+                    and not self.sessions.lock(params.session_id).locked()):
                 # Loaded and running already: only its replay (no lock, so nothing waits).
                 open_now.agent.journal.replay()
                 return SessionLoadResult(open_now.session_id, open_now.workspace,

@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from protocol.errors import RpcError
 from protocol.ids import root_turn_id
 from protocol.messages.events import ToolAbortEvent, ToolProgressEvent, ToolStartedEvent
 from protocol.messages.host import ToolsAbortResult, ToolsOutputParams, ToolsStartedParams
@@ -77,9 +76,8 @@ class SessionTools:
     def on_tool_output(self, params: ToolsOutputParams | ToolsStartedParams) -> None:
         """The host's ``tools.output`` or ``tools.started``: to the agent whose call it is,
         if it still listens (announced as ``tool/progress`` / ``tool/started``)."""
-        try:
-            session = self._sessions.get(params.session_id)
-        except RpcError:
+        session = self._sessions.find(params.session_id)
+        if session is None:
             return
         if not session.agent.on_output(params):
             log.debug("dropped output of %s (no longer listened to)", params.call_id)

@@ -267,10 +267,6 @@ class SessionStore:
                 found.append(self._listed(path))
         return found
 
-    def unreadable(self) -> list[SessionInfo]:
-        """The logs in the data directory that cannot be read (``quiesce ops``)."""
-        return [info for info in self.on_disk() if info.error is not None]
-
     def _listed(self, path: pathlib.Path) -> SessionInfo:
         """How ``session.list`` shows a log not loaded here; logs unchanged since they were
         last read (same size and mtime) are not read again, unless that read met an OS

@@ -195,7 +195,8 @@ class ChatView:
             stop.calls.add(event.call_id)
             stop.at(now, f"{event.call_id} ({tool}): {code}" + (f", {note}" if note else ""))
             return []
-        took = f" {_took(event, call, now)}" if _took(event, call, now) else ""
+        took = _took(event, call, now)
+        took = f" {took}" if took else ""
         mark, style = ("✓", "green") if not event.is_error else ("✗", "red")
         detail = note or ("" if not event.is_error else record.first_line)
         line = Text.assemble((f"{mark} ", style), (tool, "bold"), f" {code}",
