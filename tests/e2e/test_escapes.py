@@ -101,7 +101,9 @@ async def test_an_escapee_does_not_survive(tmp_path: pathlib.Path, marked: Marke
     escape, pid_file = _escape(kind, tmp_path)
     # A completion waits until the escape is done (its pid written), or the call would end
     # before it, and kill it still in its tree.
-    tail = (f"while [ ! -s {pid_file} ]; do sleep 0.01; done; sleep 0.1; echo done"
+    # It says whether the escapee was alive then (as the stop endings assert it is).
+    tail = (f"while [ ! -s {pid_file} ]; do sleep 0.01; done; sleep 0.1; "
+            f"kill -0 $(cat {pid_file}) && echo escapee-alive; echo done"
             if ending == "completion" else "echo up; sleep 60")
     script = [[call("b1", "Bash", command=f"{escape}; {tail}")], [text("after")]]
     env = {"QUIESCE_CGROUPS": "off"} if mechanism == "process-tree" else {}
@@ -116,6 +118,8 @@ async def test_an_escapee_does_not_survive(tmp_path: pathlib.Path, marked: Marke
                 with trio.fail_after(20):
                     await agent.prompt("go")
                 escapee = await _escapee(pid_file)
+                result = agent.results("t1")["b1"]
+                assert "escapee-alive" in str(result.details.get("output")), result
                 assert not _alive(escapee), "the escapee outlived its call's result"
                 return
             async with trio.open_nursery() as nursery:

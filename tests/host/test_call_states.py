@@ -20,8 +20,19 @@ def test_a_call_asked_for_permission_walks_the_table_to_settled() -> None:
     assert call.state == "settled" and call.phase is None and len(table) == 0
 
 
-@pytest.mark.parametrize("state", ["admission", "permission-pending", "running"])
+WALK_TO = {"admission": (), "permission-pending": (CallEvent.ASK_PERMISSION,),
+           "running": (CallEvent.START_BODY,)}
+
+
+@pytest.mark.parametrize("state", sorted(WALK_TO))
 def test_every_state_in_flight_can_settle(state: str) -> None:
+    table = CallTable()
+    call = Call("s", "t1.c1", "Bash", ToolClass.PROCESS)
+    assert table.register(call)
+    for event in WALK_TO[state]:
+        call.fire(event)
+    assert call.state == state
+    assert call.fire(CallEvent.SETTLE) == "settled" and call.state == "settled"
     assert TRANSITIONS[(state, CallEvent.SETTLE)] == "settled"  # type: ignore[index]
 
 

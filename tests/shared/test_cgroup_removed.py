@@ -7,6 +7,7 @@ removal needs an empty cgroup, so that is "empty", never a failure of the call.
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 
@@ -26,16 +27,21 @@ def scratch_cgroup():  # type: ignore[no-untyped-def]
         made.close()
 
 
-def test_populated_and_kill_of_a_removed_cgroup(scratch_cgroup: cgroups.HostCgroups) -> None:
+def test_populated_and_kill_of_a_removed_cgroup(scratch_cgroup: cgroups.HostCgroups,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
     cgroup = scratch_cgroup.new("call-gone")
     events = os.open(os.path.join(cgroup.path, "cgroup.events"), os.O_RDONLY)
     kill = os.open(os.path.join(cgroup.path, "cgroup.kill"), os.O_WRONLY)
     try:
         assert cgroup.remove()
         assert cgroups._populated(events) is False  # ENODEV: removed, so empty
-        cgroup.kill()  # removed: nothing to kill, no error
-        with pytest.raises(OSError):
-            os.write(kill, b"1")  # the raw write does fail (the case kill() must absorb)
+        cgroup.kill()  # removed before the open (ENOENT): nothing to kill, no error
+        with pytest.raises(OSError) as raised:
+            os.write(kill, b"1")  # opened before the removal: the write answers ENODEV
+        assert raised.value.errno == errno.ENODEV
+        # kill() must absorb that too: its write through the descriptor opened before.
+        monkeypatch.setattr(cgroups, "_write", lambda path, data: os.write(kill, data))
+        cgroup.kill()
     finally:
         os.close(events)
         os.close(kill)
