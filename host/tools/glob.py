@@ -13,12 +13,12 @@ Symlinks are neither followed nor listed, so no result lies outside the workspac
 from __future__ import annotations
 
 import os
+import threading
 
 import trio
 
-from host import fsnames
 from host.tools import ripgrep
-from host.tools.context import ToolContext
+from host.tools.context import ToolContext, run_abandonable
 from host.tools.pathmatch import alternatives, max_depth, rg_globs
 from host.workspace import ToolInputError
 from protocol.errors import ErrorCode
@@ -32,19 +32,25 @@ SHOW_PER_STEP = 200
 async def run(args: GlobArgs, ctx: ToolContext) -> ToolResult:
     ws = ctx.workspace
     expanded = alternatives(args.pattern)
-    base = ws.resolve_optional(args.path)
-    if not base.is_dir():
-        raise ToolInputError(ErrorCode.TOOL_FAILED, f"{args.path!r} is not a directory")
+
+    def where(_: threading.Event) -> tuple[str, bytes]:
+        # On a reader thread: resolving the path touches the file system (a hung mount
+        # must not freeze the host's loop).
+        base = ws.resolve_optional(args.path)
+        if not base.is_dir():
+            raise ToolInputError(ErrorCode.TOOL_FAILED, f"{args.path!r} is not a directory")
+        return str(base), os.fsencode(ws.relative_os(base))
+
+    cwd, prefix = await run_abandonable(where)
     rg_args = ["--files", "--null", "--sort", "path", *rg_globs(expanded, anchored=True)]
     depth = max_depth(expanded)
     if depth is not None:
         rg_args += ["--max-depth", str(depth)]
     if args.include_ignored:
         rg_args += ripgrep.INCLUDE_IGNORED_ARGS
-    prefix = os.fsencode(ws.relative_os(base))
     kept: list[bytes] = []  # rg sorts (--sort path): the first ones are the ones shown
     total = 0
-    async with ripgrep.run_rg(rg_args, cwd=str(base), marker=ctx.marker,
+    async with ripgrep.run_rg(rg_args, cwd=cwd, marker=ctx.marker,
                               cgroup_name=ctx.cgroup_name, sep=b"\0") as rg:
         while (record := await rg.records.next()) is not None:
             name, cut = record
@@ -61,7 +67,7 @@ async def run(args: GlobArgs, ctx: ToolContext) -> ToolResult:
     for start in range(0, len(kept), SHOW_PER_STEP):  # the loop is given back between
         if start:
             await trio.lowlevel.checkpoint()
-        shown += [fsnames.show(name if prefix == b"." else prefix + b"/" + name)
+        shown += [ripgrep.shown_path(prefix, name)
                   for name in kept[start:start + SHOW_PER_STEP]]
     if not shown:
         text = f"No files match {args.pattern!r}"

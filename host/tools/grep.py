@@ -16,12 +16,12 @@ from __future__ import annotations
 import base64
 import os
 import re
+import threading
 
 import msgspec
 
-from host import fsnames
 from host.tools import ripgrep
-from host.tools.context import ToolContext
+from host.tools.context import ToolContext, run_abandonable
 from host.tools.pathmatch import file_filter_globs
 from protocol.tools import GrepArgs, ToolResult, ok_result
 
@@ -68,7 +68,7 @@ class _Found:
         self.full = False
 
     def shown_path(self, path: bytes) -> str:
-        return fsnames.show(path if self.prefix == b"." else self.prefix + b"/" + path)
+        return ripgrep.shown_path(self.prefix, path)
 
     def add(self, path: str, number: int | None, text: str) -> None:
         if len(text) > MAX_SHOWN_LINE_CHARS:
@@ -100,20 +100,24 @@ class _Found:
 
 async def run(args: GrepArgs, ctx: ToolContext) -> ToolResult:
     ws = ctx.workspace
-    target = ws.resolve_optional(args.path)
     rg_args = ["--json", "--sort", "path", "--regexp", args.pattern]
     if args.ignore_case:
         rg_args.append("--ignore-case")
     if args.include_ignored:
         rg_args += ripgrep.INCLUDE_IGNORED_ARGS
-    if target.is_dir():
-        if args.glob:
-            rg_args += file_filter_globs(args.glob)
-        cwd, prefix = str(target), os.fsencode(ws.relative_os(target))
-    else:
+
+    def where(_: threading.Event) -> tuple[str, bytes, list[str]]:
+        # On a reader thread: resolving and checking the path touch the file system (a
+        # hung mount must not freeze the host's loop).
+        target = ws.resolve_optional(args.path)
+        if target.is_dir():
+            return (str(target), os.fsencode(ws.relative_os(target)),
+                    file_filter_globs(args.glob) if args.glob else [])
         ws.open_regular_check(target, args.path or ".")  # a FIFO would block rg's read
-        rg_args += ["--", ws.relative_os(target)]
-        cwd, prefix = str(ws.root), b"."
+        return str(ws.root), b".", ["--", ws.relative_os(target)]
+
+    cwd, prefix, more = await run_abandonable(where)
+    rg_args += more
     found = _Found(ctx.config.max_output_bytes, prefix)
     async with ripgrep.run_rg(rg_args, cwd=cwd, marker=ctx.marker,
                               cgroup_name=ctx.cgroup_name) as rg:

@@ -31,7 +31,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from host import spawn
+from host import fsnames, spawn
 from host.workspace import ToolInputError
 from protocol.errors import ErrorCode
 from runtime.shared.proctree import Marker
@@ -49,6 +49,13 @@ STDERR_WAIT = 1.0
 
 BASE_ARGS = ("--no-config",)
 INCLUDE_IGNORED_ARGS = ("--no-ignore", "--hidden", "--glob", "!.git")
+
+
+def shown_path(prefix: bytes, name: bytes) -> str:
+    """A name ``rg`` printed relative to the directory it ran in (``prefix``, relative to
+    the workspace; ``.`` its root), as the model sees it: relative to the workspace,
+    non-UTF-8 bytes escaped (``host.fsnames``)."""
+    return fsnames.show(name if prefix == b"." else prefix + b"/" + name)
 
 
 @functools.cache
