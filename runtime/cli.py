@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-from runtime.cli_options import apply_config_file, host_command
+from runtime.cli_options import apply_config_file, daemon_from_args, host_command
 from runtime.config_file import positive_float, positive_int
 
 if TYPE_CHECKING:
@@ -55,26 +55,10 @@ def _run_serve(args: argparse.Namespace, host: subprocess.Popen[bytes]) -> int:
 
 
 async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> None:
-    import pathlib
-
-    from runtime.daemon import Daemon
     from runtime.shared.orphans import become_subreaper
     from runtime.shared.stdio import take_stdio
 
-    daemon = Daemon(
-        host_command=args.host_command,
-        max_frame_size=args.max_frame_size,
-        data_dir=pathlib.Path(args.data_dir) if args.data_dir else None,
-        default_provider=args.provider,
-        process_grace=args.process_grace,
-        ping_interval=args.ping_interval,
-        liveness_timeout=args.liveness_timeout,
-        stuck_after=args.stuck_after,
-        max_steps=args.max_steps,
-        system_prompt=getattr(args, "system_prompt", None),
-        hooks=getattr(args, "hooks", None),
-        first_host=first_host,
-    )
+    daemon = daemon_from_args(args, first_host)
     # Orphans of a crashed host are re-parented to us and killed by their marker.
     become_subreaper(sweep_orphans=True)
     receive, send = take_stdio()

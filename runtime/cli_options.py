@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from protocol.messages.client import ProviderConfig
+    from runtime.daemon import Daemon
+    from runtime.popen_process import PopenProcess
 
 
 def host_command(host_config: str | None) -> list[str]:
@@ -73,3 +75,24 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
             parse_config(json.dumps(config.host))
         except ValueError as exc:
             parser.error(f"configuration file {str(path)!r}: [host]: {exc}")
+
+
+def daemon_from_args(args: argparse.Namespace, first_host: PopenProcess | None) -> Daemon:
+    """The daemon ``serve`` and ``acp`` run, from their options (the configuration file
+    applied): one place, so neither drops a setting the other passes."""
+    from runtime.daemon import Daemon
+
+    return Daemon(
+        host_command=args.host_command,
+        max_frame_size=args.max_frame_size,
+        data_dir=pathlib.Path(args.data_dir) if args.data_dir else None,
+        default_provider=args.provider,
+        process_grace=args.process_grace,
+        ping_interval=args.ping_interval,
+        liveness_timeout=args.liveness_timeout,
+        stuck_after=args.stuck_after,
+        max_steps=args.max_steps,
+        system_prompt=getattr(args, "system_prompt", None),
+        hooks=getattr(args, "hooks", None),
+        first_host=first_host,
+    )

@@ -29,7 +29,7 @@ from protocol.version import PROTOCOL_VERSION
 from runtime.acp.messages import AGENT_TO_CLIENT, CLIENT_TO_AGENT
 from runtime.acp.server import VERSION, AcpServer
 from runtime.acp.taps import ReceiveTap
-from runtime.cli_options import apply_config_file
+from runtime.cli_options import apply_config_file, daemon_from_args
 from runtime.config_file import positive_float, positive_int
 from runtime.popen_process import PopenProcess, adopt_or_kill
 from runtime.shared.logs import setup_logging
@@ -74,20 +74,10 @@ def parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace, first_host: PopenProcess | None = None) -> None:
-    from runtime.daemon import Daemon
     from runtime.shared.orphans import become_subreaper
     from runtime.shared.stdio import take_stdio
 
-    daemon = Daemon(
-        host_command=args.host_command, max_steps=args.max_steps,
-        max_frame_size=args.max_frame_size,
-        data_dir=pathlib.Path(args.data_dir) if args.data_dir else None,
-        default_provider=args.provider, process_grace=args.process_grace,
-        ping_interval=args.ping_interval, liveness_timeout=args.liveness_timeout,
-        stuck_after=args.stuck_after, first_host=first_host,
-        system_prompt=getattr(args, "system_prompt", None),
-        hooks=getattr(args, "hooks", None),
-    )
+    daemon = daemon_from_args(args, first_host)
     # Orphans of a crashed host are re-parented to us and killed.
     become_subreaper(sweep_orphans=True)
     stdin, stdout = take_stdio()

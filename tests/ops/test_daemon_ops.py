@@ -57,7 +57,10 @@ def make_ops(host: FakeHost | None = None, pending: frozenset[str] = frozenset()
         stuck_after=30.0, inbox=())
     session = SimpleNamespace(session_id="s-1", workspace="/w", agent=agent,
                               ops=SessionOpsView())
-    sessions = SimpleNamespace(all=lambda: [session], unreadable=list,
+    async def scan_disk() -> list[object]:
+        return []
+
+    sessions = SimpleNamespace(all=lambda: [session], scan_disk=scan_disk,
                                dir=pathlib.Path("/data/sessions"),
                                find=lambda sid: session if sid == "s-1" else None,
                                get=lambda sid: session)
