@@ -70,10 +70,25 @@ def _forked(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
             popen = subprocess.Popen(argv, start_new_session=True, close_fds=True,
                                      preexec_fn=preexec, **options)
             _started.add(popen.pid)
+        if niceness:
+            _lower_autogroup(popen.pid, niceness)
         return popen
     finally:
         if procs_fd is not None:
             os.close(procs_fd)
+
+
+def _lower_autogroup(pid: int, niceness: int) -> None:
+    """Give the child's autogroup ``niceness`` too. The child is a session leader
+    (``start_new_session``), and where the kernel groups tasks by session
+    (``sched_autogroup_enabled``) a new session is a new scheduling group with nice 0:
+    a task's own niceness then weighs only against its own session's tasks, so 25
+    searches would still take 25 shares of the CPU against the host's one."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as group:
+            group.write(str(niceness))
+    except OSError:  # no autogroups (a kernel without them, or they are off): niceness is enough
+        pass
 
 
 GATE_SCRIPT = 'read -r _ && exec "$@" </dev/null'
@@ -143,6 +158,7 @@ def _gated(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
                     cgroup.add(popen.pid)
                 if niceness:
                     os.setpriority(os.PRIO_PROCESS, popen.pid, niceness)
+                    _lower_autogroup(popen.pid, niceness)
                 os.write(gate_w, b"go\n")
             except OSError as exc:
                 popen.kill()

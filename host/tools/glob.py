@@ -52,14 +52,12 @@ async def run(args: GlobArgs, ctx: ToolContext) -> ToolResult:
     total = 0
     async with ripgrep.run_rg(rg_args, cwd=cwd, marker=ctx.marker,
                               cgroup_name=ctx.cgroup_name, sep=b"\0") as rg:
-        while (record := await rg.records.next()) is not None:
-            name, cut = record
-            total += 1
-            if not cut:
-                kept.append(name)
-            if len(kept) >= MAX_RESULTS:
-                total += await rg.records.count_rest()  # the rest are only counted
-                break
+        while len(kept) < MAX_RESULTS and (batch := await rg.records.batch()):
+            total += len(batch)
+            kept += [name for name, cut in batch if not cut]
+        if len(kept) >= MAX_RESULTS:
+            total += await rg.records.count_rest()  # the rest are only counted
+            del kept[MAX_RESULTS:]
         code = await rg.returncode()
     if code == 2 and total == 0 and rg.stderr:
         raise ripgrep.input_error(rg.stderr, f"invalid glob pattern {args.pattern!r}")

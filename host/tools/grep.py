@@ -1,6 +1,6 @@
 """Grep (read-only): a regular expression over a file or a tree, bounded output.
 
-The search is ``rg --json`` in a child process (``host.tools.ripgrep``: linear-time
+The search is ``rg`` in a child process (``host.tools.ripgrep``: linear-time
 Rust regex syntax, its ignore, hidden-file, binary and symlink rules; ``includeIgnored``);
 the host only reads its output, a bounded number of records, and kills it once the
 output is full or the call is stopped. Output lines are ``path:line:text``
@@ -13,12 +13,8 @@ the result says when it was cut.
 
 from __future__ import annotations
 
-import base64
 import os
-import re
 import threading
-
-import msgspec
 
 from host.tools import ripgrep
 from host.tools.context import ToolContext, run_abandonable
@@ -29,33 +25,15 @@ MAX_MATCHES = 1000
 MAX_SHOWN_LINE_CHARS = 500
 
 
-class _Text(msgspec.Struct, frozen=True, rename={"raw": "bytes"}):
-    """ripgrep's spelling of data that may not be UTF-8: text, or base64 bytes."""
-
-    text: str | None = None
-    raw: str | None = None
-
-    def as_bytes(self) -> bytes:
-        if self.text is not None:
-            return self.text.encode("utf-8", "surrogatepass")
-        return base64.b64decode(self.raw or "")
-
-
-class _MatchData(msgspec.Struct, frozen=True):
-    path: _Text
-    lines: _Text
-    line_number: int | None = None
-
-
-class _Match(msgspec.Struct, frozen=True):
-    data: _MatchData
-
-
-_matches = msgspec.json.Decoder(_Match)
-_MATCH = b'{"type":"match"'
-"""How ripgrep begins a match record (it writes ``type`` first, without spaces): the other
-records (begin, end, context, summary) are skipped without being decoded."""
-_CUT_PATH = re.compile(rb'"path":\{"(text|bytes)":"((?:[^"\\]|\\.)*)"')
+_BINARY = b": binary file matches ("
+"""How ripgrep reports a match in a binary file it was named explicitly (instead of the
+line): ``path: binary file matches (found "\\0" byte around offset N)``."""
+LINE_ARGS = ("--null", "--with-filename", "--line-number", "--no-heading", "--color",
+             "never", "--max-columns", str(4 * MAX_SHOWN_LINE_CHARS), "--max-columns-preview")
+"""ripgrep's plain output, one record a matching line: ``path NUL number : line``. A path
+cannot hold a NUL, so the split is exact whatever the name. Lines longer than four times
+what is shown (in characters: ripgrep counts code points) come as their start, so a
+minified file's megabyte line is not piped to the host to be cut there."""
 
 
 class _Found:
@@ -66,14 +44,20 @@ class _Found:
         self.size = 0
         self.files: set[str] = set()
         self.full = False
+        self._last: tuple[bytes, str] = (b"", "")  # a file's matches come together
 
     def shown_path(self, path: bytes) -> str:
-        return ripgrep.shown_path(self.prefix, path)
+        last_raw, last_shown = self._last
+        if path == last_raw:
+            return last_shown
+        shown = ripgrep.shown_path(self.prefix, path)
+        self._last = (path, shown)
+        return shown
 
-    def add(self, path: str, number: int | None, text: str) -> None:
+    def add(self, path: str, number: bytes | None, text: str) -> None:
         if len(text) > MAX_SHOWN_LINE_CHARS:
             text = text[:MAX_SHOWN_LINE_CHARS] + " [line truncated]"
-        line = f"{path}:{number if number is not None else '?'}:{text}"
+        line = f"{path}:{number.decode() if number else '?'}:{text}"
         size = len(line.encode("utf-8", "replace")) + 1
         if len(self.lines) >= MAX_MATCHES or self.size + size > self.max_bytes:
             self.full = True
@@ -83,24 +67,25 @@ class _Found:
         self.files.add(path)
 
     def record(self, raw: bytes, cut: bool) -> None:
-        if cut:  # a match on a line too long to read whole: say where, not what
-            head = _CUT_PATH.search(raw)
-            if head is not None:
-                value: str = msgspec.json.decode(b'"' + head[2] + b'"')
-                path = _Text(text=value) if head[1] == b"text" else _Text(raw=value)
-                self.add(self.shown_path(path.as_bytes()), None,
-                         f"[a matching line longer than {ripgrep.MAX_RECORD} bytes]")
+        path, nul, rest = raw.partition(b"\0")
+        if not nul:  # a message of ripgrep's about one file, not a line
+            named, binary, detail = raw.rpartition(_BINARY)
+            if binary:
+                self.add(self.shown_path(named), None,
+                         "[binary file matches (" + detail.decode("utf-8", "replace") + "]")
             return
-        if not raw.startswith(_MATCH):
+        if cut:  # a path longer than a record (never, in practice): say where, not what
+            self.add(self.shown_path(path), None,
+                     f"[a matching line longer than {ripgrep.MAX_RECORD} bytes]")
             return
-        match = _matches.decode(raw).data
-        text = match.lines.as_bytes().decode("utf-8", "replace").rstrip("\r\n")
-        self.add(self.shown_path(match.path.as_bytes()), match.line_number, text)
+        number, _, line = rest.partition(b":")
+        text = line.decode("utf-8", "replace").rstrip("\r")
+        self.add(self.shown_path(path), number if number.isdigit() else None, text)
 
 
 async def run(args: GrepArgs, ctx: ToolContext) -> ToolResult:
     ws = ctx.workspace
-    rg_args = ["--json", "--sort", "path", "--regexp", args.pattern]
+    rg_args = [*LINE_ARGS, "--sort", "path", "--regexp", args.pattern]
     if args.ignore_case:
         rg_args.append("--ignore-case")
     if args.include_ignored:
@@ -121,8 +106,9 @@ async def run(args: GrepArgs, ctx: ToolContext) -> ToolResult:
     found = _Found(ctx.config.max_output_bytes, prefix)
     async with ripgrep.run_rg(rg_args, cwd=cwd, marker=ctx.marker,
                               cgroup_name=ctx.cgroup_name) as rg:
-        while not found.full and (record := await rg.records.next()) is not None:
-            found.record(*record)
+        while not found.full and (batch := await rg.records.batch()):
+            for raw, cut in batch:
+                found.record(raw, cut)
         code = None if found.full else await rg.returncode()
     if code == 2 and not found.lines and rg.stderr:
         raise ripgrep.input_error(rg.stderr, f"invalid regular expression {args.pattern!r}")

@@ -77,9 +77,9 @@ def rg_binary() -> str:
 
 
 RECORDS_PER_STEP = 64
-"""Records handed out between two checkpoints: a reader of a fast ``rg`` gives the event
-loop back after each handful (a whole 64 KiB chunk of short records at once would hold
-the loop for milliseconds while other sessions wait)."""
+"""Records handed out at once, with a checkpoint before the next batch: a reader of a fast
+``rg`` gives the event loop back after each handful (a whole 64 KiB chunk of short records
+at once would hold the loop for milliseconds while other sessions wait)."""
 
 
 class Records:
@@ -93,20 +93,17 @@ class Records:
         self._skipping = False  # inside a record already cut
         self._ready: deque[tuple[bytes, bool]] = deque()
         self._eof = False
-        self._since_checkpoint = 0
 
-    async def next(self) -> tuple[bytes, bool] | None:
-        """The next ``(record, cut)``; ``None`` at the end of the stream."""
+    async def batch(self) -> list[tuple[bytes, bool]]:
+        """The next records ``(record, cut)``, at most ``RECORDS_PER_STEP``; empty at the end
+        of the stream. Between two batches the event loop is given back (a checkpoint),
+        whether or not the stream had to be read."""
         if self._ready:
-            self._since_checkpoint += 1
-            if self._since_checkpoint >= RECORDS_PER_STEP:
-                self._since_checkpoint = 0
-                await trio.lowlevel.checkpoint()
+            await trio.lowlevel.checkpoint()
         while not self._ready:
             if self._eof:
-                return None
+                return []
             chunk = await self._stream.receive_some(65536)
-            self._since_checkpoint = 0
             if chunk:
                 self._split(chunk)
                 continue
@@ -114,7 +111,13 @@ class Records:
             if self._buffer and not self._skipping:
                 self._ready.append((self._buffer, False))
             self._buffer = b""
-        return self._ready.popleft()
+        ready = self._ready
+        if len(ready) <= RECORDS_PER_STEP:
+            taken = list(ready)
+            ready.clear()
+        else:
+            taken = [ready.popleft() for _ in range(RECORDS_PER_STEP)]
+        return taken
 
     async def count_rest(self) -> int:
         """How many records are left, counted without splitting them (cheap: the rest of a

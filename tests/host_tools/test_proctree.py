@@ -251,3 +251,25 @@ async def test_the_gate_passes_the_environment_on_as_it_was(tmp_path: pathlib.Pa
         await child.finish(TEST_GRACE)
         await child.aclose()
     assert out.decode() == "kept () {  echo hello\n}\n"
+
+
+async def test_a_lowered_child_is_lowered_against_other_sessions_too(
+        tmp_path: pathlib.Path) -> None:
+    """A search's niceness must hold against the host, not only within its own session:
+    where the kernel groups tasks by session (autogroups), the child's new session gets
+    the same niceness, or 25 searches take 25 shares of the CPU against the host's one."""
+    if not os.path.exists("/proc/self/autogroup"):
+        pytest.skip("this kernel has no autogroups")
+    code = ("import os; print(os.getpriority(os.PRIO_PROCESS, 0));"
+            "print(open('/proc/self/autogroup').read())")
+    with trio.fail_after(10):
+        child = await spawn.spawn([sys.executable, "-c", code], cwd=tmp_path, marker=None,
+                                  niceness=19)
+        out = b""
+        while chunk := await child.stdout.receive_some(4096):
+            out += chunk
+        await child.finish(TEST_GRACE)
+        await child.aclose()
+    own_nice, group = out.decode().split("\n", 1)
+    assert own_nice == "19"
+    assert group.strip().endswith("nice 19"), group

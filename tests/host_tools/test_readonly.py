@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from host.tools import TOOLS, ripgrep
+from host.tools import grep as grep_tool
 from host.tools.pathmatch import MAX_ALTERNATIVES, alternatives, max_depth
 from host.workspace import ToolInputError
 from protocol.tools import GlobArgs, GrepArgs, ReadArgs, TextContent, ToolResult
@@ -286,11 +287,29 @@ async def test_glob_counts_past_what_it_shows(harness: Harness) -> None:
     assert lines[-1] == "[1100 more files not shown; narrow the pattern]"
 
 
-async def test_grep_reports_a_match_on_a_line_too_long_to_read_by_its_path(
+async def test_grep_shows_the_start_of_a_match_on_a_line_too_long_to_read(
         harness: Harness) -> None:
+    """A minified file's huge line: ripgrep sends only its start (``--max-columns``), the
+    host shows what it shows of any long line, with the line's number."""
     (harness.root / "minified.js").write_text("x" * (ripgrep.MAX_RECORD + 10) + "needle\n")
     (harness.root / "short.txt").write_text("needle\n")
     result = await grep(harness, "needle")
     assert text(result).splitlines() == [
-        f"minified.js:?:[a matching line longer than {ripgrep.MAX_RECORD} bytes]",
+        f"minified.js:1:{'x' * grep_tool.MAX_SHOWN_LINE_CHARS} [line truncated]",
         "short.txt:1:needle"]
+
+
+async def test_grep_of_a_binary_file_named_says_it_matches(harness: Harness) -> None:
+    """ripgrep reports a match in a binary file it was named as a message, not a line: the
+    model is told the file matches, with no NUL-laden text."""
+    (harness.root / "blob.bin").write_bytes(b"needle\0\xff\xfe rest\n")
+    result = await grep(harness, "needle", path="blob.bin")
+    assert text(result).splitlines() == [
+        'blob.bin:?:[binary file matches (found "\\0" byte around offset 6)]']
+    assert result.details == {"matches": 1, "files": 1, "truncated": False}
+
+
+async def test_grep_lines_keep_their_colons_and_carriage_returns_go(harness: Harness) -> None:
+    (harness.root / "a:b.txt").write_bytes(b"x: needle: y\r\nno\n")
+    result = await grep(harness, "needle")
+    assert text(result).splitlines() == ["a:b.txt:1:x: needle: y"]

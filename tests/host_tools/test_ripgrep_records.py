@@ -31,8 +31,9 @@ async def _read(chunks: list[bytes], sep: bytes) -> list[tuple[bytes, bool]]:
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(write)
-        while (record := await records.next()) is not None:
-            got.append(record)
+        while batch := await records.batch():
+            assert len(batch) <= ripgrep.RECORDS_PER_STEP
+            got += batch
     await records._stream.aclose()
     return got
 
