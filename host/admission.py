@@ -6,6 +6,13 @@ the session slot first let Bash calls queued for the process class use up their
 session's slots and starve its Reads; taking the class slot first would let one
 session's queue hold slots every other session needs.)
 
+Searches (Grep and Glob: each a ripgrep process walking a tree) have a third, smaller
+bound per session (``per_session_searches``): one session's burst of searches runs a
+few at a time instead of taking the host's event loop and the machine's CPUs from every
+other session (issue 14: other sessions' calls stay within 2x of their idle latency
+while one session runs 25 hostile searches). More searches at once than the machine has
+CPUs finish no sooner anyway.
+
 A call beyond the queue bound is refused (``Overloaded``, ``HOST_OVERLOADED`` on
 the wire) instead of waiting; a call waiting for a slot is cancelled like any
 other wait, so a stop reaches it (the caller maps that to
@@ -38,6 +45,7 @@ class AdmissionLimits:
     # Classes not named keep their default limit.
     per_class: Mapping[ToolClass, int] = field(default_factory=dict)
     per_session: int = 32
+    per_session_searches: int = 4
     max_waiting: int = 256
 
 
@@ -48,46 +56,62 @@ class Admission:
                              for cls in ToolClass}
         self._class_running = dict.fromkeys(ToolClass, 0)
         self._session_running: dict[str, int] = {}
+        self._session_searching: dict[str, int] = {}
         self._released = trio.lowlevel.ParkingLot()  # waiters re-check on every release
         self.waiting = 0
         self.running = 0
 
-    def _free(self, session_id: str, tool_class: ToolClass) -> bool:
+    def _free(self, session_id: str, tool_class: ToolClass, search: bool) -> bool:
         return (self._class_running[tool_class] < self._class_limit[tool_class]
-                and self._session_running.get(session_id, 0) < self.limits.per_session)
+                and self._session_running.get(session_id, 0) < self.limits.per_session
+                and (not search or self._session_searching.get(session_id, 0)
+                     < self.limits.per_session_searches))
 
-    async def acquire(self, session_id: str, tool_class: ToolClass) -> None:
-        """Take a class slot and a session slot together (waiting, abandonably, for both to
-        be free); give them back with :meth:`release`. A free slot is taken without a
-        checkpoint: the hot path of a call that never waits."""
-        if not self._free(session_id, tool_class):
+    async def acquire(self, session_id: str, tool_class: ToolClass,
+                      search: bool = False) -> None:
+        """Take a class slot and a session slot together (and, for a ``search``, a search
+        slot of the session), waiting abandonably for all to be free; give them back with
+        :meth:`release`. A free slot is taken without a checkpoint: the hot path of a call
+        that never waits."""
+        if not self._free(session_id, tool_class, search):
             if self.waiting >= self.limits.max_waiting:
                 raise Overloaded(f"{self.waiting} calls already wait for admission")
             self.waiting += 1
             try:
-                while not self._free(session_id, tool_class):
+                while not self._free(session_id, tool_class, search):
                     await self._released.park()
             finally:
                 self.waiting -= 1
         self._class_running[tool_class] += 1
-        self._session_running[session_id] = self._session_running.get(session_id, 0) + 1
+        _count(self._session_running, session_id, 1)
+        if search:
+            _count(self._session_searching, session_id, 1)
         self.running += 1
 
-    def release(self, session_id: str, tool_class: ToolClass) -> None:
+    def release(self, session_id: str, tool_class: ToolClass, search: bool = False) -> None:
         self.running -= 1
         self._class_running[tool_class] -= 1
-        left = self._session_running[session_id] - 1
-        if left:
-            self._session_running[session_id] = left
-        else:
-            del self._session_running[session_id]
+        _count(self._session_running, session_id, -1)
+        if search:
+            _count(self._session_searching, session_id, -1)
         if self.waiting:
             self._released.unpark_all()
 
     @asynccontextmanager
-    async def slot(self, session_id: str, tool_class: ToolClass) -> AsyncIterator[None]:
-        await self.acquire(session_id, tool_class)
+    async def slot(self, session_id: str, tool_class: ToolClass,
+                   search: bool = False) -> AsyncIterator[None]:
+        await self.acquire(session_id, tool_class, search)
         try:
             yield
         finally:
-            self.release(session_id, tool_class)
+            self.release(session_id, tool_class, search)
+
+
+def _count(counts: dict[str, int], key: str, by: int) -> None:
+    """Add ``by`` to ``counts[key]``; a count back at zero is dropped (no entry per session
+    that ever ran a call)."""
+    left = counts.get(key, 0) + by
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]

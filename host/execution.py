@@ -134,7 +134,7 @@ class Executor:
                         session.allowed.add(call.tool)
                 call.fire(CallEvent.ADMIT)
                 try:
-                    await self.admission.acquire(call.session_id, call.tool_class)
+                    await self.admission.acquire(call.session_id, call.tool_class, spec.search)
                 except Overloaded as exc:
                     return error_result(ErrorCode.HOST_OVERLOADED, str(exc), body_invoked=False)
                 admitted = True
@@ -146,7 +146,7 @@ class Executor:
             result = await self._invoke(call, spec, session, args)
         finally:
             if admitted:  # the slot is held from admission to the body's end
-                self.admission.release(call.session_id, call.tool_class)
+                self.admission.release(call.session_id, call.tool_class, spec.search)
         return self._classify(call, result)
 
     async def _outside_workspace(self, call: Call, session: HostSession,

@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 # number must not be negative.
 POSITIVE = frozenset({
     "permission_timeout", "tombstone_ttl", "tombstone_capacity",
-    "admission.per_class", "admission.per_session", "plugins.start_timeout",
+    "admission.per_class", "admission.per_session", "admission.per_session_searches",
+    "plugins.start_timeout",
     "tools.bash_default_timeout_ms", "tools.max_output_bytes", "tools.read_max_bytes",
     "tools.image_timeout_ms",
 })

@@ -21,8 +21,8 @@ __all__ = ["TOOLS", "HostToolConfig", "ToolContext", "ToolInputError", "ToolSpec
 TOOLS: dict[str, ToolSpec] = {
     spec.name: spec for spec in (
         ToolSpec("Read", ReadArgs, TOOL_CLASSES["Read"], read.run),
-        ToolSpec("Glob", GlobArgs, TOOL_CLASSES["Glob"], glob.run),
-        ToolSpec("Grep", GrepArgs, TOOL_CLASSES["Grep"], grep.run),
+        ToolSpec("Glob", GlobArgs, TOOL_CLASSES["Glob"], glob.run, search=True),
+        ToolSpec("Grep", GrepArgs, TOOL_CLASSES["Grep"], grep.run, search=True),
         ToolSpec("Write", WriteArgs, TOOL_CLASSES["Write"], write.run),
         ToolSpec("Edit", EditArgs, TOOL_CLASSES["Edit"], edit.run),
         ToolSpec("Bash", BashArgs, TOOL_CLASSES["Bash"], bash.run),

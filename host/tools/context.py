@@ -83,6 +83,9 @@ class ToolSpec:
     args_type: type[Any]
     tool_class: ToolClass
     body: ToolBody
+    search: bool = False
+    """A search (a ripgrep process over a tree): admitted under the session's search bound
+    too (``AdmissionLimits.per_session_searches``)."""
 
     async def run(self, args: Any, ctx: ToolContext) -> ToolResult:
         try:

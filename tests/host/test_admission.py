@@ -195,3 +195,28 @@ async def test_abort_is_answered_at_once_with_every_slot_busy_and_the_queue_full
         assert results["queued"].code == "ABORTED_BEFORE_DISPATCH"
         assert results["running"].code == "ABORTED"
     assert not (tmp_path / "queued-ran").exists() and not (tmp_path / "refused-ran").exists()
+
+
+async def test_a_sessions_searches_wait_for_its_search_slots_only() -> None:
+    admission = Admission(AdmissionLimits(per_session_searches=1))
+    admitted: list[str] = []
+    release = trio.Event()
+
+    async def hold_search(session: str, name: str, search: bool) -> None:
+        async with admission.slot(session, READ_ONLY, search):
+            admitted.append(name)
+            await release.wait()
+
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hold_search, "s", "grep1", True)
+            await trio.testing.wait_all_tasks_blocked()
+            nursery.start_soon(hold_search, "s", "grep2", True)
+            nursery.start_soon(hold_search, "s", "read", False)  # not a search: at once
+            nursery.start_soon(hold_search, "t", "other-grep", True)  # another session's
+            await trio.testing.wait_all_tasks_blocked()
+            assert sorted(admitted) == ["grep1", "other-grep", "read"] and admission.waiting == 1
+            release.set()
+            await trio.testing.wait_all_tasks_blocked()
+            assert admitted[-1] == "grep2" and admission.waiting == 0
+    assert admission.running == 0

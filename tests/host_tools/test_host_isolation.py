@@ -167,3 +167,43 @@ async def test_host_stats_say_how_processes_are_attributed(tmp_path: pathlib.Pat
     async with running_host(str(tmp_path), marked.env(QUIESCE_CGROUPS="off"),
                             config=FAST) as host:
         assert (await host.stats()).process_isolation == "process-tree"
+
+
+async def test_one_sessions_burst_of_searches_runs_a_few_at_a_time(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """Searches beyond ``admission.per_session_searches`` wait for their session's turn:
+    another session's search runs at once, and a stop reaches a search still waiting."""
+    hostile = tmp_path / "hostile"
+    hostile.mkdir()
+    with open(hostile / "huge.bin", "wb") as f:  # sparse: ripgrep reads zeros for minutes
+        f.truncate(64 << 30)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("needle\n")
+    config = {**FAST, "admission": {"per_session_searches": 2}}
+    async with running_host(str(hostile), marked.env(), config=config) as host:
+        await _open(host, "s-other", other)
+        results: dict[str, ToolResult] = {}
+
+        async def search(call_id: str) -> None:
+            results[call_id] = await host.execute(call_id, "Grep",
+                                                  {"pattern": "needle", "path": "huge.bin"})
+
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                for n in range(3):
+                    nursery.start_soon(search, f"g{n}")
+                while (stats := await host.stats()).admission_waiting < 1:
+                    await trio.sleep(0.01)
+                assert stats.admission_running == 2
+                found = await _execute(host, "s-other", "o1", "Grep", {"pattern": "needle"})
+                assert text(found) == "notes.txt:1:needle"
+                waiting = [c.call_id for c in stats.calls if c.state == "admission"]
+                assert len(waiting) == 1
+                aborted = await host.abort(waiting[0], "Grep")
+                assert not aborted.body_invoked
+                for n in range(3):
+                    if f"g{n}" not in waiting:
+                        await host.abort(f"g{n}", "Grep")
+        assert results[waiting[0]].code == "ABORTED_BEFORE_DISPATCH"
+        assert all(r.code == "ABORTED" for k, r in results.items() if k != waiting[0])
