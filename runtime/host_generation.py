@@ -40,7 +40,9 @@ class HostGeneration:
 
     @property
     def usable(self) -> bool:
-        return not self.link.down.is_set()
+        # ``closed`` too: the link's watcher sets ``down`` only once it next runs, and a
+        # request meanwhile would go to a link already closed.
+        return not self.link.down.is_set() and not self.link.closed
 
 
 def describe(error: BaseException) -> str:
