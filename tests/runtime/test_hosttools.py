@@ -329,6 +329,10 @@ class FakeLink:
         self.down = trio.Event()
         self.sent: list[str] = []
 
+    @property
+    def closed(self) -> bool:
+        return self.down.is_set()
+
     async def request(self, method: str, params: msgspec.Struct) -> Any:
         self.sent.append(method)
         return ToolsAbortResult(True, "running", True)
