@@ -122,12 +122,15 @@ class Child:
         with trio.CancelScope(shield=True) as scope:
             scope.deadline = trio.current_time() + grace + 2 * KILL_TIMEOUT + 1.0
             stop = await cgroup.stop(grace, KILL_TIMEOUT)
+            if not stop.survivors:
+                # Removed on the thread that makes cgroups, and not waited for: an empty
+                # cgroup holds nothing, and its rmdir (a thread's hop and the cgroup
+                # lock, a millisecond or more) is no part of a stop. What is left when
+                # the host exits goes with its own directory (``teardown_host``).
+                _SPAWNER.submit(cgroup.remove)
             made = cgroups.host_cgroups()
-            async with trio.open_nursery() as both:
-                if not stop.survivors:  # rmdir in a thread (no blocking call on the loop),
-                    both.start_soon(trio.to_thread.run_sync, cgroup.remove)  # meanwhile:
-                if self.sweep_escapes and made is not None:
-                    escaped = await _kill_escapees(made.path, self.pid)
+            if self.sweep_escapes and made is not None:
+                escaped = await _kill_escapees(made.path, self.pid)
         reap_members(cgroup.seen - {self.pid})
         found, survivors = stop.found + escaped[0], stop.survivors + escaped[1]
         if stop.found:
@@ -189,11 +192,11 @@ class _Spawner:
     the parent-death signal fires only when the process dies (module docstring)."""
 
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    def submit(self, job: Callable[[], None]) -> None:
+    def submit(self, job: Callable[[], object]) -> None:
         """Run ``job`` on the spawner thread; ``job`` must not raise."""
         with self._lock:
             if self._thread is None or not self._thread.is_alive():
