@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import trio
@@ -71,6 +71,9 @@ class Call:
     started_at: float = field(default_factory=time.monotonic)
     output_seq: int = 0
     stopped_in: CallState | None = None  # the phase the first stop found the call in
+    stop_hooks: list[Callable[[], None]] = field(default_factory=list)
+    """Run by the first stop as it arrives (a process tree is sent TERM then, not a few
+    scheduler passes later when its task wakes); each must not raise."""
 
     @property
     def key(self) -> CallKey:
@@ -97,6 +100,8 @@ class Call:
         self.cause = cause
         self.stopped_in = self.state
         self.stop.set()
+        for hook in self.stop_hooks:
+            hook()
         if not self.body_invoked:
             self.pre_body.cancel()
         elif self.tool_class in (ToolClass.READ_ONLY, ToolClass.LOCAL):

@@ -168,6 +168,7 @@ class Executor:
             workspace=session.workspace,
             config=self._config.tools,
             stop=call.stop,
+            on_stop=call.stop_hooks.append,
             emit_output=lambda stream, text: self._emit(call, stream, text),
             env_marker={ENV_MARKER: f"{self.marker_value}:{call.session_id}:{call.call_id}"},
             cgroup_name=call_cgroup_name(self.marker_value, call.session_id, call.call_id),

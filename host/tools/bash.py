@@ -62,7 +62,7 @@ async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
         [shell(), "-c", args.command], cwd=ctx.workspace.root, stop=ctx.stop,
         limit=timeout_ms / 1000, grace=config.kill_grace, marker=ctx.marker,
         env_extra=ctx.env_marker, stdout=TextSink("stdout", out), stderr=TextSink("stderr", out),
-        cgroup_name=ctx.cgroup_name)
+        cgroup_name=ctx.cgroup_name, on_stop=ctx.on_stop)
     details = _details(tree, out)
     output = out.text()
     if tree.outcome == "stopped":

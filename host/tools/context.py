@@ -57,6 +57,9 @@ class ToolContext:
     """``(stream, text)``: non-blocking, ordered progress output of the call."""
     env_marker: dict[str, str] = field(default_factory=dict)
     """Environment variables set on every spawned process (attribution marker)."""
+    on_stop: Callable[[Callable[[], None]], None] = lambda hook: None
+    """Register a hook the call's first stop runs as it arrives, before any task wakes
+    (``Call.stop_hooks``): a process tool TERMs its tree there. It must not raise."""
     cgroup_name: str | None = None
     """The name of the call's cgroup (``runtime.shared.cgroups.call_cgroup_name``), where there are
     cgroups: the runtime can find it by the same name."""

@@ -148,7 +148,8 @@ async def run(args: GenerateImagesArgs, ctx: ToolContext) -> ToolResult:
         tree = await run_tree(
             argv, cwd=ctx.workspace.root, stop=ctx.stop, limit=config.image_timeout_ms / 1000,
             grace=config.kill_grace, marker=ctx.marker, env_extra={**ctx.env_marker, **env},
-            stdout=written, stderr=TextSink("stderr", errors), cgroup_name=ctx.cgroup_name)
+            stdout=written, stderr=TextSink("stderr", errors), cgroup_name=ctx.cgroup_name,
+            on_stop=ctx.on_stop)
     except (FileNotFoundError, PermissionError) as exc:
         raise ToolInputError(ErrorCode.TOOL_FAILED,
                              f"cannot start the image backend {backend[0]!r}: {exc.strerror}"

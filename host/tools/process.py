@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -98,11 +99,16 @@ async def _first_event(child: spawn.Child, stop: trio.Event, limit: float) -> Ou
 async def run_tree(argv: list[str], *, cwd: str | os.PathLike[str], stop: trio.Event,
                    limit: float, grace: float, marker: tuple[str, str] | None,
                    env_extra: dict[str, str], stdout: Sink, stderr: Sink,
-                   cgroup_name: str | None = None, stdin: int | None = None) -> TreeResult:
+                   cgroup_name: str | None = None, stdin: int | None = None,
+                   on_stop: Callable[[Callable[[], None]], None] = lambda hook: None
+                   ) -> TreeResult:
+    """``on_stop`` registers the tree's TERM to run as the stop arrives
+    (``ToolContext.on_stop``)."""
     started = trio.current_time()
     async with spawn.spawned(argv, cwd=cwd, marker=marker, grace=grace,
                              env_extra=env_extra, cgroup_name=cgroup_name,
                              stdin=stdin) as child:
+        on_stop(child.term_now)
         pumps_done = trio.Event()
 
         async def pump_both() -> None:

@@ -211,6 +211,8 @@ class Cgroup:
     def __init__(self, path: str) -> None:
         self.path = path
         self.seen: set[int] = set()
+        self.termed: set[int] = set()
+        """Members already sent TERM: a stop TERMs each once (a trap would run twice)."""
 
     def open_procs(self) -> int:
         """A descriptor of ``cgroup.procs``, for a forked child to write itself into."""
@@ -234,12 +236,18 @@ class Cgroup:
             if exc.errno != errno.ENODEV:
                 raise
 
+    def term(self) -> None:
+        """TERM (and CONT) every member not yet sent one. Called as a stop arrives, before
+        any task wakes for it, and again by ``stop`` for members forked since."""
+        for pid in self.members():
+            if pid not in self.termed and _term(pid, self.path):
+                self.termed.add(pid)
+
     async def stop(self, grace: float, kill_timeout: float) -> StopReport:
         """TERM every member, ``cgroup.kill`` past ``grace``, until empty (bounded)."""
         started = time.monotonic()
         killed = 0
-        for pid in self.members():
-            _term(pid, self.path)
+        self.term()
         empty = await wait_empty(self.path, grace)
         if not empty:
             killed = len(self.members())

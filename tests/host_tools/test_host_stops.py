@@ -183,3 +183,25 @@ async def test_generate_images_stop_returns_what_was_written(tmp_path: pathlib.P
         assert not list(tmp_path.rglob(".*.tmp"))
         assert _backends(marked) == []
         assert psutil.Process(host_pid).children(recursive=True) == []
+
+
+async def test_a_stop_sends_each_member_one_term(tmp_path: pathlib.Path,
+                                                 marked: Marked) -> None:
+    """The tree is sent TERM as the stop arrives and the stop's kill goes on from there:
+    a member that traps TERM runs its trap once, not once for each (then KILL, past the
+    grace)."""
+    traps = tmp_path / "traps"
+    command = (f"trap 'echo trapped >> {traps}' TERM; echo up; "
+               "while :; do sleep 0.01; done")
+    results: dict[str, ToolResult] = {}
+    async with running_host(str(tmp_path), marked.env(), config=FAST) as host:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_execute, host, "b1", "Bash", {"command": command},
+                                   results)
+                await wait_until(lambda: any(command_line(p).endswith("sleep 0.01")
+                                             for p in marked_processes(marked.mark)), 10)
+                await host.abort("b1", "Bash")
+    result = results["b1"]
+    assert result.code == "ABORTED" and result.details["survivors"] == []
+    assert traps.read_text() == "trapped\n"
