@@ -31,9 +31,9 @@ BEFORE = ("before issue 14 (commit 5326022: process-table scans per tree, pollin
 BEFORE_FALLBACK = ("before issue 20's tree-stop work (commit dcb15c8: a full process-table scan "
                    "per tree every 50 ms, members polled every 10 ms; `./scripts/bench --only "
                    "stop-50-trees-fallback` on this machine on 2026-12-01, load average 7 to "
-                   "10): median 5,150 ms, max 5,925 ms (n=5); before the TERM sent as the "
-                   "abort arrives (commit 31fb6ad, the full run of 2026-12-02 00:57 UTC): "
-                   "median 307.4 ms (n=5)")
+                   "10): median 5,150 ms, max 5,925 ms (n=5); at commit 31fb6ad (the full run "
+                   "of 2026-12-02 00:57 UTC; the fallback has no early TERM since): median "
+                   "307.4 ms (n=5)")
 CONFIG = "[host.admission]\nper_session = 4\n[host.admission.per_class]\nprocess = 64\n"
 
 
