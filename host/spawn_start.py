@@ -87,8 +87,19 @@ def _lower_autogroup(pid: int, niceness: int) -> None:
     try:
         with open(f"/proc/{pid}/autogroup", "w") as group:
             group.write(str(niceness))
-    except OSError:  # no autogroups (a kernel without them, or they are off): niceness is enough
-        pass
+    except OSError as exc:  # no autogroups (a kernel without them): niceness is enough
+        if exc.errno == errno.EAGAIN and not _autogroup_refused:
+            # Without CAP_SYS_ADMIN the kernel takes one such write a 100 ms, machine-wide:
+            # in a burst most searches keep a group at nice 0 (the per-session search
+            # bound still holds their number).
+            _autogroup_refused.append(pid)
+            log.warning("a search's scheduling group could not be lowered (%s): without "
+                        "CAP_SYS_ADMIN the kernel allows one change every 100 ms",
+                        exc.strerror)
+
+
+_autogroup_refused: list[int] = []
+"""Set once the kernel refused an autogroup's niceness (said once in the log)."""
 
 
 GATE_SCRIPT = 'read -r _ && exec "$@" </dev/null'

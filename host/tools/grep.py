@@ -28,12 +28,22 @@ MAX_SHOWN_LINE_CHARS = 500
 _BINARY = b": binary file matches ("
 """How ripgrep reports a match in a binary file it was named explicitly (instead of the
 line): ``path: binary file matches (found "\\0" byte around offset N)``."""
+_STOPPED_BINARY = b": WARNING: stopped searching binary file"
+"""ripgrep's note on a file found binary (a NUL) after its first matches, met while
+walking: its lines before are already shown."""
+_PREVIEW_END = " [... omitted end of long line]"
+"""What ripgrep's ``--max-columns-preview`` appends to a line it cut."""
+PREVIEW_COLUMNS = 4 * MAX_SHOWN_LINE_CHARS
 LINE_ARGS = ("--null", "--with-filename", "--line-number", "--no-heading", "--color",
-             "never", "--max-columns", str(4 * MAX_SHOWN_LINE_CHARS), "--max-columns-preview")
+             "never", "--max-columns", str(PREVIEW_COLUMNS), "--max-columns-preview")
 """ripgrep's plain output, one record a matching line: ``path NUL number : line``. A path
-cannot hold a NUL, so the split is exact whatever the name. Lines longer than four times
-what is shown (in characters: ripgrep counts code points) come as their start, so a
-minified file's megabyte line is not piped to the host to be cut there."""
+cannot hold a NUL, so the path ends exactly there; it may hold a newline, which splits
+it across records (``_Found.record`` joins them). A line over ``PREVIEW_COLUMNS``
+bytes comes as its first ``PREVIEW_COLUMNS`` graphemes (ripgrep's preview), so a
+minified file's megabyte line is not piped to the host to be cut there (a line of
+many combining marks per grapheme can still pass ``ripgrep.MAX_RECORD``: cut too)."""
+MAX_NAME_BYTES = 65536
+"""Longest path kept while its newline-split parts are joined (``PATH_MAX`` is 4096)."""
 
 
 class _Found:
@@ -45,6 +55,7 @@ class _Found:
         self.files: set[str] = set()
         self.full = False
         self._last: tuple[bytes, str] = (b"", "")  # a file's matches come together
+        self._name_start = b""  # a name's part before its newline, from the last record
 
     def shown_path(self, path: bytes) -> str:
         last_raw, last_shown = self._last
@@ -54,8 +65,8 @@ class _Found:
         self._last = (path, shown)
         return shown
 
-    def add(self, path: str, number: bytes | None, text: str) -> None:
-        if len(text) > MAX_SHOWN_LINE_CHARS:
+    def add(self, path: str, number: bytes | None, text: str, cut: bool = False) -> None:
+        if cut or len(text) > MAX_SHOWN_LINE_CHARS:
             text = text[:MAX_SHOWN_LINE_CHARS] + " [line truncated]"
         line = f"{path}:{number.decode() if number else '?'}:{text}"
         size = len(line.encode("utf-8", "replace")) + 1
@@ -67,20 +78,30 @@ class _Found:
         self.files.add(path)
 
     def record(self, raw: bytes, cut: bool) -> None:
+        if self._name_start:
+            raw, self._name_start = self._name_start + raw, b""
         path, nul, rest = raw.partition(b"\0")
-        if not nul:  # a message of ripgrep's about one file, not a line
-            named, binary, detail = raw.rpartition(_BINARY)
-            if binary:
-                self.add(self.shown_path(named), None,
-                         "[binary file matches (" + detail.decode("utf-8", "replace") + "]")
-            return
-        if cut:  # a path longer than a record (never, in practice): say where, not what
-            self.add(self.shown_path(path), None,
-                     f"[a matching line longer than {ripgrep.MAX_RECORD} bytes]")
+        if not nul:
+            self._message(raw)
             return
         number, _, line = rest.partition(b":")
         text = line.decode("utf-8", "replace").rstrip("\r")
-        self.add(self.shown_path(path), number if number.isdigit() else None, text)
+        # A previewed line is over PREVIEW_COLUMNS characters, so ``add`` cuts it anyway
+        # (a line of 500 four-byte characters is previewed whole: not cut).
+        text = text.removesuffix(_PREVIEW_END)
+        self.add(self.shown_path(path), number if number.isdigit() else None, text, cut)
+
+    def _message(self, raw: bytes) -> None:
+        """A record without a NUL: ripgrep's word on one file, or the start of a name that
+        holds a newline (joined to the next record)."""
+        named, binary, detail = raw.rpartition(_BINARY)
+        if binary:
+            shown = self.shown_path(named)
+            if shown not in self.files:  # its matching lines, if any, are already shown
+                self.add(shown, None,
+                         "[binary file matches (" + detail.decode("utf-8", "replace") + "]")
+        elif _STOPPED_BINARY not in raw and len(raw) < MAX_NAME_BYTES:
+            self._name_start = raw + b"\n"
 
 
 async def run(args: GrepArgs, ctx: ToolContext) -> ToolResult:

@@ -80,7 +80,10 @@ async def _first_event(child: spawn.Child, stop: trio.Event, limit: float) -> Ou
     async def exited(scope: trio.CancelScope) -> None:
         nonlocal outcome
         await child.wait_exited()
-        outcome = "exited"
+        # A root that exits once the stop is set may have died of it: the stop's TERM goes
+        # out as the abort arrives (``on_stop``), and both waiters can wake in one
+        # scheduler pass, in either order. Stopped, then, not exited.
+        outcome = "stopped" if stop.is_set() else "exited"
         scope.cancel()
 
     async def stopped(scope: trio.CancelScope) -> None:

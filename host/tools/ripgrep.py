@@ -39,7 +39,8 @@ from runtime.shared.proctree import Marker
 KILL_GRACE = 0.2
 """Seconds between TERM and KILL for an ``rg`` stopped early (it honours TERM at once)."""
 MAX_RECORD = 256 * 1024
-"""Longest output record (a JSON line, a file name) read whole; a longer one is cut."""
+"""Longest output record (a line of Grep's output, a name of Glob's) read whole; a longer
+one is cut."""
 NICENESS = 19
 """A search runs at a lower CPU priority than the host (and the tools it serves): many
 searches at once slow each other, not the host's answers."""

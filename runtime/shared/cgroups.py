@@ -239,7 +239,9 @@ class Cgroup:
     def term(self) -> None:
         """TERM (and CONT) every member not yet sent one. Called as a stop arrives, before
         any task wakes for it, and again by ``stop`` for members forked since."""
-        for pid in self.members():
+        members = self.members()
+        self.termed &= set(members)  # a pid gone and reused since is a new member's
+        for pid in members:
             if pid not in self.termed and _term(pid, self.path):
                 self.termed.add(pid)
 

@@ -313,3 +313,26 @@ async def test_grep_lines_keep_their_colons_and_carriage_returns_go(harness: Har
     (harness.root / "a:b.txt").write_bytes(b"x: needle: y\r\nno\n")
     result = await grep(harness, "needle")
     assert text(result).splitlines() == ["a:b.txt:1:x: needle: y"]
+
+
+async def test_grep_names_a_file_whose_name_holds_a_newline(harness: Harness) -> None:
+    """ripgrep prints a name's bytes as they are, so a newline in it splits the record:
+    the match is shown under its own name, never under another file's."""
+    (harness.root / "a\nb.txt").write_text("needle here\n")
+    (harness.root / "b.txt").write_text("nothing\n")
+    result = await grep(harness, "needle")
+    assert text(result) == "a\nb.txt:1:needle here"
+    assert result.details == {"matches": 1, "files": 1, "truncated": False}
+
+
+async def test_grep_shows_a_previewed_line_without_ripgreps_marker(harness: Harness) -> None:
+    """ripgrep previews a line over 2,000 bytes; its marker never reaches the model, and a
+    line it previewed whole (500 four-byte characters: 2,001 bytes with the newline) is
+    shown whole, not marked cut."""
+    emoji = "\U0001f600"
+    (harness.root / "exact.txt").write_text(emoji * grep_tool.MAX_SHOWN_LINE_CHARS + "\n")
+    (harness.root / "wide.txt").write_text(emoji * grep_tool.MAX_SHOWN_LINE_CHARS + "x\n")
+    result = await grep(harness, emoji)
+    exact, wide = text(result).splitlines()
+    assert exact == "exact.txt:1:" + emoji * grep_tool.MAX_SHOWN_LINE_CHARS
+    assert wide == "wide.txt:1:" + emoji * grep_tool.MAX_SHOWN_LINE_CHARS + " [line truncated]"
