@@ -16,17 +16,6 @@ import pytest
 from runtime.shared import cgroups, escapes
 
 
-@pytest.fixture
-def scratch_cgroup():  # type: ignore[no-untyped-def]
-    made = cgroups.HostCgroups.create()
-    if isinstance(made, str):
-        pytest.skip(f"no cgroups here: {made}")
-    try:
-        yield made
-    finally:
-        made.close()
-
-
 def test_populated_and_kill_of_a_removed_cgroup(scratch_cgroup: cgroups.HostCgroups,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     cgroup = scratch_cgroup.new("call-gone")

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 import trio
 
 from runtime.shared import cgroups
@@ -25,17 +24,6 @@ print("ready", flush=True)
 while True:
     time.sleep(0.005)
 """
-
-
-@pytest.fixture
-def scratch_cgroup():  # type: ignore[no-untyped-def]
-    made = cgroups.HostCgroups.create()
-    if isinstance(made, str):
-        pytest.skip(f"no cgroups here: {made}")
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def test_a_member_gets_one_term_from_the_early_term_and_the_stop(
