@@ -22,6 +22,7 @@ import stat
 from pathlib import Path
 
 from host import fsnames
+from host.localopen import LOCAL_OPENER
 from protocol.errors import ErrorCode
 
 _MAX_RESOLVE_ROUNDS = 8
@@ -182,6 +183,28 @@ class Workspace:
             os.close(fd)
             raise
         return fd
+
+    def read_local_small(self, rel_path: str, max_size: int) -> tuple[bytes, str] | None:
+        """The content and shown path of the regular file ``rel_path`` if it is at most
+        ``max_size`` bytes and reached without a symlink, a mount point or ``..`` above the
+        root, on the root's own local file system (``host.localopen``: safe to read on the
+        event loop); else ``None``, and the caller resolves it as usual."""
+        try:
+            os_rel = self.os_path(rel_path)
+        except ToolInputError:
+            return None
+        fd = LOCAL_OPENER.open_small(self._root_str, os_rel, max_size)
+        if fd is None:
+            return None
+        try:
+            data = os.read(fd, max_size + 1)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        if len(data) > max_size:
+            return None  # it grew since it was opened
+        return data, fsnames.show_os(posixpath.normpath(os_rel))
 
     def open_regular_check(self, real_path: str | os.PathLike[str], shown: str) -> None:
         """Refuse (as ``open_regular``) anything but a regular file inside the root."""

@@ -39,6 +39,11 @@ def _take_line(text: io.TextIOBase) -> tuple[str, bool] | None:
 SMALL_FILE = 64 * 1024
 """A file up to this size is read in one go and decoded at once (most files a model
 reads); a larger one is decoded as it is read, so a huge file costs what is shown."""
+INLINE_MAX = 16 * 1024
+"""A file up to this size, reached without leaving the root's local file system, is
+read on the event loop (``run``): its read, decoding and rendering take tens of µs, a
+reader thread's hop hundreds. A larger one is read on a thread, where a stop need not
+wait for its rendering."""
 
 
 def read_text(ws: Workspace, args: ReadArgs, max_bytes: int,
@@ -48,22 +53,39 @@ def read_text(ws: Workspace, args: ReadArgs, max_bytes: int,
     with os.fdopen(fd, "rb") as raw:
         data = raw.read(SMALL_FILE + 1) if os.fstat(fd).st_size <= SMALL_FILE else None
         if data is not None and len(data) <= SMALL_FILE:
-            _refuse_binary(data, args.path)
-            try:
-                stream: io.TextIOBase = io.StringIO(data.decode("utf-8"), newline="")
-            except UnicodeDecodeError as exc:
-                raise _not_utf8(args.path, data[:exc.start].count(b"\n")) from None
+            stream = _decoded(data, args.path)
         else:  # large, or grown since its size was read
             raw.seek(0)
             _refuse_binary(raw.read(_SNIFF_BYTES), args.path)
             raw.seek(0)
             stream = io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="")
-        lines = _Lines(args, max_bytes)
-        try:
-            lines.take(stream, cancelled)
-        except UnicodeDecodeError:
-            raise _not_utf8(args.path, lines.number) from None
-    return lines.result(ws.relative(path))
+        return _render(stream, args, max_bytes, cancelled, ws.relative(path))
+
+
+def read_small(data: bytes, args: ReadArgs, max_bytes: int, shown: str) -> ToolResult:
+    """The Read of a small file's whole content ``data`` (read on the loop)."""
+    return _render(_decoded(data, args.path), args, max_bytes, _NEVER_CANCELLED, shown)
+
+
+_NEVER_CANCELLED = threading.Event()
+
+
+def _decoded(data: bytes, shown: str) -> io.TextIOBase:
+    _refuse_binary(data, shown)
+    try:
+        return io.StringIO(data.decode("utf-8"), newline="")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(shown, data[:exc.start].count(b"\n")) from None
+
+
+def _render(stream: io.TextIOBase, args: ReadArgs, max_bytes: int,
+            cancelled: threading.Event, shown: str) -> ToolResult:
+    lines = _Lines(args, max_bytes)
+    try:
+        lines.take(stream, cancelled)
+    except UnicodeDecodeError:
+        raise _not_utf8(args.path, lines.number) from None
+    return lines.result(shown)
 
 
 def _refuse_binary(head: bytes, shown: str) -> None:
@@ -129,5 +151,11 @@ class _Lines:
 
 
 async def run(args: ReadArgs, ctx: ToolContext) -> ToolResult:
+    # A small file on the root's own local file system is read here, on the loop: it
+    # cannot block without bound, and a thread hop would cost most of the call
+    # (``host.localopen``). Anything else takes an abandonable reader thread.
+    small = ctx.workspace.read_local_small(args.path, INLINE_MAX)
+    if small is not None:
+        return read_small(small[0], args, ctx.config.read_max_bytes, small[1])
     return await run_abandonable(partial(read_text, ctx.workspace, args,
                                          ctx.config.read_max_bytes))

@@ -1,0 +1,160 @@
+"""Opening a workspace file without leaving the workspace root's own local file system.
+
+A read can block without bound only where the kernel waits on something outside the
+machine (NFS, FUSE, SMB) or on a special file (a FIFO); that is why read-only bodies run
+on abandonable reader threads (``host.tools.readers``). A thread hop costs a `Read` most
+of its CPU, though (``docs/benchmarks.md``), so a small file reached this way is read on
+the event loop instead:
+
+- the root's file system is a local disk or memory one (``LOCAL_TYPES``, by the device
+  of the root as opened now, looked up in ``/proc/self/mountinfo``);
+- the file is opened with ``openat2`` from the root with ``RESOLVE_BENEATH`` (the walk
+  cannot leave the root), ``RESOLVE_NO_XDEV`` (nor cross into another mount, so no
+  network or FUSE file system mounted inside the workspace is ever entered) and
+  ``RESOLVE_NO_SYMLINKS`` (so the path opened is the path named, lexically);
+- what was opened is a regular file.
+
+Anything else (a symlink anywhere in the path, ``..`` above the root, a mount point, a
+missing file, another file system, a kernel or seccomp policy without ``openat2``) is
+``None``: the caller takes the reader thread and the workspace's own resolution, which
+reports the case as before. The kernel's walk is race-free (no window between check and
+open), so no ``/proc`` check of the descriptor is needed. What stays on the loop: the
+walk of the root's own path (its dentries are cached; it was resolved when the session
+opened) and reads of a local disk, which end.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import platform
+import select
+import stat
+from typing import Any
+
+LOCAL_TYPES = frozenset({
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "jfs", "reiserfs", "bcachefs", "zfs",
+    "tmpfs", "ramfs", "overlay",
+})
+"""File systems whose reads end without a network or a user-space server."""
+
+_SYSCALL_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
+_RESOLVE_NO_XDEV = 0x01
+_RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_BENEATH = 0x08
+_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO does not block open
+
+
+class LocalOpener:
+    """``openat2`` through ctypes (CPython has no wrapper), loaded on first use; turned off
+    for good by a kernel or policy that refuses the call itself."""
+
+    def __init__(self, mountinfo: str = "/proc/self/mountinfo") -> None:
+        self._mountinfo = mountinfo
+        self._syscall: Any = None
+        self._how: Any = None
+        self.enabled = _SYSCALL_OPENAT2 is not None
+        self._local_devices: dict[int, bool] = {}
+        self._mounts: select.poll | None = None  # signals a change of the mount table
+
+    def open_small(self, root: str, os_rel: str, max_size: int) -> int | None:
+        """An open descriptor of ``os_rel`` (``os`` spelling, relative to ``root``) if it
+        is a regular file of at most ``max_size`` bytes reached as the module says; else
+        ``None``. The caller owns the descriptor."""
+        if not self.enabled or not os_rel or os_rel.startswith("/") or "\x00" in os_rel:
+            return None
+        try:
+            root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            if not self._is_local(os.fstat(root_fd).st_dev):
+                return None
+            fd = self._openat2(root_fd, os_rel)
+        finally:
+            os.close(root_fd)
+        if fd is None:
+            return None
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            return None
+        if not stat.S_ISREG(st.st_mode) or st.st_size > max_size:
+            os.close(fd)
+            return None
+        return fd
+
+    def _openat2(self, dir_fd: int, os_rel: str) -> int | None:
+        if self._syscall is None:
+            self._load()
+        fd: int = self._syscall(dir_fd, os.fsencode(os_rel))
+        if fd >= 0:
+            return fd
+        if -fd in (errno.ENOSYS, errno.EPERM):
+            # No openat2 here (an old kernel), or a seccomp policy refusing it.
+            self.enabled = False
+        return None
+
+    def _load(self) -> None:
+        import ctypes
+
+        class OpenHow(ctypes.Structure):
+            _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                        ("resolve", ctypes.c_uint64)]
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+        syscall.restype = ctypes.c_long
+        syscall.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_char_p,
+                            ctypes.POINTER(OpenHow), ctypes.c_size_t]
+        how = OpenHow(_FLAGS, 0, _RESOLVE_BENEATH | _RESOLVE_NO_XDEV | _RESOLVE_NO_SYMLINKS)
+        how_ref, size, number = ctypes.byref(how), ctypes.sizeof(how), _SYSCALL_OPENAT2
+        get_errno = ctypes.get_errno
+
+        def openat2(dir_fd: int, path: bytes) -> int:
+            """The descriptor, or minus the errno."""
+            fd = int(syscall(number, dir_fd, path, how_ref, size))
+            return fd if fd >= 0 else -get_errno()
+
+        self._syscall = openat2
+        self._how = how  # kept alive: the reference above points into it
+
+    def _is_local(self, device: int) -> bool:
+        if self._mounts_changed():
+            # Device numbers of virtual file systems are reused after an unmount.
+            self._local_devices.clear()
+        local = self._local_devices.get(device)
+        if local is None:
+            local = self._local_devices[device] = self._type_of(device) in LOCAL_TYPES
+        return local
+
+    def _mounts_changed(self) -> bool:
+        """Whether the mount table changed since the last call (True the first time):
+        the kernel flags a change as ``POLLPRI`` on an open ``mountinfo``."""
+        if self._mounts is not None:
+            return bool(self._mounts.poll(0))
+        try:
+            fd = os.open(self._mountinfo, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return True
+        self._mounts = select.poll()
+        self._mounts.register(fd, select.POLLPRI)
+        return True
+
+    def _type_of(self, device: int) -> str | None:
+        """The type of the mounted file system whose device is ``device``."""
+        wanted = f"{os.major(device)}:{os.minor(device)}"
+        try:
+            with open(self._mountinfo, encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    # id parent major:minor root mountpoint options [optional...] - type ...
+                    fields = line.split()
+                    if len(fields) > 3 and fields[2] == wanted and "-" in fields:
+                        return fields[fields.index("-") + 1]
+        except OSError:
+            pass
+        return None
+
+
+LOCAL_OPENER = LocalOpener()
