@@ -67,6 +67,12 @@ class Admission:
                 and (not search or self._session_searching.get(session_id, 0)
                      < self.limits.per_session_searches))
 
+    def free_now(self, session_id: str, tool_class: ToolClass, search: bool = False) -> bool:
+        """Whether a call could be admitted at once without passing anyone waiting: one
+        that then runs to its end without a checkpoint (``Executor.execute_now``) holds no
+        slot, since nothing else runs meanwhile."""
+        return not self.waiting and self._free(session_id, tool_class, search)
+
     async def acquire(self, session_id: str, tool_class: ToolClass,
                       search: bool = False) -> None:
         """Take a class slot and a session slot together (and, for a ``search``, a search

@@ -71,11 +71,9 @@ class Executor:
                       ) -> ToolResult:
         """Run one call; ``task_status`` is started once it is registered (a ``tools.abort``
         read after it finds it), before anything is awaited."""
-        if self.tombstones.take((params.session_id, params.call_id, params.tool)):
-            self.calls.remember_settled(params.session_id, params.call_id, params.tool)
-            log.info("call %s/%s (%s) met its tombstone", params.session_id, params.call_id,
-                     params.tool)
-            return aborted_result(before_dispatch=True, details={"tombstone": True})
+        tombstoned = self._tombstoned(params)
+        if tombstoned is not None:
+            return tombstoned
         session = self._sessions.get(params.session_id)
         if session is None:
             return error_result(ErrorCode.NOT_FOUND, f"unknown session {params.session_id!r}",
@@ -94,6 +92,52 @@ class Executor:
             return await self._run(call, spec, session, params.args, force_ask=params.ask)
         finally:
             self.calls.settle(call)
+
+    def execute_now(self, params: ToolsExecuteParams) -> ToolResult | None:
+        """The call's result, if it can be had at once with nothing awaited, else ``None``
+        (and nothing done): ``execute`` then runs it.
+
+        At once means: a built-in tool with an inline body (``ToolSpec.inline``) that answers
+        these arguments (a small local file for Read), allowed without asking, with an
+        admission slot free and nobody waiting for one. Then no task, cancel scope or call
+        record is made: no other task runs before the result, so nothing could observe the
+        call or stop it (a ``tools.abort`` read after finds it settled). Its
+        ``tools.started`` is sent all the same, just before the result."""
+        tombstoned = self._tombstoned(params)
+        if tombstoned is not None:
+            return tombstoned
+        spec = self._tools.get(params.tool)
+        session = self._sessions.get(params.session_id)
+        if (spec is None or spec.inline is None or session is None or params.ask
+                or self.calls.find_any(params.session_id, params.call_id) is not None
+                or evaluate(session.permission_mode, spec.name, spec.tool_class,
+                            session.allowed, session.denied) is not Verdict.ALLOW
+                or not self.admission.free_now(params.session_id, spec.tool_class,
+                                               spec.search)):
+            return None
+        try:
+            args = msgspec.convert(params.args, spec.args_type)
+        except msgspec.ValidationError:
+            return None  # ``execute`` says what is wrong
+        ctx = ToolContext(workspace=session.workspace, config=self._config.tools,
+                          stop=trio.Event(), emit_output=_no_output)
+        try:
+            result = spec.run_inline(args, ctx)
+        except Exception as exc:  # noqa: BLE001 - logged and mapped by _failed
+            result = _failed(spec.name, exc)
+        if result is None:
+            return None
+        self._runtime.tool_started(ToolsStartedParams(params.session_id, params.call_id))
+        self.calls.remember_settled(params.session_id, params.call_id, params.tool)
+        return msgspec.structs.replace(result, body_invoked=True)
+
+    def _tombstoned(self, params: ToolsExecuteParams) -> ToolResult | None:
+        if not self.tombstones.take((params.session_id, params.call_id, params.tool)):
+            return None
+        self.calls.remember_settled(params.session_id, params.call_id, params.tool)
+        log.info("call %s/%s (%s) met its tombstone", params.session_id, params.call_id,
+                 params.tool)
+        return aborted_result(before_dispatch=True, details={"tombstone": True})
 
     async def _run(self, call: Call, spec: ToolSpec, session: HostSession,
                    raw_args: dict[str, Any], *, force_ask: bool = False) -> ToolResult:
@@ -171,7 +215,8 @@ class Executor:
             on_stop=call.stop_hooks.append,
             emit_output=lambda stream, text: self._emit(call, stream, text),
             env_marker={ENV_MARKER: f"{self.marker_value}:{call.session_id}:{call.call_id}"},
-            cgroup_name=call_cgroup_name(self.marker_value, call.session_id, call.call_id),
+            cgroup_name_of=lambda: call_cgroup_name(self.marker_value, call.session_id,
+                                                    call.call_id),
         )
         if call.tool_class in (ToolClass.MUTATING, ToolClass.PLUGIN):
             return await self._awaited(call, spec, args, ctx)
@@ -183,10 +228,8 @@ class Executor:
                         ctx: ToolContext) -> ToolResult:
         try:
             return await spec.run(args, ctx)
-        except Exception as exc:  # the one mapping of tool-body failures to TOOL_FAILED
-            log.exception("tool %s failed", call.tool)
-            return error_result(ErrorCode.TOOL_FAILED, f"{call.tool} failed: {exc}",
-                                body_invoked=True)
+        except Exception as exc:  # noqa: BLE001 - logged and mapped by _failed
+            return _failed(call.tool, exc)
 
     async def _awaited(self, call: Call, spec: ToolSpec, args: Any,
                        ctx: ToolContext) -> ToolResult:
@@ -272,3 +315,13 @@ class Executor:
             while self.shielded_bodies:
                 await self._body_ended.park()
         return self.shielded_bodies
+
+
+def _failed(tool: str, exc: Exception) -> ToolResult:
+    """The one mapping of a tool body's unexpected failure: ``TOOL_FAILED``."""
+    log.exception("tool %s failed", tool)
+    return error_result(ErrorCode.TOOL_FAILED, f"{tool} failed: {exc}", body_invoked=True)
+
+
+def _no_output(stream: str, text: str) -> None:
+    raise AssertionError("an inline body streams no output")

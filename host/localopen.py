@@ -6,8 +6,9 @@ on abandonable reader threads (``host.tools.readers``). A thread hop costs a `Re
 of its CPU, though (``docs/benchmarks.md``), so a small file reached this way is read on
 the event loop instead:
 
-- the root's file system is a local disk or memory one (``LOCAL_TYPES``, by the device
-  of the root as opened now, looked up in ``/proc/self/mountinfo``);
+- every file system the root's path passes through is a local disk or memory one
+  (``LOCAL_TYPES``: each mount on the root or on an ancestor of it, from
+  ``/proc/self/mountinfo``, read again when the kernel says the mount table changed);
 - the file is opened with ``openat2`` from the root with ``RESOLVE_BENEATH`` (the walk
   cannot leave the root), ``RESOLVE_NO_XDEV`` (nor cross into another mount, so no
   network or FUSE file system mounted inside the workspace is ever entered) and
@@ -18,9 +19,11 @@ Anything else (a symlink anywhere in the path, ``..`` above the root, a mount po
 missing file, another file system, a kernel or seccomp policy without ``openat2``) is
 ``None``: the caller takes the reader thread and the workspace's own resolution, which
 reports the case as before. The kernel's walk is race-free (no window between check and
-open), so no ``/proc`` check of the descriptor is needed. What stays on the loop: the
-walk of the root's own path (its dentries are cached; it was resolved when the session
-opened) and reads of a local disk, which end.
+open), so no ``/proc`` check of the descriptor is needed. What stays on the loop is
+work on local file systems only, which ends: the walk of the root's path, the file's
+walk and open, and its read (a disk's latency at worst; the file is small). One
+exception is left: an automount point inside the workspace may be triggered (and waited
+for) before ``RESOLVE_NO_XDEV`` refuses it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from __future__ import annotations
 import errno
 import os
 import platform
+import re
 import select
 import stat
 from typing import Any
@@ -54,22 +58,21 @@ class LocalOpener:
         self._syscall: Any = None
         self._how: Any = None
         self.enabled = _SYSCALL_OPENAT2 is not None
-        self._local_devices: dict[int, bool] = {}
+        self._local_roots: dict[str, bool] = {}
         self._mounts: select.poll | None = None  # signals a change of the mount table
 
     def open_small(self, root: str, os_rel: str, max_size: int) -> int | None:
         """An open descriptor of ``os_rel`` (``os`` spelling, relative to ``root``) if it
         is a regular file of at most ``max_size`` bytes reached as the module says; else
         ``None``. The caller owns the descriptor."""
-        if not self.enabled or not os_rel or os_rel.startswith("/") or "\x00" in os_rel:
+        if (not self.enabled or not os_rel or os_rel.startswith("/") or "\x00" in os_rel
+                or not self._root_is_local(root)):
             return None
         try:
             root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             return None
         try:
-            if not self._is_local(os.fstat(root_fd).st_dev):
-                return None
             fd = self._openat2(root_fd, os_rel)
         finally:
             os.close(root_fd)
@@ -120,13 +123,18 @@ class LocalOpener:
         self._syscall = openat2
         self._how = how  # kept alive: the reference above points into it
 
-    def _is_local(self, device: int) -> bool:
+    def _root_is_local(self, root: str) -> bool:
+        """Whether every file system the walk to ``root`` passes through is local: each
+        mount on ``root`` or on one of its ancestors (so opening the root by its path never
+        waits on a network or FUSE server either)."""
         if self._mounts_changed():
-            # Device numbers of virtual file systems are reused after an unmount.
-            self._local_devices.clear()
-        local = self._local_devices.get(device)
+            self._local_roots.clear()
+        local = self._local_roots.get(root)
         if local is None:
-            local = self._local_devices[device] = self._type_of(device) in LOCAL_TYPES
+            types = [fstype for point, fstype in self._mount_table()
+                     if point == "/" or root == point or root.startswith(point + "/")]
+            local = self._local_roots[root] = bool(types) and all(
+                t in LOCAL_TYPES for t in types)
         return local
 
     def _mounts_changed(self) -> bool:
@@ -142,19 +150,28 @@ class LocalOpener:
         self._mounts.register(fd, select.POLLPRI)
         return True
 
-    def _type_of(self, device: int) -> str | None:
-        """The type of the mounted file system whose device is ``device``."""
-        wanted = f"{os.major(device)}:{os.minor(device)}"
+    def _mount_table(self) -> list[tuple[str, str]]:
+        """(mount point, file system type) of every mount (``[]`` if it cannot be read)."""
+        table = []
         try:
-            with open(self._mountinfo, encoding="utf-8", errors="replace") as f:
+            with open(self._mountinfo, "rb") as f:
                 for line in f:
                     # id parent major:minor root mountpoint options [optional...] - type ...
                     fields = line.split()
-                    if len(fields) > 3 and fields[2] == wanted and "-" in fields:
-                        return fields[fields.index("-") + 1]
+                    if len(fields) > 6 and b"-" in fields[6:]:
+                        point = os.fsdecode(_OCTAL.sub(_unescape, fields[4]))
+                        table.append((point, os.fsdecode(fields[fields.index(b"-", 6) + 1])))
         except OSError:
-            pass
-        return None
+            return []
+        return table
+
+
+_OCTAL = re.compile(rb"\\([0-7]{3})")
+
+
+def _unescape(match: re.Match[bytes]) -> bytes:
+    """mountinfo writes a space, tab, newline or backslash of a path as ``\\ooo``."""
+    return bytes([int(match.group(1), 8)])
 
 
 LOCAL_OPENER = LocalOpener()

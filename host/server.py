@@ -53,7 +53,14 @@ from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
 from protocol.tools import Decision, ToolResult, error_result
 from protocol.version import PROTOCOL_VERSION, check_compatible
 from runtime.shared import cgroups
-from runtime.shared.rpc import ConnectionClosed, Endpoint, Handler, effect_status, effect_taken
+from runtime.shared.rpc import (
+    ConnectionClosed,
+    Endpoint,
+    Handler,
+    InstantHandler,
+    effect_status,
+    effect_taken,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +121,8 @@ class HostServer:
         self.initialized = False
         for method, handler in self.handlers.items():
             self.endpoint.add_handler(method, handler)
+        for method, instant in self.instant_handlers.items():
+            self.endpoint.add_instant_handler(method, instant)
 
     @property
     def handlers(self) -> dict[str, Handler]:
@@ -131,6 +140,21 @@ class HostServer:
             "host.stats": after(self.stats),
             "shutdown": self.shutdown,
         }
+
+    @property
+    def instant_handlers(self) -> dict[str, InstantHandler]:
+        """Answered in the link's reader when they can be (each declines before the
+        handshake: its ``handlers`` entry then refuses the request)."""
+        return {
+            "tools.execute": self._execute_now,
+            "tools.abort": lambda params: self.manager.abort(params) if self.initialized
+            else None,
+            "host.stats": lambda params: self._stats() if self.initialized else None,
+        }
+
+    def _execute_now(self, params: ToolsExecuteParams) -> msgspec.Raw | None:
+        result = self.manager.executor.execute_now(params) if self.initialized else None
+        return None if result is None else sendable(result)
 
     def _after_handshake(self, handler: Callable[[Any], Awaitable[Any]]) -> Handler:
         async def guarded(params: Any) -> Any:
@@ -211,6 +235,9 @@ class HostServer:
         return ToolsForceResult(forced, detail)
 
     async def stats(self, params: Empty) -> HostStatsResult:
+        return self._stats()
+
+    def _stats(self) -> HostStatsResult:
         m = self.manager
         calls = tuple(HostCallInfo(c.session_id, c.call_id, c.phase) for c in m.calls
                       if c.phase is not None)

@@ -51,6 +51,8 @@ class TombstoneRegistry:
 
     def take(self, key: TombstoneKey) -> bool:
         """Consume the tombstone for ``key``; True if a live one was there."""
+        if not self._entries:
+            return False  # the common case: no digest to compute
         expiry = self._entries.pop(_digest(key), None)
         if expiry is None:
             return False

@@ -20,7 +20,7 @@ __all__ = ["TOOLS", "HostToolConfig", "ToolContext", "ToolInputError", "ToolSpec
 
 TOOLS: dict[str, ToolSpec] = {
     spec.name: spec for spec in (
-        ToolSpec("Read", ReadArgs, TOOL_CLASSES["Read"], read.run),
+        ToolSpec("Read", ReadArgs, TOOL_CLASSES["Read"], read.run, inline=read.run_inline),
         ToolSpec("Glob", GlobArgs, TOOL_CLASSES["Glob"], glob.run, search=True),
         ToolSpec("Grep", GrepArgs, TOOL_CLASSES["Grep"], grep.run, search=True),
         ToolSpec("Write", WriteArgs, TOOL_CLASSES["Write"], write.run),

@@ -60,9 +60,14 @@ class ToolContext:
     on_stop: Callable[[Callable[[], None]], None] = lambda hook: None
     """Register a hook the call's first stop runs as it arrives, before any task wakes
     (``Call.stop_hooks``): a process tool TERMs its tree there. It must not raise."""
-    cgroup_name: str | None = None
+    cgroup_name_of: Callable[[], str | None] = lambda: None
     """The name of the call's cgroup (``runtime.shared.cgroups.call_cgroup_name``), where there are
-    cgroups: the runtime can find it by the same name."""
+    cgroups: the runtime can find it by the same name. Computed when a tool asks for it (a
+    digest: most calls spawn nothing)."""
+
+    @property
+    def cgroup_name(self) -> str | None:
+        return self.cgroup_name_of()
 
     @property
     def marker(self) -> tuple[str, str] | None:
@@ -73,6 +78,7 @@ class ToolContext:
 
 
 ToolBody = Callable[[Any, ToolContext], Awaitable[ToolResult]]
+InlineBody = Callable[[Any, ToolContext], "ToolResult | None"]
 
 
 @dataclass(frozen=True)
@@ -89,10 +95,21 @@ class ToolSpec:
     search: bool = False
     """A search (a ripgrep process over a tree): admitted under the session's search bound
     too (``AdmissionLimits.per_session_searches``)."""
+    inline: InlineBody | None = None
+    """The body's answer at once, on the event loop, for the inputs it can answer without
+    blocking (a small local file for Read), else ``None``; the host then answers the call
+    without a task of its own (``Executor.execute_now``)."""
 
     async def run(self, args: Any, ctx: ToolContext) -> ToolResult:
         try:
             return await self.body(args, ctx)
+        except ToolInputError as exc:
+            return error_result(exc.code, exc.message, body_invoked=True)
+
+    def run_inline(self, args: Any, ctx: ToolContext) -> ToolResult | None:
+        assert self.inline is not None
+        try:
+            return self.inline(args, ctx)
         except ToolInputError as exc:
             return error_result(exc.code, exc.message, body_invoked=True)
 

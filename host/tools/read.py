@@ -150,12 +150,20 @@ class _Lines:
         })
 
 
-async def run(args: ReadArgs, ctx: ToolContext) -> ToolResult:
-    # A small file on the root's own local file system is read here, on the loop: it
-    # cannot block without bound, and a thread hop would cost most of the call
-    # (``host.localopen``). Anything else takes an abandonable reader thread.
+def run_inline(args: ReadArgs, ctx: ToolContext) -> ToolResult | None:
+    """A small file on the root's own local file system, read on the loop: it cannot block
+    without bound, and a thread hop would cost most of the call (``host.localopen``).
+    ``None`` for anything else."""
     small = ctx.workspace.read_local_small(args.path, INLINE_MAX)
-    if small is not None:
-        return read_small(small[0], args, ctx.config.read_max_bytes, small[1])
+    if small is None:
+        return None
+    return read_small(small[0], args, ctx.config.read_max_bytes, small[1])
+
+
+async def run(args: ReadArgs, ctx: ToolContext) -> ToolResult:
+    """On the loop if it can be (``run_inline``), else on an abandonable reader thread."""
+    answer = run_inline(args, ctx)
+    if answer is not None:
+        return answer
     return await run_abandonable(partial(read_text, ctx.workspace, args,
                                          ctx.config.read_max_bytes))

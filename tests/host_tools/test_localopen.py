@@ -96,35 +96,58 @@ async def test_a_large_file_is_read_on_a_thread_and_whole(harness: Harness,
 def test_another_mount_under_the_root_is_not_entered(tmp_path: Path) -> None:
     """``/proc`` is a mount under ``/``: reaching it from ``/`` leaves ``/``'s file system."""
     opener = LocalOpener()
+    if not opener._root_is_local("/"):
+        pytest.skip("/ is not on a local file system here")
     (tmp_path / "f").write_text("x")
-    rel = os.path.relpath(tmp_path / "f", "/")
-    root_local = opener._is_local(os.stat("/").st_dev)
-    fd = opener.open_small("/", rel, 100)
-    if not root_local or os.stat(tmp_path).st_dev != os.stat("/").st_dev:
-        assert fd is None
-    else:
+    fd = opener.open_small("/", os.path.relpath(tmp_path / "f", "/"), 100)
+    if os.stat(tmp_path).st_dev == os.stat("/").st_dev:
         assert fd is not None
         os.close(fd)
+    else:
+        assert fd is None  # the temporary directory is a mount of its own
     assert opener.open_small("/", "proc/self/status", 1 << 20) is None
+
+
+def _table(tmp_path: Path, *mounts: tuple[str, str]) -> str:
+    fake = tmp_path / "mountinfo"
+    fake.write_bytes(b"".join(
+        b"%d 1 0:%d / %s rw shared:1 - %s src rw\n"
+        % (36 + i, 40 + i, point.replace(" ", "\\040").encode(), fstype.encode())
+        for i, (point, fstype) in enumerate(mounts)))
+    return str(fake)
 
 
 def test_a_root_on_a_file_system_not_known_local_is_left_to_the_thread(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
-    device = os.stat(tmp_path).st_dev
-    fake = tmp_path / "mountinfo"
-    fake.write_text(f"36 1 {os.major(device)}:{os.minor(device)} / / rw - nfs4 srv:/x rw\n")
-    assert LocalOpener(str(fake)).open_small(str(tmp_path), "f", 100) is None
-    fake.write_text(f"36 1 {os.major(device)}:{os.minor(device)} / / rw - ext4 /dev/x rw\n")
-    fd = LocalOpener(str(fake)).open_small(str(tmp_path), "f", 100)
+    assert LocalOpener(_table(tmp_path, ("/", "nfs4"))).open_small(
+        str(tmp_path), "f", 100) is None
+    fd = LocalOpener(_table(tmp_path, ("/", "ext4"))).open_small(str(tmp_path), "f", 100)
     assert fd is not None
     os.close(fd)
 
 
-def test_a_device_not_in_the_mount_table_is_not_local(tmp_path: Path) -> None:
-    fake = tmp_path / "mountinfo"
-    fake.write_text("")
+def test_a_root_below_a_network_mount_is_left_to_the_thread(tmp_path: Path) -> None:
+    """The walk to the root passes through every mount on its ancestors."""
     (tmp_path / "f").write_text("x")
-    assert LocalOpener(str(fake)).open_small(str(tmp_path), "f", 100) is None
+    table = _table(tmp_path, ("/", "ext4"), (str(tmp_path.parent), "fuse.sshfs"),
+                   (str(tmp_path), "tmpfs"))
+    assert LocalOpener(table).open_small(str(tmp_path), "f", 100) is None
+    beside = _table(tmp_path, ("/", "ext4"), (str(tmp_path) + "-other", "nfs"))
+    fd = LocalOpener(beside).open_small(str(tmp_path), "f", 100)
+    assert fd is not None  # a mount named like the root's prefix is not on its path
+    os.close(fd)
+
+
+def test_mount_points_are_read_unescaped(tmp_path: Path) -> None:
+    table = _table(tmp_path, ("/", "ext4"), ("/srv/a b", "nfs"))
+    assert LocalOpener(table)._mount_table() == [("/", "ext4"), ("/srv/a b", "nfs")]
+    assert not LocalOpener(table)._root_is_local("/srv/a b/ws")
+    assert LocalOpener(table)._root_is_local("/srv/a")
+
+
+def test_a_root_no_mount_is_known_for_is_not_local(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    assert LocalOpener(_table(tmp_path)).open_small(str(tmp_path), "f", 100) is None
 
 
 def test_a_kernel_without_openat2_turns_the_loop_path_off(tmp_path: Path,
@@ -166,7 +189,7 @@ def test_a_mount_inside_the_workspace_is_not_crossed_and_is_seen(tmp_path: Path)
     if unshare is None or os.geteuid() != 0:
         pytest.skip("needs unshare and root")
     root = os.path.realpath(tmp_path)
-    if not LocalOpener()._is_local(os.stat(root).st_dev):
+    if not LocalOpener()._root_is_local(root):
         pytest.skip("the temporary directory is not on a local file system")
     probe = subprocess.run(
         [unshare, "--mount", "--propagation", "private", sys.executable, "-c", _MOUNT_PROBE,

@@ -4,7 +4,13 @@ Both processes use it: the runtime for its client and host links, the host for
 its runtime link.
 """
 
-from runtime.shared.rpc.dispatch import Handler, NotificationHandler, effect_status, effect_taken
+from runtime.shared.rpc.dispatch import (
+    Handler,
+    InstantHandler,
+    NotificationHandler,
+    effect_status,
+    effect_taken,
+)
 from runtime.shared.rpc.endpoint import (
     ConnectionClosed,
     Endpoint,
@@ -13,5 +19,6 @@ from runtime.shared.rpc.endpoint import (
     SentRequest,
 )
 
-__all__ = ["ConnectionClosed", "Endpoint", "Handler", "NotSent", "NotificationHandler",
+__all__ = ["ConnectionClosed", "Endpoint", "Handler", "InstantHandler", "NotSent",
+           "NotificationHandler",
            "OversizedMessage", "SentRequest", "effect_status", "effect_taken"]

@@ -54,6 +54,9 @@ from runtime.shared.rpc.jsonrpcserver_load import (
 log = logging.getLogger(__name__)
 
 Handler = Callable[[Any], Awaitable[msgspec.Struct]]
+InstantHandler = Callable[[Any], "msgspec.Struct | msgspec.Raw | None"]
+"""A request's answer at once, in the reader (no task), or ``None``: the request's
+``Handler`` then runs as usual. It must not block, and takes its effect as it answers."""
 NotificationHandler = Callable[[Any], None]
 
 
@@ -136,16 +139,41 @@ async def _dispatch(methods: dict[str, Handler], request: IncomingRequest) -> Re
     handler: Handler = found._value
     try:
         result = Success(await handler(request.params))
-    except Exception as exc:  # the one mapping of handler failures for this endpoint
-        rpc_error = _rpc_error_of(exc)
-        if rpc_error is None:
-            log.exception("handler of %s failed", request.method)
-            result = Error(int(ErrorCode.INTERNAL), ERROR_MESSAGES[ErrorCode.INTERNAL])
-        else:
-            result = Error(int(rpc_error.code), rpc_error.message, rpc_error.data)
+    except Exception as exc:  # noqa: BLE001 - the one mapping (_failure logs it)
+        result = _failure(exc, request.method)
+    return _response(result, request.id)
+
+
+def dispatch_now(methods: dict[str, InstantHandler], request: IncomingRequest
+                 ) -> Response | None:
+    """The response of ``request``'s instant handler, or ``None`` if it has none or it
+    declined (the request is then dispatched as usual, ``dispatch_request``)."""
+    found = get_method(methods, request.method)
+    if isinstance(found, Left):
+        return None
+    handler: InstantHandler = found._value
+    try:
+        value = handler(request.params)
+        if value is None:
+            return None
+        result = Success(value)
+    except Exception as exc:  # noqa: BLE001 - the same mapping as _dispatch's
+        result = _failure(exc, request.method)
+    return _response(result, request.id)
+
+
+def _failure(exc: Exception, method: str) -> Any:
+    rpc_error = _rpc_error_of(exc)
+    if rpc_error is None:
+        log.exception("handler of %s failed", method)
+        return Error(int(ErrorCode.INTERNAL), ERROR_MESSAGES[ErrorCode.INTERNAL])
+    return Error(int(rpc_error.code), rpc_error.message, rpc_error.data)
+
+
+def _response(result: Any, request_id: RequestId | None) -> Response:
     if isinstance(result, Left):
-        return _error_response(result._error, request.id)
-    return ResultResponse("2.0", result._value.result, request.id)
+        return _error_response(result._error, request_id)
+    return ResultResponse("2.0", result._value.result, request_id)
 
 
 def _rpc_error_of(exc: BaseException) -> RpcError | None:

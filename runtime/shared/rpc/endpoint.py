@@ -53,7 +53,10 @@ from protocol.methods import Direction, RequestId
 from runtime.shared.rpc.batch import BatchReply
 from runtime.shared.rpc.dispatch import (
     Handler,
+    InstantHandler,
     NotificationHandler,
+    Response,
+    dispatch_now,
     dispatch_request,
     effect_taken,
     encode_responses,
@@ -139,6 +142,7 @@ class Endpoint:
         self._incoming = incoming
         self._outgoing = outgoing
         self._handlers: dict[str, Handler] = dict(handlers or {})
+        self._instant: dict[str, InstantHandler] = {}
         self._notification_handlers = dict(notification_handlers or {})
         self._max_frame_size = max_frame_size
         self._ids = itertools.count(1)
@@ -155,6 +159,11 @@ class Endpoint:
 
     def add_handler(self, method: str, handler: Handler) -> None:
         self._handlers[method] = handler
+
+    def add_instant_handler(self, method: str, handler: InstantHandler) -> None:
+        """Answer ``method`` in the reader when ``handler`` can (no task, no wake-up): its
+        ``Handler`` runs only when it declines."""
+        self._instant[method] = handler
 
     def add_notification_handler(self, method: str, handler: NotificationHandler) -> None:
         self._notification_handlers[method] = handler
@@ -324,6 +333,9 @@ class Endpoint:
                 await self._handle_member(item, reply)
             reply.close()
         elif isinstance(parsed, IncomingRequest):
+            if self._instant and (now := self._answer_now(parsed)) is not None:
+                self._enqueue_quietly(now)
+                return
             started = trio.current_time()
             await start_in_order(self._nursery, self._serve_request, parsed)
             if trio.current_time() - started > SLOW_EFFECT:
@@ -341,6 +353,9 @@ class Endpoint:
     async def _handle_member(self, item: Incoming, reply: BatchReply) -> None:
         assert self._nursery is not None
         if isinstance(item, IncomingRequest):
+            if self._instant and (now := self._answer_now(item, room=2)) is not None:
+                reply.add(now)
+                return
             await start_in_order(self._nursery, self._serve_member, item, reply)
         elif isinstance(item, InvalidMessage):
             if item.respond:
@@ -384,10 +399,18 @@ class Endpoint:
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             log.debug("%s: message dropped, link closed", self.name)
 
+    def _answer_now(self, request: IncomingRequest, room: int = 0) -> bytes | None:
+        """The encoded answer of the request's instant handler, if it answers."""
+        response = dispatch_now(self._instant, request)
+        return None if response is None else self._fitted(request, response, room)
+
     async def _answer(self, request: IncomingRequest, task_status: trio.TaskStatus[None],
                       room: int = 0) -> bytes:
         """The encoded answer; ``room``: bytes the frame needs besides it (a batch's ``[]``)."""
         response = await dispatch_request(self._handlers, request, task_status=task_status)
+        return self._fitted(request, response, room)
+
+    def _fitted(self, request: IncomingRequest, response: Response, room: int) -> bytes:
         payload = encode_responses(response)
         if len(payload) + room > self._max_frame_size:
             # The peer would drop it and wait forever: answer with an error instead.
