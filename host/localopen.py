@@ -34,6 +34,7 @@ import platform
 import re
 import select
 import stat
+import time
 from typing import Any
 
 LOCAL_TYPES = frozenset({
@@ -41,6 +42,9 @@ LOCAL_TYPES = frozenset({
     "tmpfs", "ramfs", "overlay",
 })
 """File systems whose reads end without a network or a user-space server."""
+MOUNTS_RECHECK = 0.05
+"""Seconds a look at the mount table is trusted: a mount over an ancestor of a root is
+noticed this late at most (one inside the workspace is never crossed anyway)."""
 
 _SYSCALL_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
 _RESOLVE_NO_XDEV = 0x01
@@ -60,6 +64,7 @@ class LocalOpener:
         self.enabled = _SYSCALL_OPENAT2 is not None
         self._local_roots: dict[str, bool] = {}
         self._mounts: select.poll | None = None  # signals a change of the mount table
+        self._mounts_seen = 0.0
 
     def open_small(self, root: str, os_rel: str, max_size: int) -> int | None:
         """An open descriptor of ``os_rel`` (``os`` spelling, relative to ``root``) if it
@@ -138,9 +143,14 @@ class LocalOpener:
         return local
 
     def _mounts_changed(self) -> bool:
-        """Whether the mount table changed since the last call (True the first time):
-        the kernel flags a change as ``POLLPRI`` on an open ``mountinfo``."""
+        """Whether the mount table changed since the last look (True the first time): the
+        kernel flags a change as ``POLLPRI`` on an open ``mountinfo``. Looked at once per
+        ``MOUNTS_RECHECK`` at most (a system call per Read was a tenth of its cost)."""
         if self._mounts is not None:
+            now = time.monotonic()
+            if now - self._mounts_seen < MOUNTS_RECHECK:
+                return False
+            self._mounts_seen = now
             return bool(self._mounts.poll(0))
         try:
             fd = os.open(self._mountinfo, os.O_RDONLY | os.O_CLOEXEC)

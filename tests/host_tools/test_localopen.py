@@ -163,8 +163,8 @@ def test_a_kernel_without_openat2_turns_the_loop_path_off(tmp_path: Path,
 
 
 _MOUNT_PROBE = r"""
-import os, subprocess, sys
-from host.localopen import LocalOpener
+import os, subprocess, sys, time
+from host.localopen import MOUNTS_RECHECK, LocalOpener
 root = sys.argv[1]
 opener = LocalOpener()
 os.mkdir(os.path.join(root, "mnt"))
@@ -174,7 +174,10 @@ assert fd is not None, "before the mount"
 os.close(fd)
 assert not opener._mounts_changed()
 subprocess.run(["mount", "-t", "tmpfs", "none", os.path.join(root, "mnt")], check=True)
+assert not opener._mounts_changed(), "not looked at again so soon"
+time.sleep(MOUNTS_RECHECK)
 assert opener._mounts_changed(), "a mount is seen as a change"
+time.sleep(MOUNTS_RECHECK)
 assert not opener._mounts_changed(), "once"
 open(os.path.join(root, "mnt", "f"), "w").write("x")
 assert opener.open_small(root, "mnt/f", 100) is None, "a mount point is not crossed"
