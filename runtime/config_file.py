@@ -8,7 +8,6 @@ import argparse
 import json
 import os
 import pathlib
-import tomllib
 from typing import Any
 
 
@@ -37,14 +36,20 @@ def read_config_file(option: str | None) -> tuple[pathlib.Path | None, dict[str,
     named = option or os.environ.get("QUIESCE_CONFIG") or None
     path = pathlib.Path(named) if named else default_config_path()
     try:
-        with open(path, "rb") as file:
-            return path, tomllib.load(file)
+        file = open(path, "rb")
     except FileNotFoundError:
         if named:
             raise ConfigError(f"configuration file {str(path)!r} does not exist") from None
         return None, {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except OSError as exc:
         raise ConfigError(f"configuration file {str(path)!r}: {exc}") from exc
+    import tomllib  # here: most starts have no file, and the host is spawned after this
+
+    with file:
+        try:
+            return path, tomllib.load(file)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"configuration file {str(path)!r}: {exc}") from exc
 
 
 def host_config_json(raw: dict[str, Any]) -> str | None:
