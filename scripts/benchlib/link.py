@@ -12,6 +12,7 @@ answered, beside the MCP server's spawn and handshake.
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
@@ -257,6 +258,11 @@ async def mcp_peer(p: LinkPlan, out: LinkResults, workdir: pathlib.Path) -> None
 
 
 IMPORTS = (("startup-python", "start-up part: a bare `python -c pass`", "pass"),
+           ("startup-import-trio", "start-up part: `python` importing trio alone",
+            "import trio"),
+           ("startup-import-libraries", "start-up part: `python` importing the libraries "
+            "the host needs before its handshake (trio, msgspec, psutil)",
+            "import trio, msgspec, psutil"),
            ("startup-import-runtime", "start-up part: `python` importing the runtime "
             "(`runtime.cli`, `runtime.daemon`)", "import runtime.cli, runtime.daemon"),
            ("startup-import-host", "start-up part: `python` importing the host (`host.main`)",
@@ -275,12 +281,24 @@ async def startup_parts(p: LinkPlan, out: LinkResults, workdir: pathlib.Path,
     """What start-up is made of: the interpreter, and each process's imports (spawned
     until exit, interleaved)."""
     parts = [out.add(Series(key, title)) for key, title, _ in IMPORTS]
+    parts[0].notes.append(f"the project's own modules byte-compiled: {_compiled()}")
     for _ in range(p.startups):
         for series, (_, _, code) in zip(parts, IMPORTS, strict=True):
             argv = [sys.executable, str(LOADER)] if code is None else [sys.executable, "-c", code]
             start = now_ms()
             await trio.run_process(argv, env=env, cwd=workdir)
             series.samples.append(now_ms() - start)
+
+
+def _compiled() -> str:
+    """Whether every module of runtime/, host/ and protocol/ has a current cached bytecode
+    file (``scripts/bootstrap`` writes them; else each start compiles from source)."""
+    root = HERE.parent.parent
+    sources = [f for d in ("runtime", "host", "protocol") for f in (root / d).rglob("*.py")]
+    stale = [f for f in sources
+             if not (pyc := pathlib.Path(importlib.util.cache_from_source(str(f)))).exists()
+             or pyc.stat().st_mtime < f.stat().st_mtime]
+    return "yes" if not stale else f"no ({len(stale)} of {len(sources)} modules are not)"
 
 
 async def quiesce_startup(p: LinkPlan, out: LinkResults, workdir: pathlib.Path,

@@ -17,7 +17,8 @@ PROFILE_FINDINGS = "(profile: see \"Where the time goes\" below)"
 LINK_ROWS = ("floor-pipe-raw", "floor-pipe-epoll", "link-host-stats", "rtt-quiesce", "rtt-mcp",
              "throughput-host-stats", "throughput-quiesce", "throughput-runtool",
              "throughput-session-list", "throughput-mcp", "startup-quiesce", "startup-mcp",
-             "startup-python", "startup-import-runtime", "startup-import-host",
+             "startup-python", "startup-import-trio", "startup-import-libraries",
+             "startup-import-runtime", "startup-import-host",
              "startup-import-jsonrpcserver", "startup-import-jsonrpcserver-whole")
 MICRO_ROWS = ("micro-dispatch", "micro-handler", "micro-encode-request",
               "micro-decode-request", "micro-encode-result", "micro-decode-result",
@@ -79,14 +80,13 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
         f"{num(q)} ms = {num(over_stats)}x `host.stats` ({num(stats)} ms; the raw pipe "
         f"floor {num(f.med('floor-pipe-raw'))} ms)",
         _check(over_stats, lambda r: r <= 2),
-        f"the `Read` adds {num(_sub(q, stats))} ms to a bare request on the same link: the "
-        "host registers the call (its record, three cancel scopes, its state table), "
-        "evaluates permission, takes an admission slot, sends `tools.started` (one more "
-        "frame each way), hops to a reader thread and back "
-        f"({num(f.med('micro-reader-hop'))} µs for a no-op, and the wake-ups of two "
-        "threads sharing one GIL), resolves and opens the file (path confinement: "
-        "`realpath`, `stat`, `open`, `fstat`, the descriptor re-checked in `/proc`), and "
-        "encodes a larger answer. " + PROFILE_FINDINGS))
+        f"the `Read` adds {num(_sub(q, stats))} ms to a bare request on the same link: "
+        "the host checks tombstones, session, permission and admission, opens the file "
+        "beneath the workspace root with `openat2` (the root, the file, an `fstat`, the "
+        "read, two closes: a small file on the root's local file system is read on the "
+        "event loop, answered in the link's reader without a task), renders it, sends "
+        "`tools.started` (one more frame each way) and encodes a larger answer. "
+        + PROFILE_FINDINGS))
     faster = f.ratio("rtt-mcp", "rtt-quiesce")
     rows.append(GoalRow("1. tool call round trip", "≥ 5x faster than the MCP SDK",
                         f"{num(faster)}x ({num(f.med('rtt-mcp'))} ms vs. {num(q)} ms)",
@@ -105,10 +105,12 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
         f"the host spends {num(host_cpu)} µs of CPU per `Read` (all its threads; the runtime "
         f"side {num(runtime_cpu)} µs), and 10,000 calls/s needs under 100 µs on one core "
         "(the host's event loop is one thread, and the machine has two cores for both "
-        f"processes). A bare `host.stats` on the same link already costs the host "
-        f"{num(bare_cpu)} µs: reading and decoding the frame, a trio task per request "
-        "(the reader waits on an effect gate for its effect point: wire order), "
-        "the dispatch, encoding, the writer task's wake-up and write. " + PROFILE_FINDINGS))
+        f"processes, a third for this benchmark's own). A bare `host.stats` on the same "
+        f"link costs the host {num(bare_cpu)} µs (frame read and decoded, answered in the "
+        "reader, encoded, the writer's wake-up and write); what a `Read` adds is its own "
+        "work: about six system calls (1 to 5 µs each on this virtual machine) and the "
+        "Python of its checks, its rendering, its result and its `tools.started`. "
+        + PROFILE_FINDINGS))
     tr = f.ratio("throughput-quiesce", "throughput-mcp")
     rows.append(GoalRow("2. throughput, 64 in flight", "≥ 5x the MCP SDK's",
                         f"{num(tr)}x ({num(f.med('throughput-mcp'), 'calls/s')} calls/s)",
@@ -120,10 +122,11 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
         f"{num(_cpu_of(series, 'throughput-runtool', 'runtimeCpuUs'))} µs, host "
         f"{num(_cpu_of(series, 'throughput-runtool', 'hostCpuUs'))} µs a call)",
         _check(tc, lambda r: r >= 5_000),
-        "every call crosses both links: the daemon serves the client's request (a task, "
-        "its own dispatch) and sends the host's `tools.execute`, so it pays the host's "
-        "`Read` above plus a second link's per-request cost, with three processes on two "
-        "cores"))
+        "every call crosses both links: the daemon serves the client's request in a "
+        "task of its own (its effect gate, its dispatch, its wait for the host's answer) "
+        "and sends the host's `tools.execute`, which the host answers at once; the "
+        "daemon's CPU per call is about twice the host's, and three processes (client, "
+        "daemon, host) share two cores. " + PROFILE_FINDINGS))
     tl = f.med("throughput-session-list")
     rows.append(GoalRow(
         "2. throughput, 64 in flight", "`session.list` ≥ 10,000 requests/s (client link)",
@@ -136,16 +139,21 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
     sq, sm = f.med("startup-quiesce"), f.med("startup-mcp")
     rows.append(GoalRow("3. start-up", "< 250 ms", f"{num(sq)} ms",
                         _check(sq, lambda v: v < 250),
-                        "two CPython processes each import their modules: `quiesce serve` "
-                        "spawns its host first, so the two import side by side (the runtime's "
-                        "imports alone: "
-                        f"{num(f.med('startup-import-runtime'))} ms; the host's alone: "
-                        f"{num(f.med('startup-import-host'))} ms; a bare interpreter "
-                        f"{num(f.med('startup-python'))} ms), and it answers `initialize` "
-                        "only once the host has answered its own: on 2 cores start-up is "
-                        "bounded below by the slower of the two. jsonrpcserver, the "
-                        "dispatcher, is loaded without its package `__init__` "
-                        f"({num(f.med('startup-import-jsonrpcserver'))} ms alone, against "
+                        "`initialize` is answered once the host has answered its own "
+                        "handshake (its pid and tools are in the answer), so start-up is "
+                        "the host's path: `quiesce serve` starts an interpreter "
+                        f"({num(f.med('startup-python'))} ms bare), imports only what it "
+                        "needs to spawn the host, spawns it, and imports the rest beside "
+                        "it; the host starts its own interpreter and imports trio "
+                        f"({num(f.med('startup-import-trio'))} ms alone; with msgspec and "
+                        f"psutil {num(f.med('startup-import-libraries'))} ms), then its own "
+                        f"modules (all of the host: {num(f.med('startup-import-host'))} ms; "
+                        "the runtime's: "
+                        f"{num(f.med('startup-import-runtime'))} ms). The host's "
+                        "interpreter and libraries alone leave little of 250 ms. "
+                        "jsonrpcserver, the dispatcher, is loaded without its package "
+                        f"`__init__` ({num(f.med('startup-import-jsonrpcserver'))} ms "
+                        "alone, against "
                         f"{num(f.med('startup-import-jsonrpcserver-whole'))} ms for the whole "
                         "package with asyncio and jsonschema). The peer is one process "
                         "(importing the SDK, pydantic included)"))
@@ -304,13 +312,16 @@ PERF_METHOD = """\
 runtime's own `HostLink`, which spawns `python -m host` with its default configuration, as
 `quiesce serve` does; sessions use permission mode `auto`; each call is a `tools.execute` of
 `Read` on a 1-byte file, the trivial tool both sides have (the host's `Read` is the
-product's, unchanged: confined to the workspace, run on an abandonable reader thread). The
+product's, unchanged: confined to the workspace; a small file on the root's local file
+system, as here, is read on the host's event loop, anything else on an abandonable reader
+thread). The
 `host.stats` round trip and throughput beside it are the same link with no tool. Through the
 client link (`client_link`), a whole `quiesce serve` with 4 sessions answers `debug.runTool`
 of the same `Read` and `session.list`, each 64 in flight, with the daemon's and host's CPU
 per call. Throughput keeps 64 calls
 in flight over 4 sessions (the host admits 32 read-only calls at once and 32 per session,
-its defaults, so 32 run while 32 wait in admission); each round is 5,000 calls, the first
+its defaults; a `Read` answered at once in the host's reader holds no slot, since nothing
+else runs meanwhile); each round is 5,000 calls, the first
 round a warm-up. **The floor** (`benchlib/pipe_floor.py`) is a 200-byte raw `os.write` /
 `os.read` echo between two Python processes over pipes. **The peer** (`benchlib/mcp_peer.py`)
 is the official MCP Python SDK 2 (its `MCPServer`, FastMCP's successor, over stdio, and
@@ -324,26 +335,25 @@ codec** (`benchlib/micro.py`) are in process, each sample the mean of 2,000 oper
 
 
 PROFILE_READING = """\
-What the profiles said when this section was written (2 December 2026, the shared 2-core
-machine at load 3 to 8; `scripts/bench --profile`): the host's CPU per `Read` (700 to
-1,300 µs by load) went about a third to its event loop (trio's scheduler, epoll, the pipe
-streams and memory channels: a `Read` is six or so task wake-ups, the request's task, the
-reader's effect gate, the reader thread's answer, `tools.started` and the answer to the
-writer, and one scheduler pass costs tens of µs of CPython), an eighth to the call's
-lifecycle (its record with three cancel scopes, permission, admission, the result's
-classification), a tenth to the link's endpoint and codec, and a fifth to a quarter to the
-reader thread (the read itself: resolve, `open`, `fstat`, the descriptor's check in
-`/proc`, decoding; and the wake-ups of threads that share one GIL). jsonrpcserver is about
-1%. The runtime's side costs 160 to 360 µs a call, half of it trio's scheduler. No one stage
-is the 7 to 13x that 10,000 calls/s (under 100 µs a call) needs: what is left is the
-number of tasks and wake-ups per call and the interpreter's cost per step, not one slow
-piece. The changes of issue 20 (the reader threads instead of `to_thread`, the effect gate
-instead of `nursery.start`, admission without a context manager, small files read in one
-go) took a 64-in-flight `Read` flood from 660 to 730 calls/s to 870 to 1,060 (host CPU
-1,360 to 1,600 µs a call to 820 to 1,290) and a `host.stats` flood from 6,250 to 7,580 to
-7,760 to 11,240 requests/s (host CPU 130 to 160 µs to 90 to 120), in before/after runs
-interleaved at load 1.3 to 2.4; in bench runs at load 4 to 7 they were within the
-noise."""
+What the profiles said when this section was written (2 December 2026, 06:30 UTC, the
+shared 2-core machine at load about 1; `scripts/bench --profile`). Before this session's
+changes the host spent 1,000 to 1,400 µs of CPU per `Read`: a third in trio's scheduler
+(six or so task wake-ups a call: the request's task, the reader's effect gate, the reader
+thread's answer, `tools.started`, the writer), a quarter in the reader threads (a pool
+grown to a dozen threads by the GIL's hand-offs), an eighth in the call's lifecycle (its
+record with three cancel scopes, permission, admission). Two changes removed most of it:
+a small file on the root's own local file system is read on the event loop
+(`host/localopen.py`: `openat2` beneath the root, never crossing a mount, so no network or
+FUSE file system is ever entered there), and a call that can be answered at once (that
+`Read`, with a free admission slot and nobody waiting) is answered in the link's reader
+without a task (`Executor.execute_now`; `tools.abort` and `host.stats` too). Now the host
+spends about 100 µs a call (6,500 calls/s unprofiled in that profile): its scheduler 7%;
+the rest is the work itself, spread thin: the read and its path checks (about six system
+calls, 1 to 5 µs each on this virtual machine, and the rendering) a quarter, the
+interpreter's built-ins a quarter, the call's checks and result a seventh, the link's
+endpoint and the JSON codec an eighth each. The runtime's side of the link costs about
+50 µs a call. No stage is large enough that removing it alone reaches 10,000 calls/s; each
+figure also moves by a quarter between runs of the same code on this machine."""
 
 PROFILE_SCENARIOS = (
     ("read-throughput", "`Read`, 64 in flight, runtime -> host link (the bench plays the "
