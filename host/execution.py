@@ -102,7 +102,9 @@ class Executor:
         admission slot free and nobody waiting for one. Then no task, cancel scope or call
         record is made: no other task runs before the result, so nothing could observe the
         call or stop it (a ``tools.abort`` read after finds it settled). Its
-        ``tools.started`` is sent all the same, just before the result."""
+        ``tools.started`` is sent all the same, just before the result. A call id is
+        refused only while its call is in flight, so a second request with the same id,
+        even pipelined right behind, runs anew (as after any call settled)."""
         tombstoned = self._tombstoned(params)
         if tombstoned is not None:
             return tombstoned

@@ -9,11 +9,15 @@ the event loop instead:
 - every file system the root's path passes through is a local disk or memory one
   (``LOCAL_TYPES``: each mount on the root or on an ancestor of it, from
   ``/proc/self/mountinfo``, read again when the kernel says the mount table changed);
-- the file is opened with ``openat2`` from the root with ``RESOLVE_BENEATH`` (the walk
+- the root is opened by its path following no symlink (``RESOLVE_NO_SYMLINKS``: one
+  swapped in since for the root or an ancestor could lead anywhere), and is still on the
+  device it was on when that was checked (nothing mounted on it since);
+- the file is reached with ``openat2`` from the root with ``RESOLVE_BENEATH`` (the walk
   cannot leave the root), ``RESOLVE_NO_XDEV`` (nor cross into another mount, so no
   network or FUSE file system mounted inside the workspace is ever entered) and
-  ``RESOLVE_NO_SYMLINKS`` (so the path opened is the path named, lexically);
-- what was opened is a regular file.
+  ``RESOLVE_NO_SYMLINKS`` (so the path opened is the path named, lexically), as a path
+  only (``O_PATH``: nothing of the file is opened yet);
+- it is a regular file, and only then is it opened for reading, through that descriptor.
 
 Anything else (a symlink anywhere in the path, ``..`` above the root, a mount point, a
 missing file, another file system, a kernel or seccomp policy without ``openat2``) is
@@ -50,7 +54,10 @@ _SYSCALL_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
 _RESOLVE_NO_XDEV = 0x01
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
-_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC  # NONBLOCK: a FIFO does not block open
+_AT_FDCWD = -100
+_PATH_FLAGS = os.O_PATH | os.O_CLOEXEC  # a path only: nothing of the file is opened yet
+_READ = os.O_RDONLY | os.O_CLOEXEC
+_ROOT, _BENEATH = 0, 1  # the two ways of ``openat2`` used (``LocalOpener._load``)
 
 
 class LocalOpener:
@@ -60,9 +67,9 @@ class LocalOpener:
     def __init__(self, mountinfo: str = "/proc/self/mountinfo") -> None:
         self._mountinfo = mountinfo
         self._syscall: Any = None
-        self._how: Any = None
+        self._hows: Any = None
         self.enabled = _SYSCALL_OPENAT2 is not None
-        self._local_roots: dict[str, bool] = {}
+        self._root_devices: dict[str, int | None] = {}  # None: not on local file systems
         self._mounts: select.poll | None = None  # signals a change of the mount table
         self._mounts_seen = 0.0
 
@@ -70,37 +77,48 @@ class LocalOpener:
         """An open descriptor of ``os_rel`` (``os`` spelling, relative to ``root``) if it
         is a regular file of at most ``max_size`` bytes reached as the module says; else
         ``None``. The caller owns the descriptor."""
-        if (not self.enabled or not os_rel or os_rel.startswith("/") or "\x00" in os_rel
-                or not self._root_is_local(root)):
+        if not self.enabled or not os_rel or os_rel.startswith("/") or "\x00" in os_rel:
+            return None
+        device = self._root_device(root)
+        if device is None:
+            return None
+        # The root by its own path, following no symlink (one swapped in for it or for an
+        # ancestor since would lead anywhere), and still the file system checked (nothing
+        # mounted on it since the mount table was read).
+        root_fd = self._open(_AT_FDCWD, os.fsencode(root), _ROOT)
+        if root_fd is None:
             return None
         try:
-            root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            fd = self._openat2(root_fd, os_rel)
+            if os.fstat(root_fd).st_dev != device:
+                return None
+            path_fd = self._open(root_fd, os.fsencode(os_rel), _BENEATH)
         finally:
             os.close(root_fd)
-        if fd is None:
+        if path_fd is None:
             return None
         try:
-            st = os.fstat(fd)
+            st = os.fstat(path_fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > max_size:
+                return None
+            # Only a regular file is opened for reading (no device's driver runs here), and
+            # through the descriptor just checked, so it is that file.
+            return os.open(f"/proc/self/fd/{path_fd}", _READ)
         except OSError:
-            os.close(fd)
             return None
-        if not stat.S_ISREG(st.st_mode) or st.st_size > max_size:
-            os.close(fd)
-            return None
-        return fd
+        finally:
+            os.close(path_fd)
 
-    def _openat2(self, dir_fd: int, os_rel: str) -> int | None:
+    def _open(self, dir_fd: int, path: bytes, how: int) -> int | None:
         if self._syscall is None:
             self._load()
-        fd: int = self._syscall(dir_fd, os.fsencode(os_rel))
+            if self._syscall is None:
+                return None
+        fd: int = self._syscall(dir_fd, path, how)
         if fd >= 0:
             return fd
-        if -fd in (errno.ENOSYS, errno.EPERM):
-            # No openat2 here (an old kernel), or a seccomp policy refusing it.
+        if -fd == errno.ENOSYS or (-fd == errno.EPERM and how == _ROOT):
+            # No openat2 here (an old kernel), or a seccomp policy refusing it (a plain
+            # directory's path open is refused nothing else).
             self.enabled = False
         return None
 
@@ -111,36 +129,54 @@ class LocalOpener:
             _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
                         ("resolve", ctypes.c_uint64)]
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        syscall = libc.syscall
+        try:
+            syscall = ctypes.CDLL(None, use_errno=True).syscall
+        except (OSError, AttributeError):  # no C library to call through
+            self.enabled = False
+            return
         syscall.restype = ctypes.c_long
         syscall.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_char_p,
                             ctypes.POINTER(OpenHow), ctypes.c_size_t]
-        how = OpenHow(_FLAGS, 0, _RESOLVE_BENEATH | _RESOLVE_NO_XDEV | _RESOLVE_NO_SYMLINKS)
-        how_ref, size, number = ctypes.byref(how), ctypes.sizeof(how), _SYSCALL_OPENAT2
-        get_errno = ctypes.get_errno
+        hows = [OpenHow(_PATH_FLAGS | os.O_DIRECTORY, 0, _RESOLVE_NO_SYMLINKS),
+                OpenHow(_PATH_FLAGS, 0,
+                        _RESOLVE_BENEATH | _RESOLVE_NO_XDEV | _RESOLVE_NO_SYMLINKS)]
+        refs = [ctypes.byref(how) for how in hows]
+        size, number, get_errno = ctypes.sizeof(OpenHow), _SYSCALL_OPENAT2, ctypes.get_errno
 
-        def openat2(dir_fd: int, path: bytes) -> int:
+        def openat2(dir_fd: int, path: bytes, how: int) -> int:
             """The descriptor, or minus the errno."""
-            fd = int(syscall(number, dir_fd, path, how_ref, size))
+            fd = int(syscall(number, dir_fd, path, refs[how], size))
             return fd if fd >= 0 else -get_errno()
 
         self._syscall = openat2
-        self._how = how  # kept alive: the reference above points into it
+        self._hows = hows  # kept alive: the references above point into them
+
+    def _root_device(self, root: str) -> int | None:
+        """The device of ``root``, if every file system the walk to it passes through is
+        local (each mount on ``root`` or on one of its ancestors); else ``None``."""
+        if self._mounts_changed():
+            self._root_devices.clear()
+        if root in self._root_devices:
+            return self._root_devices[root]
+        if not self._root_is_local(root):
+            self._root_devices[root] = None
+            return None
+        fd = self._open(_AT_FDCWD, os.fsencode(root), _ROOT)
+        if fd is None:
+            return None  # not remembered: it may be there next time
+        try:
+            device = self._root_devices[root] = os.fstat(fd).st_dev
+        finally:
+            os.close(fd)
+        return device
 
     def _root_is_local(self, root: str) -> bool:
-        """Whether every file system the walk to ``root`` passes through is local: each
-        mount on ``root`` or on one of its ancestors (so opening the root by its path never
-        waits on a network or FUSE server either)."""
-        if self._mounts_changed():
-            self._local_roots.clear()
-        local = self._local_roots.get(root)
-        if local is None:
-            types = [fstype for point, fstype in self._mount_table()
-                     if point == "/" or root == point or root.startswith(point + "/")]
-            local = self._local_roots[root] = bool(types) and all(
-                t in LOCAL_TYPES for t in types)
-        return local
+        """Whether every mount on ``root`` or on one of its ancestors is of a local type, by
+        the mount table (so opening the root by its path never waits on a network or FUSE
+        server either)."""
+        types = [fstype for point, fstype in self._mount_table()
+                 if point == "/" or root == point or root.startswith(point + "/")]
+        return bool(types) and all(t in LOCAL_TYPES for t in types)
 
     def _mounts_changed(self) -> bool:
         """Whether the mount table changed since the last look (True the first time): the

@@ -17,6 +17,8 @@ from host import localopen
 from host.localopen import LOCAL_OPENER, LocalOpener
 from host.tools import TOOLS
 from host.tools import read as read_tool
+from host.tools.context import HostToolConfig, ToolContext
+from host.workspace import Workspace
 from protocol.tools import ReadArgs, ToolResult
 
 from .conftest import Harness
@@ -93,6 +95,58 @@ async def test_a_large_file_is_read_on_a_thread_and_whole(harness: Harness,
     assert result.details["lines"] == read_tool.INLINE_MAX // 5 + 10
 
 
+@pytest.mark.parametrize("swapped", ["root", "ancestor"])
+async def test_a_root_swapped_for_a_symlink_is_not_followed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swapped: str) -> None:
+    """The root (or a folder above it) replaced by a symlink after the session opened:
+    the loop path does not follow it out; the thread path refuses it, as before."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("s\n")
+    (tmp_path / "up" / "ws").mkdir(parents=True)
+    ctx = ToolContext(workspace=Workspace(tmp_path / "up" / "ws"), config=HostToolConfig(),
+                      stop=trio.Event(), emit_output=lambda stream, text: None)
+
+    async def read_secret() -> ToolResult:
+        with trio.fail_after(5):
+            return await TOOLS["Read"].run(ReadArgs("secret"), ctx)
+
+    assert (await read_secret()).code == "NOT_FOUND"
+    if swapped == "root":
+        (tmp_path / "up" / "ws").rename(tmp_path / "up" / "ws.old")
+        (tmp_path / "up" / "ws").symlink_to(outside)
+    else:
+        (tmp_path / "up").rename(tmp_path / "up.old")
+        (tmp_path / "up.old" / "ws").rename(tmp_path / "up.old" / "gone")
+        (tmp_path / "up.old" / "ws").symlink_to(outside)
+        (tmp_path / "up").symlink_to(tmp_path / "up.old")
+    threads = ThreadUse(monkeypatch)
+    answer = await read_secret()
+    assert threads.calls == 1
+    assert answer.code == "PATH_OUTSIDE_WORKSPACE", answer
+
+
+def test_a_fifo_is_never_opened_on_the_loop(tmp_path: Path) -> None:
+    """Only a regular file is opened for reading: a writer waiting for a FIFO's reader is
+    not let through by the check (a device's driver would not run either)."""
+    import threading
+
+    os.mkfifo(tmp_path / "fifo")
+    writer: list[int] = []
+    thread = threading.Thread(target=lambda: writer.append(
+        os.open(tmp_path / "fifo", os.O_WRONLY)), daemon=True)
+    thread.start()
+    try:
+        assert LocalOpener().open_small(str(tmp_path), "fifo", 100) is None
+        thread.join(0.2)
+        assert writer == [], "the FIFO was opened for reading"
+    finally:
+        os.close(os.open(tmp_path / "fifo", os.O_RDONLY | os.O_NONBLOCK))  # let it go
+        thread.join(5)
+        for fd in writer:
+            os.close(fd)
+
+
 def test_another_mount_under_the_root_is_not_entered(tmp_path: Path) -> None:
     """``/proc`` is a mount under ``/``: reaching it from ``/`` leaves ``/``'s file system."""
     opener = LocalOpener()
@@ -157,7 +211,7 @@ def test_a_kernel_without_openat2_turns_the_loop_path_off(tmp_path: Path,
     opener = LocalOpener()
     (tmp_path / "f").write_text("x")
     opener._load()
-    monkeypatch.setattr(opener, "_syscall", lambda dir_fd, path: -errno.ENOSYS)
+    monkeypatch.setattr(opener, "_syscall", lambda dir_fd, path, how: -errno.ENOSYS)
     assert opener.open_small(str(tmp_path), "f", 100) is None
     assert not opener.enabled
 
@@ -181,6 +235,15 @@ time.sleep(MOUNTS_RECHECK)
 assert not opener._mounts_changed(), "once"
 open(os.path.join(root, "mnt", "f"), "w").write("x")
 assert opener.open_small(root, "mnt/f", 100) is None, "a mount point is not crossed"
+time.sleep(MOUNTS_RECHECK)
+assert opener.open_small(root, "f", 100) is None  # not there yet
+open(os.path.join(root, "f"), "w").write("x")
+fd = opener.open_small(root, "f", 100)
+assert fd is not None
+os.close(fd)
+subprocess.run(["mount", "-t", "tmpfs", "none", root], check=True)
+open(os.path.join(root, "f"), "w").write("over")
+assert opener.open_small(root, "f", 100) is None, "a mount on the root, seen at once"
 print("ok")
 """
 
