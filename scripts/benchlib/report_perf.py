@@ -125,8 +125,8 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
         "every call crosses both links: the daemon serves the client's request in a "
         "task of its own (its effect gate, its dispatch, its wait for the host's answer) "
         "and sends the host's `tools.execute`, which the host answers at once; the "
-        "daemon's CPU per call is about twice the host's, and three processes (client, "
-        "daemon, host) share two cores. " + PROFILE_FINDINGS))
+        "daemon spends more CPU per call than the host, most of it in trio's scheduler, "
+        "and three processes (client, daemon, host) share two cores. " + PROFILE_FINDINGS))
     tl = f.med("throughput-session-list")
     rows.append(GoalRow(
         "2. throughput, 64 in flight", "`session.list` ≥ 10,000 requests/s (client link)",
@@ -134,8 +134,11 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
         f"{num(_cpu_of(series, 'throughput-session-list', 'runtimeCpuUs'))} µs a request)",
         _check(tl, lambda r: r >= 10_000),
         "a `session.list` is answered after a scan of the logs on disk that the lists "
-        "waiting for it share (a worker thread, `stat` of every log, the cache checked); "
-        "the rest is the client link's per-request cost, the same as `host.stats` above"))
+        "waiting for it share (a worker thread, `stat` of every log, the cache checked), "
+        "so each request is a task of its own that waits (its effect gate, its wait for "
+        "the scan, its answer): about half of the daemon's CPU per request is trio's "
+        "scheduler. Unlike `host.stats` it cannot be answered at once in the reader: the "
+        "disk may be slow or hung, and the loop must not wait on it. " + PROFILE_FINDINGS))
     sq, sm = f.med("startup-quiesce"), f.med("startup-mcp")
     rows.append(GoalRow("3. start-up", "< 250 ms", f"{num(sq)} ms",
                         _check(sq, lambda v: v < 250),
