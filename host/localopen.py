@@ -1,8 +1,9 @@
 """Opening a workspace file without leaving the workspace root's own local file system.
 
-A read can block without bound only where the kernel waits on something outside the
-machine (NFS, FUSE, SMB) or on a special file (a FIFO); that is why read-only bodies run
-on abandonable reader threads (``host.tools.readers``). A thread hop costs a `Read` most
+A read can block without bound where the kernel waits on something outside the machine
+(NFS, FUSE, SMB), on a special file (a FIFO, a device), or on another process (a write
+lease on the file); that is why read-only bodies run on abandonable reader threads
+(``host.tools.readers``). A thread hop costs a `Read` most
 of its CPU, though (``docs/benchmarks.md``), so a small file reached this way is read on
 the event loop instead:
 
@@ -17,17 +18,21 @@ the event loop instead:
   network or FUSE file system mounted inside the workspace is ever entered) and
   ``RESOLVE_NO_SYMLINKS`` (so the path opened is the path named, lexically), as a path
   only (``O_PATH``: nothing of the file is opened yet);
-- it is a regular file, and only then is it opened for reading, through that descriptor.
+- it is a regular file, and only then is it opened for reading, through that descriptor
+  (``/proc/self/fd``: without ``/proc`` this path is never taken), without waiting for a
+  lease another process holds on it.
 
 Anything else (a symlink anywhere in the path, ``..`` above the root, a mount point, a
 missing file, another file system, a kernel or seccomp policy without ``openat2``) is
 ``None``: the caller takes the reader thread and the workspace's own resolution, which
 reports the case as before. The kernel's walk is race-free (no window between check and
-open), so no ``/proc`` check of the descriptor is needed. What stays on the loop is
-work on local file systems only, which ends: the walk of the root's path, the file's
-walk and open, and its read (a disk's latency at worst; the file is small). One
-exception is left: an automount point inside the workspace may be triggered (and waited
-for) before ``RESOLVE_NO_XDEV`` refuses it.
+open), so the descriptor needs no confinement check of its own. What stays on the loop is
+work on local file systems: the walk of the root's path, the file's walk and open, and
+its read (a disk's latency at worst; the file is small). Not covered: an automount point
+inside the workspace may be triggered (and waited for) before ``RESOLVE_NO_XDEV`` refuses
+it; an on-access scanner (fanotify permission events) can hold an open or a read; and a
+"local" type on a block device that is itself remote (ext4 on iSCSI or nbd, a loop device
+backed by a file on NFS) is taken for local.
 """
 
 from __future__ import annotations
@@ -56,7 +61,11 @@ _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08
 _AT_FDCWD = -100
 _PATH_FLAGS = os.O_PATH | os.O_CLOEXEC  # a path only: nothing of the file is opened yet
-_READ = os.O_RDONLY | os.O_CLOEXEC
+_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+"""``O_NONBLOCK``: a file under another process's write lease (``F_SETLEASE``) would hold
+the open until the lease breaks (``lease-break-time``, 45 s by default); this way the
+open fails at once (``EWOULDBLOCK``) and the Read takes the thread. It changes nothing
+else for a regular file."""
 _ROOT, _BENEATH = 0, 1  # the two ways of ``openat2`` used (``LocalOpener._load``)
 
 
@@ -71,7 +80,14 @@ class LocalOpener:
         self.enabled = _SYSCALL_OPENAT2 is not None
         self._root_devices: dict[str, int | None] = {}  # None: not on local file systems
         self._mounts: select.poll | None = None  # signals a change of the mount table
+        self._mounts_fd: int | None = None
         self._mounts_seen = 0.0
+
+    def close(self) -> None:
+        """Close the mount table's descriptor (the process-wide opener is never closed)."""
+        if self._mounts_fd is not None:
+            os.close(self._mounts_fd)
+            self._mounts_fd = self._mounts = None
 
     def open_small(self, root: str, os_rel: str, max_size: int) -> int | None:
         """An open descriptor of ``os_rel`` (``os`` spelling, relative to ``root``) if it
@@ -189,11 +205,11 @@ class LocalOpener:
             self._mounts_seen = now
             return bool(self._mounts.poll(0))
         try:
-            fd = os.open(self._mountinfo, os.O_RDONLY | os.O_CLOEXEC)
+            self._mounts_fd = os.open(self._mountinfo, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return True
         self._mounts = select.poll()
-        self._mounts.register(fd, select.POLLPRI)
+        self._mounts.register(self._mounts_fd, select.POLLPRI)
         return True
 
     def _mount_table(self) -> list[tuple[str, str]]:

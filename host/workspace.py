@@ -7,7 +7,8 @@ symlinks (``realpath``), so the returned path contains no symlink at the moment
 of the check; tools call ``resolve`` again right before a side effect (after
 any permission wait) and, where they open something, verify the opened file
 descriptor with ``check_fd`` so a symlink swapped in between cannot redirect
-the operation outside the root.
+the operation outside the root. ``read_local_small`` needs neither: its file is reached
+with ``openat2`` beneath the root, following no symlink (``host.localopen``).
 
 Expected failures raise ``ToolInputError`` with a catalogue code; a tool turns
 it into an error result at one boundary.

@@ -1,9 +1,11 @@
 """The reader threads: where read-only tool bodies do their blocking work, abandonably.
 
 A read can block without bound (a hung network file system, a FUSE server that never
-answers), and a stop must still end its call at once, so a read never runs on the
-event loop: it runs on one of these threads, and a cancelled caller stops waiting for
-it (its result is dropped; the thread finishes the read or stays stuck in it, alone).
+answers), and a stop must still end its call at once, so a read that might never runs on
+the event loop: it runs on one of these threads, and a cancelled caller stops waiting for
+it (its result is dropped; the thread finishes the read or stays stuck in it, alone). The
+one read done on the loop is a small file the kernel reaches without leaving the root's
+local file systems (``host.localopen``).
 
 Why not ``trio.to_thread.run_sync`` per read, as before: per call it takes a capacity
 limiter token (a checkpoint), copies the context, hands the job to a thread of its

@@ -281,7 +281,8 @@ async def startup_parts(p: LinkPlan, out: LinkResults, workdir: pathlib.Path,
     """What start-up is made of: the interpreter, and each process's imports (spawned
     until exit, interleaved)."""
     parts = [out.add(Series(key, title)) for key, title, _ in IMPORTS]
-    parts[0].notes.append(f"the project's own modules byte-compiled: {_compiled()}")
+    host = next(s for s in parts if s.key == "startup-import-host")
+    host.notes.append(f"the project's own modules byte-compiled: {_compiled()}")
     for _ in range(p.startups):
         for series, (_, _, code) in zip(parts, IMPORTS, strict=True):
             argv = [sys.executable, str(LOADER)] if code is None else [sys.executable, "-c", code]

@@ -81,10 +81,11 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
         f"floor {num(f.med('floor-pipe-raw'))} ms)",
         _check(over_stats, lambda r: r <= 2),
         f"the `Read` adds {num(_sub(q, stats))} ms to a bare request on the same link: "
-        "the host checks tombstones, session, permission and admission, opens the file "
-        "beneath the workspace root with `openat2` (the root, the file, an `fstat`, the "
-        "read, two closes: a small file on the root's local file system is read on the "
-        "event loop, answered in the link's reader without a task), renders it, sends "
+        "the host checks tombstones, session, permission and admission, reaches the file "
+        "beneath the workspace root (two `openat2`, two `fstat`, the reopen through "
+        "`/proc/self/fd`, the read, three closes: a small file on the root's local file "
+        "system is read on the event loop, answered in the link's reader without a task), "
+        "renders it, sends "
         "`tools.started` (one more frame each way) and encodes a larger answer. "
         + PROFILE_FINDINGS))
     faster = f.ratio("rtt-mcp", "rtt-quiesce")
@@ -108,7 +109,7 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
         f"processes, a third for this benchmark's own). A bare `host.stats` on the same "
         f"link costs the host {num(bare_cpu)} µs (frame read and decoded, answered in the "
         "reader, encoded, the writer's wake-up and write); what a `Read` adds is its own "
-        "work: about six system calls (1 to 5 µs each on this virtual machine) and the "
+        "work: nine system calls (1 to 5 µs each on this virtual machine) and the "
         "Python of its checks, its rendering, its result and its `tools.started`. "
         + PROFILE_FINDINGS))
     tr = f.ratio("throughput-quiesce", "throughput-mcp")
@@ -152,8 +153,9 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
                         f"psutil {num(f.med('startup-import-libraries'))} ms), then its own "
                         f"modules (all of the host: {num(f.med('startup-import-host'))} ms; "
                         "the runtime's: "
-                        f"{num(f.med('startup-import-runtime'))} ms). The host's "
-                        "interpreter and libraries alone leave little of 250 ms. "
+                        f"{num(f.med('startup-import-runtime'))} ms): the host's "
+                        "interpreter and libraries alone take "
+                        f"{num(f.med('startup-import-libraries'))} ms of the 250. "
                         "jsonrpcserver, the dispatcher, is loaded without its package "
                         f"`__init__` ({num(f.med('startup-import-jsonrpcserver'))} ms "
                         "alone, against "
@@ -338,9 +340,9 @@ codec** (`benchlib/micro.py`) are in process, each sample the mean of 2,000 oper
 
 
 PROFILE_READING = """\
-What the profiles said when this section was written (2 December 2026, 06:30 UTC, the
-shared 2-core machine at load about 1; `scripts/bench --profile`). Before this session's
-changes the host spent 1,000 to 1,400 µs of CPU per `Read`: a third in trio's scheduler
+What the profiles said when this section was written (2 December 2026, about 05:30 UTC,
+the shared 2-core machine at load about 1; `scripts/bench --profile`). At commit e33c36a
+the host spent 1,000 to 1,400 µs of CPU per `Read`: a third in trio's scheduler
 (six or so task wake-ups a call: the request's task, the reader's effect gate, the reader
 thread's answer, `tools.started`, the writer), a quarter in the reader threads (a pool
 grown to a dozen threads by the GIL's hand-offs), an eighth in the call's lifecycle (its
@@ -349,13 +351,14 @@ a small file on the root's own local file system is read on the event loop
 (`host/localopen.py`: `openat2` beneath the root, never crossing a mount, so no network or
 FUSE file system is ever entered there), and a call that can be answered at once (that
 `Read`, with a free admission slot and nobody waiting) is answered in the link's reader
-without a task (`Executor.execute_now`; `tools.abort` and `host.stats` too). Now the host
+without a task (`Executor.execute_now`; `tools.abort` and `host.stats` too). After them the host
 spends about 100 µs a call (6,500 calls/s unprofiled in that profile): its scheduler 7%;
-the rest is the work itself, spread thin: the read and its path checks (about six system
+the rest is the work itself, spread thin: the read and its path checks (nine system
 calls, 1 to 5 µs each on this virtual machine, and the rendering) a quarter, the
 interpreter's built-ins a quarter, the call's checks and result a seventh, the link's
-endpoint and the JSON codec an eighth each. The runtime's side of the link costs about
-50 µs a call. No stage is large enough that removing it alone reaches 10,000 calls/s; each
+endpoint and the JSON codec an eighth each (that profile was taken before the file's
+path-only open and reopen were added, which cost about 15 µs more a call). The runtime's
+side of the link costs about 50 µs a call. No stage is large enough that removing it alone reaches 10,000 calls/s; each
 figure also moves by a quarter between runs of the same code on this machine."""
 
 PROFILE_SCENARIOS = (

@@ -57,8 +57,12 @@ async def exchange(workspace: pathlib.Path, env: dict[str, str], messages: list[
                 *done, buffer = buffer.split(b"\n")
                 lines += [msgspec.json.decode(line) for line in done]
         finally:
-            await process.stdin.aclose()
-            await process.wait()
+            with trio.CancelScope(shield=True), trio.move_on_after(10):
+                await process.stdin.aclose()  # the host stops what runs, and exits
+                await process.wait()
+            if process.returncode is None:
+                process.kill()  # its children die with it (parent-death signal)
+                await process.wait()
     return lines[2:] if all("id" in x for x in lines[:2]) else lines
 
 
@@ -100,18 +104,19 @@ async def test_pipelined_reads_and_aborts_keep_wire_order(tmp_path: pathlib.Path
 
 async def test_a_read_without_a_free_slot_waits_in_admission_and_is_stopped_there(
         tmp_path: pathlib.Path, marked: Marked) -> None:
-    """One read-only slot, held by a Grep stuck on a FIFO: a Read that could be answered
-    at once still waits for admission (the bound holds), and its stop finds it there."""
-    import os
-
+    """One read-only slot, held by a Grep that reads for minutes: a Read that could be
+    answered at once still waits for admission (the bound holds), and its stop finds it
+    there."""
     (tmp_path / "one").write_text("x\n")
-    os.mkfifo(tmp_path / "fifo")  # nobody writes it: ripgrep blocks reading it
+    with open(tmp_path / "big.txt", "wb") as big:
+        big.truncate(256 * 1024**3)  # sparse: ripgrep reads it for minutes
     grep = request("g", "tools.execute", {"sessionId": "s", "callId": "g", "tool": "Grep",
-                                          "args": {"pattern": "x", "path": "fifo"}})
+                                          "args": {"pattern": "zzz", "path": "big.txt"}})
     lines = await exchange(tmp_path, marked.env(), [
         grep, read("r1", "c1"), abort("a1", "c1"), abort("ag", "g", tool="Grep"),
     ], answers=4, config='{"admission": {"per_class": {"read-only": 1}}}')
     answers = {x["id"]: x for x in lines if isinstance(x, dict) and "id" in x}
+    assert answers["ag"]["result"]["state"] == "running", answers["ag"]
     assert answers["a1"]["result"]["state"] == "admission", answers["a1"]
     assert answers["r1"]["result"]["error"]["info"]["code"] == "ABORTED_BEFORE_DISPATCH"
     assert answers["g"]["result"]["error"]["info"]["code"] == "ABORTED"

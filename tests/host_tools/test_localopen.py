@@ -3,10 +3,13 @@ local file system, never changing what a Read answers, and never entering anothe
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,35 @@ from .conftest import Harness
 
 pytestmark = pytest.mark.skipif(not LOCAL_OPENER.enabled or sys.platform != "linux",
                                 reason="openat2 is Linux's, on x86_64 and aarch64")
+
+
+OpenerFactory = Callable[..., LocalOpener]
+
+
+@pytest.fixture
+def new_opener() -> Iterator[OpenerFactory]:
+    """Openers of a test, closed after it (each holds the mount table open)."""
+    made: list[LocalOpener] = []
+
+    def make(mountinfo: str = "/proc/self/mountinfo") -> LocalOpener:
+        made.append(LocalOpener(mountinfo))
+        return made[-1]
+
+    yield make
+    for opener in made:
+        opener.close()
+
+
+def _local_tmp() -> bool:
+    opener = LocalOpener()
+    try:
+        return opener._root_device(os.path.realpath(tempfile.gettempdir())) is not None
+    finally:
+        opener.close()
+
+
+needs_local_tmp = pytest.mark.skipif(not _local_tmp(), reason="the temporary directory is "
+                                     "not on local file systems: the loop path is never taken")
 
 
 class ThreadUse:
@@ -73,6 +105,7 @@ ON_THE_LOOP = {"one", "./one", "sub/two.txt", "sub/../one", "sub//two.txt", "emp
 loop as it would be on a thread)."""
 
 
+@needs_local_tmp
 @pytest.mark.parametrize("path", PATHS)
 async def test_the_loop_path_answers_every_read_as_the_thread_path_does(
         harness: Harness, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
@@ -126,7 +159,7 @@ async def test_a_root_swapped_for_a_symlink_is_not_followed(
     assert answer.code == "PATH_OUTSIDE_WORKSPACE", answer
 
 
-def test_a_fifo_is_never_opened_on_the_loop(tmp_path: Path) -> None:
+def test_a_fifo_is_never_opened_on_the_loop(tmp_path: Path, new_opener: OpenerFactory) -> None:
     """Only a regular file is opened for reading: a writer waiting for a FIFO's reader is
     not let through by the check (a device's driver would not run either)."""
     import threading
@@ -137,7 +170,7 @@ def test_a_fifo_is_never_opened_on_the_loop(tmp_path: Path) -> None:
         os.open(tmp_path / "fifo", os.O_WRONLY)), daemon=True)
     thread.start()
     try:
-        assert LocalOpener().open_small(str(tmp_path), "fifo", 100) is None
+        assert new_opener().open_small(str(tmp_path), "fifo", 100) is None
         thread.join(0.2)
         assert writer == [], "the FIFO was opened for reading"
     finally:
@@ -147,18 +180,55 @@ def test_a_fifo_is_never_opened_on_the_loop(tmp_path: Path) -> None:
             os.close(fd)
 
 
-def test_another_mount_under_the_root_is_not_entered(tmp_path: Path) -> None:
-    """``/proc`` is a mount under ``/``: reaching it from ``/`` leaves ``/``'s file system."""
-    opener = LocalOpener()
+_LEASE_HOLDER = r"""
+import fcntl, os, signal, sys, time
+signal.signal(signal.SIGIO, signal.SIG_IGN)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+print("held", flush=True)
+time.sleep(5)  # the lease lasts this long at most
+"""
+
+
+@needs_local_tmp
+def test_a_file_under_another_process_s_lease_is_left_to_the_thread(
+        tmp_path: Path, new_opener: OpenerFactory) -> None:
+    """An open of a file another process holds a write lease on waits until the lease is
+    broken (45 s by default): on the loop it must not wait at all."""
+    import time
+
+    (tmp_path / "f").write_text("x\n")
+    holder = subprocess.Popen([sys.executable, "-c", _LEASE_HOLDER, str(tmp_path / "f")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        assert new_opener().open_small(str(tmp_path), "f", 100) is None
+        assert time.monotonic() - started < 1.0
+    finally:
+        holder.kill()
+        holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
+
+
+def test_another_mount_under_the_root_is_not_entered(tmp_path: Path,
+                                                     new_opener: OpenerFactory) -> None:
+    """``/proc`` is a mount under ``/``: reaching it from ``/`` leaves ``/``'s file system
+    (as does reaching the temporary directory, if a mount of its own holds it)."""
+    opener = new_opener()
     if not opener._root_is_local("/"):
         pytest.skip("/ is not on a local file system here")
     (tmp_path / "f").write_text("x")
-    fd = opener.open_small("/", os.path.relpath(tmp_path / "f", "/"), 100)
-    if os.stat(tmp_path).st_dev == os.stat("/").st_dev:
+    real = os.path.realpath(tmp_path)
+    own_mount = any(point != "/" and (real == point or real.startswith(point + "/"))
+                    for point, _ in opener._mount_table())
+    fd = opener.open_small("/", os.path.relpath(real, "/") + "/f", 100)
+    if own_mount:
+        assert fd is None
+    else:
         assert fd is not None
         os.close(fd)
-    else:
-        assert fd is None  # the temporary directory is a mount of its own
     assert opener.open_small("/", "proc/self/status", 1 << 20) is None
 
 
@@ -171,44 +241,46 @@ def _table(tmp_path: Path, *mounts: tuple[str, str]) -> str:
     return str(fake)
 
 
-def test_a_root_on_a_file_system_not_known_local_is_left_to_the_thread(tmp_path: Path) -> None:
+def test_a_root_on_a_file_system_not_known_local_is_left_to_the_thread(
+        tmp_path: Path, new_opener: OpenerFactory) -> None:
     (tmp_path / "f").write_text("x")
-    assert LocalOpener(_table(tmp_path, ("/", "nfs4"))).open_small(
+    assert new_opener(_table(tmp_path, ("/", "nfs4"))).open_small(
         str(tmp_path), "f", 100) is None
-    fd = LocalOpener(_table(tmp_path, ("/", "ext4"))).open_small(str(tmp_path), "f", 100)
+    fd = new_opener(_table(tmp_path, ("/", "ext4"))).open_small(str(tmp_path), "f", 100)
     assert fd is not None
     os.close(fd)
 
 
-def test_a_root_below_a_network_mount_is_left_to_the_thread(tmp_path: Path) -> None:
+def test_a_root_below_a_network_mount_is_left_to_the_thread(
+        tmp_path: Path, new_opener: OpenerFactory) -> None:
     """The walk to the root passes through every mount on its ancestors."""
     (tmp_path / "f").write_text("x")
     table = _table(tmp_path, ("/", "ext4"), (str(tmp_path.parent), "fuse.sshfs"),
                    (str(tmp_path), "tmpfs"))
-    assert LocalOpener(table).open_small(str(tmp_path), "f", 100) is None
+    assert new_opener(table).open_small(str(tmp_path), "f", 100) is None
     beside = _table(tmp_path, ("/", "ext4"), (str(tmp_path) + "-other", "nfs"))
-    fd = LocalOpener(beside).open_small(str(tmp_path), "f", 100)
+    fd = new_opener(beside).open_small(str(tmp_path), "f", 100)
     assert fd is not None  # a mount named like the root's prefix is not on its path
     os.close(fd)
 
 
-def test_mount_points_are_read_unescaped(tmp_path: Path) -> None:
+def test_mount_points_are_read_unescaped(tmp_path: Path, new_opener: OpenerFactory) -> None:
     table = _table(tmp_path, ("/", "ext4"), ("/srv/a b", "nfs"))
-    assert LocalOpener(table)._mount_table() == [("/", "ext4"), ("/srv/a b", "nfs")]
-    assert not LocalOpener(table)._root_is_local("/srv/a b/ws")
-    assert LocalOpener(table)._root_is_local("/srv/a")
+    assert new_opener(table)._mount_table() == [("/", "ext4"), ("/srv/a b", "nfs")]
+    assert not new_opener(table)._root_is_local("/srv/a b/ws")
+    assert new_opener(table)._root_is_local("/srv/a")
 
 
-def test_a_root_no_mount_is_known_for_is_not_local(tmp_path: Path) -> None:
+def test_a_root_no_mount_is_known_for_is_not_local(
+        tmp_path: Path, new_opener: OpenerFactory) -> None:
     (tmp_path / "f").write_text("x")
-    assert LocalOpener(_table(tmp_path)).open_small(str(tmp_path), "f", 100) is None
+    assert new_opener(_table(tmp_path)).open_small(str(tmp_path), "f", 100) is None
 
 
-def test_a_kernel_without_openat2_turns_the_loop_path_off(tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    import errno
-
-    opener = LocalOpener()
+@needs_local_tmp
+def test_a_kernel_without_openat2_turns_the_loop_path_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_opener: OpenerFactory) -> None:
+    opener = new_opener()
     (tmp_path / "f").write_text("x")
     opener._load()
     monkeypatch.setattr(opener, "_syscall", lambda dir_fd, path, how: -errno.ENOSYS)
@@ -216,31 +288,47 @@ def test_a_kernel_without_openat2_turns_the_loop_path_off(tmp_path: Path,
     assert not opener.enabled
 
 
+@needs_local_tmp
+def test_only_a_refused_root_turns_the_loop_path_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, new_opener: OpenerFactory) -> None:
+    """``EPERM`` for one file (a security module's answer) is that file's; for the root's
+    plain path open it is a policy refusing ``openat2`` itself."""
+    opener = new_opener()
+    (tmp_path / "f").write_text("x")
+    opener._load()
+    real = opener._syscall
+    monkeypatch.setattr(opener, "_syscall", lambda dir_fd, path, how: (
+        -errno.EPERM if how == localopen._BENEATH else real(dir_fd, path, how)))
+    assert opener.open_small(str(tmp_path), "f", 100) is None
+    assert opener.enabled
+    monkeypatch.setattr(opener, "_syscall", lambda dir_fd, path, how: -errno.EPERM)
+    assert opener.open_small(str(tmp_path), "f", 100) is None
+    assert not opener.enabled
+
+
 _MOUNT_PROBE = r"""
-import os, subprocess, sys, time
-from host.localopen import MOUNTS_RECHECK, LocalOpener
+import os, subprocess, sys
+from host import localopen
 root = sys.argv[1]
-opener = LocalOpener()
+opener = localopen.LocalOpener()
 os.mkdir(os.path.join(root, "mnt"))
 open(os.path.join(root, "mnt", "under"), "w").write("u")
 fd = opener.open_small(root, "mnt/under", 100)
 assert fd is not None, "before the mount"
 os.close(fd)
-assert not opener._mounts_changed()
+localopen.MOUNTS_RECHECK = 1e9  # the table is not looked at again
 subprocess.run(["mount", "-t", "tmpfs", "none", os.path.join(root, "mnt")], check=True)
 assert not opener._mounts_changed(), "not looked at again so soon"
-time.sleep(MOUNTS_RECHECK)
+localopen.MOUNTS_RECHECK = 0.0  # looked at every time
 assert opener._mounts_changed(), "a mount is seen as a change"
-time.sleep(MOUNTS_RECHECK)
 assert not opener._mounts_changed(), "once"
 open(os.path.join(root, "mnt", "f"), "w").write("x")
 assert opener.open_small(root, "mnt/f", 100) is None, "a mount point is not crossed"
-time.sleep(MOUNTS_RECHECK)
-assert opener.open_small(root, "f", 100) is None  # not there yet
 open(os.path.join(root, "f"), "w").write("x")
 fd = opener.open_small(root, "f", 100)
 assert fd is not None
 os.close(fd)
+localopen.MOUNTS_RECHECK = 1e9
 subprocess.run(["mount", "-t", "tmpfs", "none", root], check=True)
 open(os.path.join(root, "f"), "w").write("over")
 assert opener.open_small(root, "f", 100) is None, "a mount on the root, seen at once"
@@ -248,14 +336,15 @@ print("ok")
 """
 
 
-def test_a_mount_inside_the_workspace_is_not_crossed_and_is_seen(tmp_path: Path) -> None:
+def test_a_mount_inside_the_workspace_is_not_crossed_and_is_seen(
+        tmp_path: Path, new_opener: OpenerFactory) -> None:
     """In a private mount namespace of its own (it ends with the process): a tmpfs mounted
     inside the root is not entered, and the mount table's change is noticed."""
     unshare = shutil.which("unshare")
     if unshare is None or os.geteuid() != 0:
         pytest.skip("needs unshare and root")
     root = os.path.realpath(tmp_path)
-    if not LocalOpener()._root_is_local(root):
+    if not new_opener()._root_is_local(root):
         pytest.skip("the temporary directory is not on a local file system")
     probe = subprocess.run(
         [unshare, "--mount", "--propagation", "private", sys.executable, "-c", _MOUNT_PROBE,

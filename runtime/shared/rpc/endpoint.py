@@ -401,7 +401,11 @@ class Endpoint:
 
     def _answer_now(self, request: IncomingRequest, room: int = 0) -> bytes | None:
         """The encoded answer of the request's instant handler, if it answers."""
+        started = trio.current_time()
         response = dispatch_now(self._instant, request)
+        if trio.current_time() - started > SLOW_EFFECT:  # it held the whole loop
+            log.warning("%s: the instant handler of %s took %.3f s", self.name,
+                        request.method, trio.current_time() - started)
         return None if response is None else self._fitted(request, response, room)
 
     async def _answer(self, request: IncomingRequest, task_status: trio.TaskStatus[None],
