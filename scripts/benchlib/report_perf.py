@@ -358,8 +358,9 @@ calls, 1 to 5 µs each on this virtual machine, and the rendering) a quarter, th
 interpreter's built-ins a quarter, the call's checks and result a seventh, the link's
 endpoint and the JSON codec an eighth each (that profile was taken before the file's
 path-only open and reopen were added, which cost about 15 µs more a call). The runtime's
-side of the link costs about 50 µs a call. No stage is large enough that removing it alone reaches 10,000 calls/s; each
-figure also moves by a quarter between runs of the same code on this machine."""
+side of the link costs about 50 µs a call. No stage is large enough that removing it alone
+reaches 10,000 calls/s; each figure also moves by a quarter between runs of the same code
+on this machine."""
 
 PROFILE_SCENARIOS = (
     ("read-throughput", "`Read`, 64 in flight, runtime -> host link (the bench plays the "
