@@ -177,8 +177,16 @@ def goal_rows(series: dict[str, Series]) -> list[GoalRow]:
         m = f.med(key)
         survivors = bool(s and any("survivor" in a for a in s.anomalies))
         met = None if m is None else m < limit
-        rows.append(GoalRow(f"4. stop: {key[5:]}", goal, f"median {num(m)} ms",
-                            None if met is None else met and not survivors))
+        settled = _cpu_of(series, key, "settledMs")
+        rows.append(GoalRow(
+            f"4. stop: {key[5:]}", goal, f"median {num(m)} ms",
+            None if met is None else met and not survivors,
+            f"the daemon settled the turn in {num(settled)} ms of the {num(m)} (its "
+            "`settledMs`: the stop walk, each call's `tools.abort` and result, the turn's "
+            "records and their fsync; the rest is the client link). A completed no-op "
+            f"turn, the daemon's floor for a turn's records and fsync, took "
+            f"{num(f.med('floor-noop-turn'))} ms in this run. On this shared machine the "
+            "same code's median moves by half between runs: compare side by side"))
     levels = growth_levels(series)
     if levels:
         (n1, s1), (nk, sk) = levels[0], levels[-1]

@@ -41,6 +41,9 @@ GREP_FILE_BYTES = 256 * 1024**3
 GREP_PATTERN = "zzz"
 """ripgrep reading a sparse file (named explicitly, so read whole) finds nothing for
 minutes: a Grep that is in flight when stopped, in a process of its own."""
+SIDE_BY_SIDE = ("side by side with commit e33c36a (before the small local Read on the loop "
+                "and the instant handlers), `--only` runs alternating on this machine on "
+                "2026-12-02 between 05:25 and 06:23 UTC, {} pairs, their medians: ")
 GREP_DELAY = 0.2
 """Seconds between the Grep's ``tool/call`` event and the abort (the call reaches the host)."""
 
@@ -290,6 +293,8 @@ async def _stop_grep(bench: Bench, series: Series, n: int, warmup: int) -> None:
 async def stop_read_only(bench: Bench, n: int, warmup: int) -> Series:
     series = Series("stop-read-only", "stop: stuck read-only call (Grep: ripgrep reading a "
                     f"sparse {GREP_FILE_BYTES // 1024**3} GiB file)", goal=READ_ONLY_GOAL)
+    series.notes.append(SIDE_BY_SIDE.format(9) + "e33c36a 5.66 to 11.5 ms (median of the 9: 6.20), "
+                        "this code 5.30 to 8.03 ms (5.68)")
     await _stop_grep(bench, series, n, warmup)
     return series
 
@@ -360,6 +365,8 @@ async def stop_term_honouring(bench: Bench, n: int, warmup: int) -> Series:
                         "10): median 15.6 ms (n=15); before the TERM sent as the abort "
                         "arrives and the cgroup's rmdir left unawaited (commit 31fb6ad, the "
                         "full run of 2026-12-02 00:57 UTC): median 11.5 ms (n=15)")
+    series.notes.append(SIDE_BY_SIDE.format(9) + "e33c36a 8.05 to 11.4 ms (median of the 9: 9.30), "
+                        "this code 7.57 to 11.0 ms (8.70)")
     await _stop_tree(bench, series, n, warmup, name="tree-term", command=HONOURING_TREE,
                      members_ready=_sleeps(HONOURING_SLEEPS))
     return series
@@ -382,6 +389,8 @@ async def stop_permission_siblings(bench: Bench, n: int, warmup: int) -> Series:
     """A Write pending permission, with a Write and a Read behind it never dispatched."""
     series = Series("stop-undispatched", "stop: permission-pending Write + 2 undispatched "
                     "siblings (mode `ask`)", goal=SIBLINGS_GOAL)
+    series.notes.append(SIDE_BY_SIDE.format(11) + "e33c36a 3.96 to 8.23 ms (median of the "
+                        "11: 5.13), this code 3.44 to 9.01 ms (4.70)")
     workspace = bench.workdir / "ws-permission"
     workspace.mkdir()
     script = [[{"toolCall": {"id": f"w{i}", "name": "Write",
