@@ -9,9 +9,11 @@ Requests take effect in wire order: the reader hands each request to
 ``nursery.start`` and reads the next frame once the handler has taken its effect
 (``runtime.shared.rpc.dispatch.effect_taken``); what the handler then waits for runs in
 its own task, so a later ``tools.abort`` is read while earlier requests still
-run, and answers come back in any order. A batch's members are started the same
-way, one after the other, and answered together (split over several frames if
-one would be too large). Notifications are handled inline by synchronous
+run, and answers come back in any order. A request whose method has an instant
+handler that answers (``add_instant_handler``) is answered in the reader itself, with
+no task: its effect is taken before the next frame is read, trivially. A batch's
+members are started the same way, one after the other, and answered together (split
+over several frames if one would be too large). Notifications are handled inline by synchronous
 handlers, so their order on the wire is the order they are handled in
 (``tools.output`` relies on it).
 
