@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import errno
 import os
-import platform
 import re
 import select
 import stat
@@ -55,7 +54,7 @@ MOUNTS_RECHECK = 0.05
 """Seconds a look at the mount table is trusted: a mount over an ancestor of a root is
 noticed this late at most (one inside the workspace is never crossed anyway)."""
 
-_SYSCALL_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
+_SYSCALL_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(os.uname().machine)
 _RESOLVE_NO_XDEV = 0x01
 _RESOLVE_NO_SYMLINKS = 0x04
 _RESOLVE_BENEATH = 0x08

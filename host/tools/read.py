@@ -41,7 +41,7 @@ SMALL_FILE = 64 * 1024
 reads); a larger one is decoded as it is read, so a huge file costs what is shown."""
 INLINE_MAX = 16 * 1024
 """A file up to this size, reached without leaving the root's local file system, is
-read on the event loop (``run``): its read, decoding and rendering take tens of µs, a
+read on the event loop (``run_inline``): its read, decoding and rendering take tens of µs, a
 reader thread's hop hundreds. A larger one is read on a thread, where a stop need not
 wait for its rendering."""
 
