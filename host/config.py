@@ -1,11 +1,12 @@
 """The host's configuration: tool settings, permission and stop timeouts, tombstones,
-admission limits and plugin settings."""
+admission limits, plugin settings and the environment policy of child processes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from host.admission import AdmissionLimits
+from host.childenv import EnvironmentPolicy
 from host.plugins import PluginSettings
 from host.tools.context import HostToolConfig
 
@@ -21,3 +22,5 @@ class HostConfig:
     tombstone_capacity: int = 10_000
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     plugins: PluginSettings = field(default_factory=PluginSettings)
+    environment: EnvironmentPolicy = field(default_factory=EnvironmentPolicy)
+    """What every child process's environment leaves out and adds (``host/childenv.py``)."""

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import trio
 
+from host import childenv
 from host.manager import HostConfig
 from host.server import HostServer
 from runtime.shared import cgroups
@@ -35,6 +36,10 @@ POSITIVE = frozenset({
     "tools.bash_default_timeout_ms", "tools.max_output_bytes", "tools.read_max_bytes",
     "tools.image_timeout_ms",
 })
+
+
+# Lists that may be empty (every other string or list must not be).
+MAY_BE_EMPTY = frozenset({"environment.include", "environment.exclude", "environment.hidden"})
 
 
 class ConfigError(ValueError):
@@ -77,7 +82,7 @@ def _check_ranges(settings: object, prefix: str) -> None:
         if dataclasses.is_dataclass(value):
             _check_ranges(value, key + ".")
             continue
-        if isinstance(value, str | list | tuple) and not value:
+        if isinstance(value, str | list | tuple) and not value and key not in MAY_BE_EMPTY:
             raise ConfigError(f"{key} must not be empty")
         values = value.values() if isinstance(value, Mapping) else (value,)
         for number in values:
@@ -102,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         parser.error(f"--config: {exc}")  # exits 2, on stderr: stdout is the protocol's
     setup_logging("host")
+    childenv.configure(config.environment)
     # Abandoned read-only workers (a Grep's regex) hold the GIL in long slices; a short
     # switch interval keeps the event loop, and so tools.abort, answering promptly.
     sys.setswitchinterval(0.0005)

@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 import trio
 
+from host import childenv
 from host.manager import CallManager, HostConfig
 from host.tools import TOOLS
 from protocol.causes import DisposedCause
@@ -206,6 +207,7 @@ class HostServer:
                                 {"tools": tools, "pid": os.getpid()})
 
     async def session_open(self, params: SessionOpenParams) -> Empty:
+        childenv.hide(params.hidden_env)
         self.manager.open_session(params.session_id, params.workspace, params.permission_mode,
                                   params.mcp_servers)
         return Empty()

@@ -31,6 +31,7 @@ from typing import Any
 
 import trio
 
+from host.childenv import child_environment
 from host.spawn_start import _forked, _gated, gate_tools
 from runtime.shared import cgroups, escapes
 from runtime.shared.orphans import (
@@ -281,7 +282,7 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
     """Start ``argv`` in a new session (and cgroup, named ``cgroup_name`` if given) with
     piped stdout/stderr and stdin from /dev/null (or the descriptor ``stdin``, which the
     caller keeps and closes)."""
-    env = {**os.environ, **(env_extra or {})}
+    env = child_environment(env_extra)  # the host's, without secrets (host/childenv.py)
     if marker is not None:
         env[marker[0]] = marker[1]
     out_r, out_w = os.pipe()

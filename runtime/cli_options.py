@@ -6,7 +6,6 @@ Light at module level: it runs before the host is spawned."""
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import sys
 from typing import TYPE_CHECKING, Any
@@ -68,11 +67,17 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
         args.provider = _provider_option(parser, config.provider)
     else:
         args.provider = config.provider
-    if config.host:
+    from runtime.config_file import host_config_json
+
+    try:
+        host_json = host_config_json(raw)
+    except ConfigError as exc:
+        parser.error(f"configuration file {str(path)!r}: {exc}")
+    if host_json is not None:
         from host.main import parse_config
 
         try:  # the host checks it too; here a mistake is reported before anything runs
-            parse_config(json.dumps(config.host))
+            parse_config(host_json)
         except ValueError as exc:
             parser.error(f"configuration file {str(path)!r}: [host]: {exc}")
 

@@ -53,13 +53,27 @@ def read_config_file(option: str | None) -> tuple[pathlib.Path | None, dict[str,
 
 
 def host_config_json(raw: dict[str, Any]) -> str | None:
-    """The ``[host]`` table as the host's ``--config`` argument (``None`` when absent)."""
+    """The ``[host]`` table as the host's ``--config`` argument (``None`` when absent), with
+    the ``[environment]`` table as its ``environment`` and the key variable a ``provider``
+    table names (``apiKeyEnv``) among the names no child process sees."""
     table = raw.get("host")
-    if table is None or table == {}:
-        return None
-    if not isinstance(table, dict):
+    if table is not None and not isinstance(table, dict):
         raise ConfigError("'host' must be a table")
-    return json.dumps(table)
+    table = dict(table or {})
+    environment = raw.get("environment")
+    if environment is not None:
+        if not isinstance(environment, dict):
+            raise ConfigError("'environment' must be a table")
+        if "hidden" in environment:
+            raise ConfigError("[environment]: unknown key 'hidden' (known: include, exclude, set)")
+        table["environment"] = dict(environment)
+    provider = raw.get("provider")
+    key_env = provider.get("apiKeyEnv") if isinstance(provider, dict) else None
+    if isinstance(key_env, str) and key_env:
+        environment = table.setdefault("environment", {})
+        if isinstance(environment, dict):
+            environment["hidden"] = [key_env]
+    return json.dumps(table) if table else None
 
 
 def positive_float(text: str) -> float:

@@ -64,6 +64,9 @@ class Session:
     created_at: float
     agent: Agent
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    hidden_env: tuple[str, ...] = ()
+    """The variable its provider configuration names for its key (``apiKeyEnv``): the
+    host keeps it from every child process."""
     plugin_tools: tuple[PluginTool, ...] = ()
     """The plugin tools the host listed for this session (what the model is offered)."""
     closing: bool = False
@@ -148,8 +151,10 @@ class SessionStore:
             self._config, workspace=meta.workspace,
             system_prompt=meta.system_prompt or self._config.system_prompt)
         agent = Agent(meta.session_id, journal, provider, tools(meta.session_id), config)
+        key_env = meta.provider.get("apiKeyEnv") if isinstance(meta.provider, dict) else None
         session = Session(meta.session_id, meta.workspace, meta.permission_mode,  # type: ignore[arg-type]
-                          meta.created_at, agent, meta.mcp_servers)
+                          meta.created_at, agent, meta.mcp_servers,
+                          (key_env,) if isinstance(key_env, str) else ())
         self._sessions[session.session_id] = session
         return session
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import trio
 
+from host.childenv import child_environment
 from host.plugins.request import CallOutcome, PluginRequest, ProgressSink
 from host.spawn import Child, new_cgroup, start_process
 from protocol.errors import RemoteError
@@ -75,7 +76,7 @@ async def _spawn(config: McpServerConfig, cwd: str, marker: tuple[str, str]
                  ) -> tuple[Child, trio.lowlevel.FdStream]:
     """``PluginStartError`` if it cannot be spawned. Started like a tool root
     (``spawn.start_process``: its own session, a parent-death signal, registered)."""
-    env = {**os.environ, **config.env, marker[0]: marker[1]}
+    env = child_environment({**config.env, marker[0]: marker[1]})  # declared env as given
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()

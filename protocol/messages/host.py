@@ -15,10 +15,14 @@ CallState = Literal["tombstoned", CallPhase, "settled"]
 
 
 class SessionOpenParams(Struct, frozen=True):
+    """``hiddenEnv``: variables the session's provider configuration names for its key
+    (``apiKeyEnv``); no child process the host starts sees them from then on."""
+
     session_id: str
     workspace: str
     permission_mode: PermissionMode = "ask"
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    hidden_env: tuple[str, ...] = ()
 
 
 class ToolsExecuteParams(Struct, frozen=True):

@@ -1,0 +1,91 @@
+"""The environment every child process of the host starts from (tools, ``rg``, the image
+backend, hooks, plugin servers): the host's own, without the secrets in it.
+
+Default: every variable of the host's environment except those whose names match one
+of ``SECRET_PATTERNS`` (shell-style, case-insensitive: ``*KEY*``, ``*SECRET*``, ...),
+and never a variable a provider configuration names for its key (``apiKeyEnv``, and the
+providers' defaults ``OPENAI_API_KEY`` and ``ANTHROPIC_API_KEY``). The daemon's
+``[environment]`` table changes it (``EnvironmentPolicy``): ``include`` passes names a
+pattern would drop (never a provider key), ``exclude`` drops more, ``set`` sets
+variables in every child. A session whose provider names its own key variable tells
+the host at ``session.open`` (``hiddenEnv``); from then on no child of any session sees
+it (dropping more never harms). A child's own additions (the process marker, a plugin
+server's declared ``env``) come on top, as given.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+SECRET_PATTERNS = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*", "*CREDENTIAL*")
+"""Names a child never sees unless the configuration includes them."""
+PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+"""The providers' default key variables: never passed, whatever the configuration."""
+
+
+@dataclass(frozen=True)
+class EnvironmentPolicy:
+    """The ``[environment]`` table of the daemon's configuration (handed to the host as
+    ``environment`` in its ``--config``)."""
+
+    include: tuple[str, ...] = ()
+    """Patterns of names passed although a secret pattern or ``exclude`` matches them."""
+    exclude: tuple[str, ...] = ()
+    """Patterns of names dropped besides ``SECRET_PATTERNS``."""
+    set: dict[str, str] = field(default_factory=dict)
+    """Variables set in every child (after the filtering)."""
+    hidden: tuple[str, ...] = ()
+    """Exact names never passed, ``include`` notwithstanding: the daemon's provider keys."""
+
+
+def _matches(name: str, patterns: Iterable[str]) -> bool:
+    upper = name.upper()
+    return any(fnmatch.fnmatchcase(upper, pattern.upper()) for pattern in patterns)
+
+
+class ChildEnvironment:
+    """A policy and the provider keys learnt since: what a child's environment is."""
+
+    def __init__(self, policy: EnvironmentPolicy) -> None:
+        self.policy = policy
+        self._hidden = {name.upper() for name in (*PROVIDER_KEYS, *policy.hidden)}
+
+    def hide(self, names: Iterable[str]) -> None:
+        """Never pass these names again (a session's provider keys)."""
+        self._hidden.update(name.upper() for name in names)
+
+    def passes(self, name: str) -> bool:
+        if name.upper() in self._hidden:
+            return False
+        if _matches(name, self.policy.include):
+            return True
+        return not _matches(name, (*SECRET_PATTERNS, *self.policy.exclude))
+
+    def build(self, base: Mapping[str, str], extra: Mapping[str, str] | None = None
+              ) -> dict[str, str]:
+        """``base`` filtered, then the policy's ``set``, then ``extra`` as given."""
+        env = {name: value for name, value in base.items() if self.passes(name)}
+        env.update(self.policy.set)
+        env.update(extra or {})
+        return env
+
+
+_current = [ChildEnvironment(EnvironmentPolicy())]
+
+
+def configure(policy: EnvironmentPolicy) -> ChildEnvironment:
+    """Set the host's policy (at start, from its configuration)."""
+    _current[0] = ChildEnvironment(policy)
+    return _current[0]
+
+
+def hide(names: Iterable[str]) -> None:
+    _current[0].hide(names)
+
+
+def child_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a child of the host starts with: the host's own, filtered."""
+    return _current[0].build(os.environ, extra)
