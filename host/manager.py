@@ -85,8 +85,9 @@ class CallManager:
     # -- sessions ---------------------------------------------------------------------
 
     def open_session(self, session_id: str, workspace: str, mode: PermissionMode,
-                     mcp_servers: tuple[McpServerConfig, ...] = ()) -> None:
-        self.host_sessions.open(session_id, workspace, mode, mcp_servers)
+                     mcp_servers: tuple[McpServerConfig, ...] = (),
+                     trusted_digest: str | None = None) -> None:
+        self.host_sessions.open(session_id, workspace, mode, mcp_servers, trusted_digest)
 
     async def list_plugins(self, session_id: str) -> PluginsListResult:
         return await self.host_sessions.list_plugins(session_id)

@@ -209,7 +209,7 @@ class HostServer:
     async def session_open(self, params: SessionOpenParams) -> Empty:
         childenv.hide(params.hidden_env)
         self.manager.open_session(params.session_id, params.workspace, params.permission_mode,
-                                  params.mcp_servers)
+                                  params.mcp_servers, params.trusted_digest)
         return Empty()
 
     async def session_close(self, params: SessionCloseHostParams) -> Empty:

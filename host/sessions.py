@@ -50,7 +50,8 @@ class HostSessions:
         return self.by_id.get(session_id)
 
     def open(self, session_id: str, workspace: str, mode: PermissionMode,
-             mcp_servers: tuple[McpServerConfig, ...] = ()) -> None:
+             mcp_servers: tuple[McpServerConfig, ...] = (),
+             trusted_digest: str | None = None) -> None:
         if "\x00" in workspace or not os.path.isabs(workspace) or not os.path.isdir(workspace):
             raise RpcError(ErrorCode.INVALID_PARAMS,
                            "workspace must be an absolute path to a directory",
@@ -60,8 +61,9 @@ class HostSessions:
         except PluginConfigError as exc:
             raise RpcError(ErrorCode.INVALID_PARAMS, f"plugin servers: {exc}") from exc
         old = self.by_id.get(session_id)
-        if old is not None and old.plugins.configs == servers:
+        if old is not None and old.plugins.loaded == servers:
             plugins = old.plugins  # re-opened as it was: its servers keep running
+            plugins.trust(trusted_digest)
         else:
             background = self._background()
             if old is not None and background is not None:
@@ -69,6 +71,7 @@ class HostSessions:
             plugins = SessionPlugins(
                 session_id, workspace, servers, kill_grace=self.config.tools.kill_grace,
                 settings=self.config.plugins, nursery=self._nursery,
+                trusted_digest=trusted_digest,
                 marker=lambda name: (ENV_MARKER,
                                      f"{self.marker_value}:{session_id}:plugin-{name}"))
         self.by_id[session_id] = HostSession(session_id, Workspace(workspace), mode, plugins)

@@ -13,6 +13,7 @@ servers) and the host (the workspace file merged with them).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable
 from typing import Any
@@ -185,6 +186,11 @@ def parse_servers_file(data: bytes, where: str) -> tuple[McpServerConfig, ...]:
     result = tuple(servers)
     check_servers(result, where)
     return result
+
+
+def content_digest(data: bytes) -> str:
+    """How trust names one content of a declaring file (``sha256:<hex>``)."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def merge_servers(workspace: Iterable[McpServerConfig],

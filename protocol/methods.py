@@ -28,6 +28,8 @@ from protocol.messages.client import (
     SessionLoadResult,
     SessionNewParams,
     SessionNewResult,
+    WorkspaceTrustParams,
+    WorkspaceTrustResult,
 )
 from protocol.messages.common import Empty, InitializeParams, InitializeResult
 from protocol.messages.host import (
@@ -174,6 +176,11 @@ RUNTIME_TO_CLIENT = Direction("runtime → client", [
                "A pending permission request was withdrawn, by a stop of its call or because "
                "nobody answered within the host's permission timeout (120 s by default; the "
                "call is then denied); its answer is refused."),
+    MethodSpec("workspace.trust", WorkspaceTrustParams, WorkspaceTrustResult,
+               "Ask the user whether the servers a workspace's .quiesce/mcp.json declares may "
+               "run (sent while session.new or session.load opens a session, before any of "
+               "them starts). An error answer, or none within the daemon's trust timeout "
+               "(60 s by default), is `not-now`: the session opens without them."),
 ])
 
 RUNTIME_TO_HOST = Direction("runtime → host", [

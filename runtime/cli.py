@@ -14,7 +14,12 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-from runtime.cli_options import apply_config_file, daemon_from_args, host_command
+from runtime.cli_options import (
+    add_trust_options,
+    apply_config_file,
+    daemon_from_args,
+    host_command,
+)
 from runtime.config_file import positive_float, positive_int
 
 if TYPE_CHECKING:
@@ -94,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                             "stuck in ops and logged (default 30)")
     serve.add_argument("--max-steps", type=positive_int,
                        help="model steps a turn may take before it ends max_steps (default 100)")
+    add_trust_options(serve)
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
     sub.add_parser("ops", add_help=False,
                    help="find running daemons and act on their sessions (quiesce ops --help)")

@@ -38,7 +38,21 @@ def _provider_option(parser: argparse.ArgumentParser, value: str) -> ProviderCon
 SERVE_DEFAULTS: dict[str, float | int | None] = {
     "max_frame_size": None, "process_grace": 10.0, "ping_interval": 2.0,
     "liveness_timeout": 10.0, "stuck_after": 30.0, "max_steps": None,
+    "trust_timeout": 60.0,
 }
+
+
+def add_trust_options(parser: argparse.ArgumentParser) -> None:
+    """Workspace trust's options, ``serve``'s and ``acp``'s alike (docs/plugins.md)."""
+    from runtime.config_file import positive_float
+
+    parser.add_argument("--trust-workspace", action="append", dest="trusted_workspaces",
+                        metavar="DIR", default=None,
+                        help="run what this workspace declares (.quiesce/mcp.json) without "
+                             "asking, whatever its content (repeatable; for operators and CI)")
+    parser.add_argument("--trust-timeout", type=positive_float,
+                        help="seconds the client has to answer workspace.trust; then the "
+                             "session opens without the workspace's servers (default 60)")
 
 
 def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
@@ -61,6 +75,9 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
             setattr(args, name, from_file if from_file is not None else default)
     if args.data_dir is None:
         args.data_dir = config.data_dir
+    args.trusted_workspaces = tuple(
+        [str(pathlib.Path(w).expanduser()) for w in (args.trusted_workspaces or ())]
+        + [str(_relative_to(path, w)) for w in config.trusted_workspaces])
     if args.provider is not None:
         args.provider = _provider_option(parser, args.provider)
     elif isinstance(config.provider, str):
@@ -82,6 +99,14 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
             parser.error(f"configuration file {str(path)!r}: [host]: {exc}")
 
 
+def _relative_to(config_path: pathlib.Path | None, folder: str) -> pathlib.Path:
+    """A folder the configuration file names, relative to the file's own folder."""
+    named = pathlib.Path(folder).expanduser()
+    if config_path is None or named.is_absolute():
+        return named
+    return config_path.parent / named
+
+
 def daemon_from_args(args: argparse.Namespace, first_host: PopenProcess | None) -> Daemon:
     """The daemon ``serve`` and ``acp`` run, from their options (the configuration file
     applied): one place, so neither drops a setting the other passes."""
@@ -100,4 +125,6 @@ def daemon_from_args(args: argparse.Namespace, first_host: PopenProcess | None) 
         system_prompt=getattr(args, "system_prompt", None),
         hooks=getattr(args, "hooks", None),
         first_host=first_host,
+        trusted_workspaces=getattr(args, "trusted_workspaces", ()) or (),
+        trust_timeout=getattr(args, "trust_timeout", None),
     )

@@ -44,6 +44,8 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     system_prompt: str | None = None
     system_prompt_file: str | None = None
     host: dict[str, Any] = msgspec.field(default_factory=dict)
+    trusted_workspaces: tuple[str, ...] = ()
+    trust_timeout: Positive | None = None
     environment: dict[str, Any] = msgspec.field(default_factory=dict)
     """Checked by the host's parser, as its ``environment`` (``host/childenv.py``)."""
     hooks: HooksTable = HooksTable()

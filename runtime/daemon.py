@@ -73,12 +73,17 @@ class Daemon:
                  liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
                  stuck_after: float | None = None,
                  first_host: PopenProcess | None = None,
-                 hooks: HookConfig | None = None) -> None:
+                 hooks: HookConfig | None = None,
+                 trusted_workspaces: tuple[str, ...] = (),
+                 trust_timeout: float | None = None) -> None:
         """``first_host``: a host already started for the default command (by ``quiesce
         serve``, before its imports), adopted as the first host; see HostSupervisor.
         ``max_steps``: model steps a turn may take (None: ``turn_config``'s, by default
         ``DEFAULT_MAX_STEPS``). ``process_grace``, ``stuck_after``: None for the
-        defaults (``DEFAULT_PROCESS_GRACE``, ``DEFAULT_STUCK_AFTER``)."""
+        defaults (``DEFAULT_PROCESS_GRACE``, ``DEFAULT_STUCK_AFTER``).
+        ``trusted_workspaces``: workspaces whose declarations run without asking;
+        ``trust_timeout``: how long the client is given to answer ``workspace.trust``
+        (None: ``runtime.trust.DEFAULT_TRUST_TIMEOUT``)."""
         self.max_frame_size = max_frame_size
         self.data_dir = data_dir or default_data_dir()
         self.permissions = PermissionRelay()
@@ -97,7 +102,8 @@ class Daemon:
             permissions=self.permissions, announce=self._announce,
             default_provider=default_provider, turn_config=turn_config, max_steps=max_steps,
             system_prompt=system_prompt, stuck_after=stuck_after,
-            process_grace=process_grace, hooks=hooks)
+            process_grace=process_grace, hooks=hooks,
+            trusted_workspaces=trusted_workspaces, trust_timeout=trust_timeout)
         self._requests: SessionRequests | None = None
         self._initialized = False
         self._client: Endpoint | None = None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+import msgspec
 import trio
 
 from protocol.errors import ErrorCode, RpcError
@@ -28,6 +29,7 @@ from protocol.messages.host import (
 from runtime.host_supervisor import HostSupervisor
 from runtime.sessions import Session, SessionStore
 from runtime.shared.rpc import ConnectionClosed, NotSent
+from runtime.trust import WorkspaceTrust
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +46,11 @@ class Opening:
 
 class SessionLife:
     def __init__(self, session: Session, *, sessions: SessionStore,
-                 host: HostSupervisor) -> None:
+                 host: HostSupervisor, trust: WorkspaceTrust | None = None) -> None:
         self.session = session
         self._sessions = sessions
         self._host = host
+        self._trust = trust
         self._agent_scope: trio.CancelScope | None = None
         self.registration: SessionOpenParams | None = None
         """Set from ``open()`` until the session closes or its open is undone: every fresh
@@ -78,12 +81,23 @@ class SessionLife:
     # -- open ---------------------------------------------------------------------------
 
     async def open(self) -> PluginsListResult:
-        """Register the session with the host and start its plugin servers."""
+        """Register the session with the host and start its plugin servers: those its
+        workspace declares only once their content is trusted (``runtime/trust.py``: the
+        host lists them ``untrusted``, the decision is made, and a trusted digest is
+        registered, so the host starts them, and a fresh host after a crash too)."""
         session = self.session
         params = self.registration = SessionOpenParams(
             session.session_id, session.workspace, session.permission_mode,
             session.mcp_servers, session.hidden_env)
         await self._host.request("session.open", params)
+        listed = await self._list_plugins()
+        if self._trust is None:
+            return listed
+        digest = await self._trust.decide(session.session_id, session.workspace, listed)
+        if digest is None or self.registration is not params:
+            return listed
+        params = self.registration = msgspec.structs.replace(params, trusted_digest=digest)
+        await self._host.request("session.open", params)  # a re-open: what runs keeps running
         return await self._list_plugins()
 
     def begin_open(self) -> None:

@@ -59,6 +59,7 @@ from runtime.session_order import SessionOrder
 from runtime.session_tools import SessionTools
 from runtime.sessions import Session, SessionStore
 from runtime.shared.rpc import Endpoint, effect_taken
+from runtime.trust import DEFAULT_TRUST_TIMEOUT, TrustStore, WorkspaceTrust
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,9 @@ class SessionRequests:
                  turn_config: TurnConfig | None = None, max_steps: int | None = None,
                  system_prompt: str | None = None, stuck_after: float | None = None,
                  process_grace: float | None = None,
-                 hooks: HookConfig | None = None) -> None:
+                 hooks: HookConfig | None = None,
+                 trusted_workspaces: tuple[str, ...] = (),
+                 trust_timeout: float | None = None) -> None:
         config = turn_config or TurnConfig()
         if max_steps is not None:
             config = dataclasses.replace(config, max_steps=max_steps)
@@ -95,6 +98,10 @@ class SessionRequests:
         self.nursery: trio.Nursery | None = None
         """Where the sessions' agents run: the daemon's, while it serves."""
         self._debug_ids = itertools.count(1)
+        self.trust = WorkspaceTrust(
+            TrustStore(data_dir), trusted_workspaces=trusted_workspaces,
+            timeout=DEFAULT_TRUST_TIMEOUT if trust_timeout is None else trust_timeout,
+            client=lambda: self.client)
         self.lives: dict[str, SessionLife] = {}  # each open (or opening) session's owner
 
     def registrations(self) -> Iterator[SessionOpenParams]:
@@ -115,7 +122,7 @@ class SessionRequests:
         life = self.lives.get(session.session_id)
         if life is None or life.session is not session:
             life = self.lives[session.session_id] = SessionLife(
-                session, sessions=self.sessions, host=self.host)
+                session, sessions=self.sessions, host=self.host, trust=self.trust)
         return life
 
     def _start_agent(self, life: SessionLife) -> None:

@@ -3,11 +3,12 @@
 from host.plugins.connection import McpConnection, PluginStartError
 from host.plugins.request import CallOutcome
 from host.plugins.servers import (
+    LoadedServers,
     PluginServer,
     PluginSettings,
     SessionPlugins,
     load_servers,
 )
 
-__all__ = ["CallOutcome", "McpConnection", "PluginServer", "PluginSettings",
+__all__ = ["CallOutcome", "LoadedServers", "McpConnection", "PluginServer", "PluginSettings",
            "PluginStartError", "SessionPlugins", "load_servers"]

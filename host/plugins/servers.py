@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import trio
 
 from host.plugins.connection import McpConnection, PluginStartError
@@ -30,6 +31,7 @@ from protocol.mcp import (
     PluginConfigError,
     ProgressParams,
     check_servers,
+    content_digest,
     merge_servers,
     parse_servers_file,
     plugin_tool_name,
@@ -65,8 +67,18 @@ class PluginSettings:
     unconfirmed; see ``host.plugins.connection``)."""
 
 
-def load_servers(workspace: str, session: tuple[McpServerConfig, ...]
-                 ) -> tuple[McpServerConfig, ...]:
+@dataclass(frozen=True)
+class LoadedServers:
+    """A session's servers: the workspace file's merged with the session's, the names of
+    those that came from the file (``from_workspace``; a session's server of the same name
+    replaces it) and the digest of the file's content (None without a file)."""
+
+    servers: tuple[McpServerConfig, ...] = ()
+    from_workspace: frozenset[str] = frozenset()
+    digest: str | None = None
+
+
+def load_servers(workspace: str, session: tuple[McpServerConfig, ...]) -> LoadedServers:
     """The workspace file's servers merged with the session's; ``PluginConfigError``."""
     check_servers(session, "session mcpServers")
     path = os.path.join(workspace, WORKSPACE_FILE)
@@ -74,12 +86,16 @@ def load_servers(workspace: str, session: tuple[McpServerConfig, ...]
         with open(path, "rb") as f:
             data = f.read(MAX_FILE + 1)
     except FileNotFoundError:
-        return session
+        return LoadedServers(session)
     except OSError as exc:
         raise PluginConfigError(f"{WORKSPACE_FILE}: {exc.strerror}") from exc
     if len(data) > MAX_FILE:
         raise PluginConfigError(f"{WORKSPACE_FILE}: larger than {MAX_FILE} bytes")
-    return merge_servers(parse_servers_file(data, WORKSPACE_FILE), session)
+    declared = parse_servers_file(data, WORKSPACE_FILE)
+    own = {s.name for s in session}
+    return LoadedServers(merge_servers(declared, session),
+                         frozenset(s.name for s in declared if s.name not in own),
+                         content_digest(data))
 
 
 class PluginServer:
@@ -101,12 +117,18 @@ class PluginServer:
         self.closed = ""
         """Why the server is closed for good (its session closed, re-opened or the host
         leaving); empty while it may be started."""
+        self.untrusted = False
+        """Declared by a workspace file whose content the user has not trusted: never
+        started, its tools never routed (until ``SessionPlugins.trust``)."""
 
     async def ensure(self) -> McpConnection:
         """The running process, starting one (again) if there is none."""
         async with self._lock:
             if self.closed:
                 raise PluginStartError(f"not started again: {self.closed}")
+            if self.untrusted:
+                raise PluginStartError("not started: the workspace's declaration is not "
+                                       "trusted")
             if self.connection is not None and self.connection.alive:
                 return self.connection
             # Recorded before the handshake (up to start_timeout): kill() reaches it.
@@ -189,20 +211,36 @@ class PluginServer:
 class SessionPlugins:
     """The plugin servers of one session, and the ``ToolSpec`` of each plugin tool."""
 
-    def __init__(self, session_id: str, workspace: str, configs: tuple[McpServerConfig, ...],
+    def __init__(self, session_id: str, workspace: str, loaded: LoadedServers,
                  *, marker: Callable[[str], tuple[str, str]], kill_grace: float,
-                 settings: PluginSettings, nursery: Callable[[], trio.Nursery]) -> None:
-        self.configs = configs
+                 settings: PluginSettings, nursery: Callable[[], trio.Nursery],
+                 trusted_digest: str | None = None) -> None:
+        self.loaded = loaded
+        self.configs = loaded.servers
+        self.workspace = workspace
         self.servers = {c.name: PluginServer(c, cwd=workspace, marker=marker(c.name),
                                              kill_grace=kill_grace, settings=settings,
-                                             nursery=nursery) for c in configs}
+                                             nursery=nursery) for c in self.configs}
+        for name in loaded.from_workspace:
+            self.servers[name].untrusted = True
+        self.trust(trusted_digest)
         # Longest names first: a server named "a__b" wins over "a" for "mcp__a__b__t".
         self._prefixes = sorted(((plugin_tool_name(name, ""), server)
                                  for name, server in self.servers.items()),
                                 key=lambda item: -len(item[0]))
 
+    def trust(self, digest: str | None) -> None:
+        """The user trusted the workspace file's content ``digest``: if it is the content
+        these servers were read from, they may start."""
+        if digest is None or digest != self.loaded.digest:
+            return
+        for name in self.loaded.from_workspace:
+            self.servers[name].untrusted = False
+
     def route(self, name: str) -> tuple[PluginServer, str] | None:
         for prefix, server in self._prefixes:
+            if server.untrusted:
+                continue
             if name.startswith(prefix) and len(name) > len(prefix):
                 return server, name[len(prefix):]
         return None
@@ -234,14 +272,22 @@ class SessionPlugins:
 
         async with trio.open_nursery() as nursery:
             for server in self.servers.values():
-                nursery.start_soon(list_one, server)
+                if not server.untrusted:
+                    nursery.start_soon(list_one, server)
         tools: list[PluginTool] = []
         statuses: list[PluginServerStatus] = []
-        for name in self.servers:
+        for name, server in self.servers.items():
+            status = PluginServerStatus(
+                name, state="untrusted", command=server.config.command,
+                args=server.config.args, cwd=self.workspace,
+                source="workspace" if name in self.loaded.from_workspace else "session")
+            if server.untrusted:
+                statuses.append(status)
+                continue
             found = listed[name]
             if isinstance(found, str):
                 log.warning("plugin server %s unavailable: %s", name, found)
-                statuses.append(PluginServerStatus(name, error=found))
+                statuses.append(msgspec.structs.replace(status, state="failed", error=found))
                 continue
             usable = [t for t in found if TOOL_NAME.fullmatch(t.name)]
             for skipped in (t.name for t in found if not TOOL_NAME.fullmatch(t.name)):
@@ -250,8 +296,10 @@ class SessionPlugins:
             tools.extend(PluginTool(plugin_tool_name(name, t.name), name,
                                     t.description or f"{t.name} (plugin server {name})",
                                     t.input_schema or {"type": "object"}) for t in usable)
-            statuses.append(PluginServerStatus(name, tools=len(usable)))
-        return PluginsListResult(tuple(tools), tuple(statuses))
+            statuses.append(msgspec.structs.replace(
+                status, state="running", tools=len(usable),
+                tool_names=tuple(t.name for t in usable)))
+        return PluginsListResult(tuple(tools), tuple(statuses), self.loaded.digest)
 
     async def close(self, why: str) -> None:
         async with trio.open_nursery() as nursery:

@@ -78,7 +78,9 @@ class SessionNewParams(Struct, frozen=True):
 class SessionNewResult(Struct, frozen=True):
     session_id: str
     plugin_servers: tuple[PluginServerStatus, ...] = ()
-    """The session's plugin (MCP) servers, started and listed; a failed one has ``error``."""
+    """The session's plugin (MCP) servers and their state: ``running`` (with its tools),
+    ``failed`` (``error``), or ``untrusted`` (declared by a workspace file the user has not
+    trusted: not started; ``command``, ``args`` and ``cwd`` say what it would run)."""
 
 
 class SessionInfo(Struct, frozen=True):
@@ -181,6 +183,29 @@ class ClientPermissionRequestParams(Struct, frozen=True):
     tool: str
     args_preview: str
     risk: Literal["low", "medium", "high"]
+
+
+TrustDecision = Literal["trust", "not-now", "never"]
+
+
+class WorkspaceTrustParams(Struct, frozen=True):
+    """The runtime asks whether what a workspace declares may run (docs/plugins.md,
+    "Workspace trust"): ``file`` (relative to ``workspace``, the real path) with the content
+    ``digest`` declares ``servers``, each with its ``command``, ``args`` and ``cwd`` in full
+    (``state`` ``untrusted``). Nothing of it has run. Answers: ``trust`` (this content, in
+    this workspace, from now on: remembered outside the workspace), ``not-now`` (this
+    session opens without them; asked again next time), ``never`` (this content is never
+    run nor asked about again; a changed file is asked about)."""
+
+    session_id: str
+    workspace: str
+    file: str
+    digest: str
+    servers: tuple[PluginServerStatus, ...]
+
+
+class WorkspaceTrustResult(Struct, frozen=True):
+    decision: TrustDecision
 
 
 class SessionEventParams(Struct, frozen=True):

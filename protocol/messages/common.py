@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -42,9 +42,23 @@ class McpServerConfig(Struct, frozen=True):
     env: dict[str, str] = msgspec.field(default_factory=dict)
 
 
+PluginServerState = Literal["running", "failed", "untrusted"]
+
+
 class PluginServerStatus(Struct, frozen=True):
-    """One plugin server of a session: how many tools it lists, or why it could not start."""
+    """One plugin server of a session and what it runs: ``running`` (its tools listed:
+    ``tools`` of them, named in ``toolNames``), ``failed`` (``error`` says why), or
+    ``untrusted``: declared by the workspace's ``.quiesce/mcp.json`` whose content the
+    user has not trusted, so never started (docs/plugins.md, "Workspace trust").
+    ``command``, ``args`` and ``cwd`` are what it runs (or would run), in full; ``source``
+    is where it was declared (``workspace``: the file; ``session``: ``session.new``)."""
 
     name: str
     tools: int = 0
     error: str | None = None
+    state: PluginServerState = "running"
+    command: str = ""
+    args: tuple[str, ...] = ()
+    cwd: str = ""
+    source: Literal["workspace", "session"] = "session"
+    tool_names: tuple[str, ...] = ()

@@ -23,6 +23,10 @@ class SessionOpenParams(Struct, frozen=True):
     permission_mode: PermissionMode = "ask"
     mcp_servers: tuple[McpServerConfig, ...] = ()
     hidden_env: tuple[str, ...] = ()
+    trusted_digest: str | None = None
+    """The digest (``sha256:<hex>``) of the workspace's ``.quiesce/mcp.json`` content the
+    user trusted: its servers are started only if the host reads that same content (else
+    they are listed ``untrusted``). A re-open of an open session with it trusts them."""
 
 
 class ToolsExecuteParams(Struct, frozen=True):
@@ -157,8 +161,13 @@ class PluginTool(Struct, frozen=True):
 
 
 class PluginsListResult(Struct, frozen=True):
+    """``workspaceDigest``: the digest of the workspace's ``.quiesce/mcp.json`` as the host
+    read it (null without one): what the runtime asks the user to trust when a server of
+    it is ``untrusted``."""
+
     tools: tuple[PluginTool, ...] = ()
     servers: tuple[PluginServerStatus, ...] = ()
+    workspace_digest: str | None = None
 
 
 HookOutcome = Literal["exited", "stopped", "timeout", "failed"]

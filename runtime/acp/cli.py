@@ -29,7 +29,7 @@ from protocol.version import PROTOCOL_VERSION
 from runtime.acp.messages import AGENT_TO_CLIENT, CLIENT_TO_AGENT
 from runtime.acp.server import VERSION, AcpServer
 from runtime.acp.taps import ReceiveTap
-from runtime.cli_options import apply_config_file, daemon_from_args
+from runtime.cli_options import add_trust_options, apply_config_file, daemon_from_args
 from runtime.config_file import positive_float, positive_int
 from runtime.popen_process import PopenProcess, adopt_or_kill
 from runtime.shared.logs import setup_logging
@@ -70,6 +70,7 @@ def parser() -> argparse.ArgumentParser:
                    help="a stop unsettled this long is flagged stuck in ops (default 30)")
     p.add_argument("--max-steps", type=positive_int,
                    help="model steps a turn may take before it ends max_turn_requests")
+    add_trust_options(p)
     return p
 
 
