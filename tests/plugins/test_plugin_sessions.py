@@ -38,7 +38,10 @@ async def test_workspace_servers_and_session_servers_merge_by_name(
     })
     script = [[call("a", "mcp__ws__echo", text="from the workspace"),
                call("b", "mcp__gone__anything")], [text("done")]]
-    async with agent_daemon(marked, env_extra=QUIET) as agent:
+    # The workspace is trusted up front (the file's servers run only once trusted:
+    # tests/e2e/test_workspace_trust.py).
+    async with agent_daemon(marked, env_extra=QUIET,
+                            extra_args=("--trust-workspace", str(tmp_path))) as agent:
         opened = await new_plugin_session(agent, tmp_path, script)
         statuses = {s.name: (s.tools, s.error) for s in opened.plugin_servers}
         assert statuses["ws"] == (7, None) and statuses["tools"] == (7, None)
