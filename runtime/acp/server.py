@@ -36,6 +36,8 @@ from protocol.messages.client import (
     SessionEventParams,
     SessionLoadParams,
     SessionNewParams,
+    WorkspaceTrustParams,
+    WorkspaceTrustResult,
 )
 from protocol.messages.events import SessionMeta, TurnEnd
 from protocol.methods import RequestId
@@ -62,6 +64,7 @@ from runtime.acp.messages import (
 from runtime.acp.opening import Openings
 from runtime.acp.permissions import PermissionBridge
 from runtime.acp.translate import Translator
+from runtime.acp.trust import ask_trust
 from runtime.shared.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler, SentRequest
 
 log = logging.getLogger(__name__)
@@ -129,7 +132,12 @@ class AcpServer:
 
     @property
     def native_handlers(self) -> dict[str, Handler]:
-        return {"permission.request": self.permissions.request}
+        return {"permission.request": self.permissions.request,
+                "workspace.trust": self._ask_trust}
+
+    async def _ask_trust(self, params: WorkspaceTrustParams) -> WorkspaceTrustResult:
+        """Asked while a session opens, before its workspace's servers start (trust.py)."""
+        return await ask_trust(self._acp, params)
 
     @property
     def native_notification_handlers(self) -> dict[str, NotificationHandler]:

@@ -1,0 +1,67 @@
+"""Workspace trust through ACP, driven by the official SDK (issue 26, item 2): the editor
+is asked with ``session/request_permission`` while ``session/new`` opens the session,
+before any server of the workspace's ``.quiesce/mcp.json`` starts; the command is shown in
+full; nothing runs until trusted; a changed file is asked about again."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+
+from acp.schema import (
+    AllowedOutcome,
+    PermissionOption,
+    RequestPermissionResponse,
+    ToolCallUpdate,
+)
+
+from tests.acp.harness import TIMEOUT, Editor, acp_agent, run
+from tests.conftest import Marked
+from tests.e2e.test_workspace_trust import hostile
+
+
+def test_editor_is_asked_before_workspace_servers_start(marked: Marked,
+                                                        tmp_path: pathlib.Path) -> None:
+    workspace = tmp_path / "cloned"
+    workspace.mkdir()
+    evidence = tmp_path / "FILE"
+    args = hostile(workspace, evidence)
+    choices = ["not-now", "trust", "never"]
+    offered: list[list[str]] = []
+
+    async def answer(options: list[PermissionOption],
+                     tool_call: ToolCallUpdate) -> RequestPermissionResponse:
+        offered.append([o.option_id for o in options])
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected",
+                                                                option_id=choices.pop(0)))
+
+    editor = Editor(answer=answer)
+
+    async def main() -> None:
+        async with acp_agent(marked, [[{"text": "hi"}]], tmp_path, editor=editor) as (
+                conn, _):
+            async def new() -> None:
+                await asyncio.wait_for(conn.new_session(cwd=str(workspace), mcp_servers=[]),
+                                       TIMEOUT)
+
+            await new()  # not now
+            await asyncio.sleep(0.5)
+            assert not evidence.exists(), "a server of an untrusted workspace ran"
+            (asked,) = editor.permission_requests
+            shown = asked.content[0].content.text  # type: ignore[index, union-attr]
+            assert f"sh -c '{args[1]}'" in shown and str(workspace) in shown, shown
+            assert offered[0] == ["trust", "not-now", "never"]
+            await new()  # trust: it runs
+            assert evidence.read_text().splitlines() == ["ran"]
+            evidence.unlink()
+            await new()  # trusted content: not asked again
+            assert len(editor.permission_requests) == 2
+            assert evidence.read_text().splitlines() == ["ran"]
+            evidence.unlink()
+            hostile(workspace, evidence, extra="; true")
+            await new()  # changed: asked again; never
+            assert len(editor.permission_requests) == 3
+            await asyncio.sleep(0.5)
+            assert not evidence.exists()
+
+    run(main())
