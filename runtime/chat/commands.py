@@ -10,13 +10,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 Decision = Literal["allow-once", "allow-session", "deny", "deny-session"]
+TrustChoice = Literal["trust", "not-now", "never"]
 
 HELP = ("Type a prompt and press Enter (prompts typed while a turn runs are queued). "
         "Esc or Ctrl-C: stop the turn; Ctrl-C twice within a second: quit. "
         "A permission prompt is answered by a line of one letter and Enter: "
         "y allow once, a allow for the session, n deny, d deny for the session. "
         "/stop-keep: stop but keep queued prompts. /sessions (this workspace's; "
-        "/sessions all: every one), /load ID, /quit, /help.")
+        "/sessions all: every one), /load ID, /tools (the plugin servers, their state and "
+        "tools), /trust, /not-now, /never (answer whether a workspace's servers may run), "
+        "/quit, /help.")
 
 CHOOSE_MODEL = ("Choose one with --provider openai (and OPENAI_MODEL, OPENAI_API_KEY), the "
                 "QUIESCE_PROVIDER variable, or `provider = \"openai\"` in the config file "
@@ -59,6 +62,18 @@ class Quit:
 
 
 @dataclass(frozen=True)
+class TrustAnswer:
+    """The answer to the question whether a workspace's declared servers may run."""
+
+    decision: TrustChoice
+
+
+@dataclass(frozen=True)
+class Tools:
+    pass
+
+
+@dataclass(frozen=True)
 class Help:
     pass
 
@@ -75,7 +90,10 @@ class Usage:
     text: str
 
 
-Command = Prompt | Stop | Answer | ListSessions | Load | Quit | Help | Unknown | Usage
+Command = (Prompt | Stop | Answer | ListSessions | Load | Quit | Help | Unknown | Usage
+           | TrustAnswer | Tools)
+TRUST_COMMANDS: dict[str, TrustChoice] = {"/trust": "trust", "/not-now": "not-now",
+                                          "/never": "never"}
 
 
 def parse_answer(line: str) -> Decision | None:
@@ -109,4 +127,8 @@ def parse_line(line: str) -> Command | None:
         return Usage("/load needs one session id: /load ID (/sessions lists them)")
     if name == "/help":
         return Help()
+    if name in TRUST_COMMANDS and not rest:
+        return TrustAnswer(TRUST_COMMANDS[name])
+    if name == "/tools" and not rest:
+        return Tools()
     return Unknown(text)

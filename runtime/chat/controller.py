@@ -41,8 +41,10 @@ from protocol.messages.client import (
     SessionLoadResult,
     SessionNewParams,
     SessionNewResult,
+    WorkspaceTrustParams,
+    WorkspaceTrustResult,
 )
-from protocol.messages.common import Empty
+from protocol.messages.common import Empty, PluginServerStatus
 from protocol.messages.host import PermissionRequestResult, PermissionWithdrawnParams
 from runtime.chat.commands import (
     HELP,
@@ -55,10 +57,14 @@ from runtime.chat.commands import (
     Prompt,
     Quit,
     Stop,
+    Tools,
+    TrustAnswer,
+    TrustChoice,
     Unknown,
     Usage,
 )
 from runtime.chat.link import open_daemon, still_alive, tool_processes
+from runtime.chat.plugins import server_lines, trust_answered, trust_lines
 from runtime.chat.view import ChatView, session_lines
 from runtime.client import DaemonClient
 from runtime.shared.rpc import ConnectionClosed, effect_taken
@@ -97,6 +103,12 @@ class _Asked:
     decision: Decision = "deny"
 
 
+@dataclass
+class _TrustAsked:
+    answered: trio.Event
+    decision: TrustChoice = "not-now"
+
+
 class Controller:
     def __init__(self, options: ChatOptions, screen: Screen,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -112,6 +124,8 @@ class Controller:
         self._prompts = 0  # agent.prompt requests not answered yet
         self._animate = trio.Event()
         self._quitting = False
+        self._trust: _TrustAsked | None = None  # the workspace.trust question showing
+        self.plugin_servers: tuple[PluginServerStatus, ...] = ()  # the session's, for /tools
 
     # -- the terminal's side ---------------------------------------------------------------
 
@@ -134,7 +148,8 @@ class Controller:
             try:
                 async with open_daemon(
                         log_file=log_file, env=options.env, serve_args=options.serve_args,
-                        handlers={"permission.request": self._on_permission},
+                        handlers={"permission.request": self._on_permission,
+                                  "workspace.trust": self._on_trust},
                         notification_handlers={"session.event": self._on_event,
                                                "permission.withdrawn": self._on_withdrawn},
                 ) as daemon:
@@ -155,8 +170,7 @@ class Controller:
         info = await daemon.initialize()
         host = info.capabilities.get("host", {}) if isinstance(info.capabilities, dict) else {}
         try:
-            result: SessionNewResult = await daemon.request("session.new", SessionNewParams(
-                self.options.workspace, self.options.permission_mode, self.options.provider))
+            result = await self._open_answering_trust(daemon)
         except RemoteError as exc:  # said as the daemon words it, not as a wire code
             hint = (" (docs/providers.md says how to choose a model)"
                     if exc.code is ErrorCode.INVALID_PARAMS else "")
@@ -173,6 +187,39 @@ class Controller:
             Text("Esc stops the turn · Ctrl-C twice quits · /help", style="dim")])
         if self.options.provider_hint is not None:
             self._commit([Text(self.options.provider_hint, style="yellow")])
+        self.plugin_servers = result.plugin_servers
+        if result.plugin_servers:
+            self._commit(server_lines(result.plugin_servers))
+
+    async def _open_answering_trust(self, daemon: DaemonClient) -> SessionNewResult:
+        """``session.new``, while the typed commands are read for the answer to a
+        ``workspace.trust`` question it may bring (the others wait for ``_serve``)."""
+        outcome: list[SessionNewResult | RemoteError] = []
+        deferred: list[Command] = []
+        async with trio.open_nursery() as nursery:
+            async def open_session() -> None:
+                try:
+                    outcome.append(await daemon.request("session.new", SessionNewParams(
+                        self.options.workspace, self.options.permission_mode,
+                        self.options.provider)))
+                except RemoteError as exc:
+                    outcome.append(exc)
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(open_session)
+            async for command in self._inbox:
+                if isinstance(command, TrustAnswer):
+                    self._answer_trust(command)
+                    continue
+                if isinstance(command, Quit):
+                    self._answer_trust(TrustAnswer("not-now"))
+                deferred.append(command)
+        for command in deferred:  # served once the session is open, in the order typed
+            self._commands.send_nowait(command)
+        (result,) = outcome
+        if isinstance(result, RemoteError):
+            raise result
+        return result
 
     async def _watch_link(self, daemon: DaemonClient) -> None:
         await daemon.endpoint.closed.wait()
@@ -186,6 +233,10 @@ class Controller:
                 break
             if isinstance(command, Answer):
                 self._answer(command)
+            elif isinstance(command, TrustAnswer):
+                self._answer_trust(command)
+            elif isinstance(command, Tools):
+                self._commit(server_lines(self.plugin_servers))
             elif isinstance(command, Prompt):
                 self._prompts += 1
                 self.view.queued = self._queued()
@@ -310,6 +361,31 @@ class Controller:
         finally:
             self._asked.pop(params.request_id, None)
         return PermissionRequestResult(asked.decision)
+
+    async def _on_trust(self, params: WorkspaceTrustParams) -> WorkspaceTrustResult:
+        """Show what the workspace would run, in full, and wait for /trust, /not-now or
+        /never (the daemon gives up after its trust timeout: not now)."""
+        effect_taken()
+        if self._trust is not None:  # a newer question replaces it
+            self._trust.answered.set()
+        asked = self._trust = _TrustAsked(trio.Event())
+        self._commit(trust_lines(params))
+        try:
+            await asked.answered.wait()
+        finally:
+            if self._trust is asked:
+                self._trust = None
+        return WorkspaceTrustResult(asked.decision)
+
+    def _answer_trust(self, command: TrustAnswer) -> None:
+        asked = self._trust
+        if asked is None or asked.answered.is_set():
+            self._commit([Text("no question about a workspace's servers is open",
+                               style="dim")])
+            return
+        asked.decision = command.decision
+        asked.answered.set()
+        self._commit(trust_answered(command.decision))
 
     def _on_withdrawn(self, params: PermissionWithdrawnParams) -> None:
         self._commit(self.view.permission_withdrawn(params.request_id, self._clock()))
