@@ -40,7 +40,7 @@ from protocol.messages.client import (
     SessionNewParams,
     SessionNewResult,
 )
-from protocol.messages.common import Empty
+from protocol.messages.common import Empty, PluginServerStatus
 from protocol.messages.events import AnnouncedEvent
 from protocol.messages.host import SessionOpenParams, ToolsExecuteParams
 from protocol.tools import ToolResult
@@ -218,14 +218,15 @@ class SessionRequests:
                 session = loaded.session
                 place.started()  # loaded (the log read): prompts after this one reach it
                 life = self.life(session)
+                servers: tuple[PluginServerStatus, ...] = ()
                 if not life.running:
                     # The agent runs before the host hears of the session: if the host
                     # refuses it (its workspace is gone), prompts still get answered.
                     self._start_agent(life)
-                    await life.open()
+                    servers = (await life.open()).servers
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
-                                 len(session.agent.journal.events), loaded.recovered)
+                                 len(session.agent.journal.events), loaded.recovered, servers)
 
     async def session_close(self, params: SessionCloseParams) -> Empty:
         self._require_initialized()

@@ -128,6 +128,9 @@ class SessionLoadResult(Struct, frozen=True):
     workspace: str
     events: int
     recovered: bool
+    plugin_servers: tuple[PluginServerStatus, ...] = ()
+    """As ``session.new``'s, when this load opened the session (empty when it was open
+    already, or has no plugin servers)."""
 
 
 class AgentPromptParams(Struct, frozen=True):

@@ -336,6 +336,9 @@ class Controller:
         note = ", its interrupted turn closed" if result.recovered else ""
         self._commit([Text(f"loaded session {result.session_id} ({result.events} events"
                            f"{note})", style="dim")])
+        if result.plugin_servers:
+            self.plugin_servers = result.plugin_servers
+            self._commit(server_lines(result.plugin_servers))
 
     # -- from the daemon -------------------------------------------------------------------
 

@@ -15,6 +15,9 @@ import trio
 
 from protocol.messages.client import (
     ScriptedProviderConfig,
+    SessionCloseParams,
+    SessionLoadParams,
+    SessionLoadResult,
     SessionNewParams,
     SessionNewResult,
     WorkspaceTrustParams,
@@ -163,4 +166,21 @@ async def test_daemon_option_trusts_a_workspace_up_front(tmp_path: pathlib.Path,
     async with trust_daemon(marked, answers(), "--config", str(config)) as (daemon, asked):
         opened = await new_session(daemon, workspace)
         assert not asked and opened.plugin_servers[0].state == "failed"
+        assert evidence.read_text().splitlines() == ["ran"]
+
+
+async def test_session_load_asks_too_and_lists_the_servers(tmp_path: pathlib.Path,
+                                                           marked: Marked) -> None:
+    evidence = tmp_path / "FILE"
+    hostile(tmp_path, evidence)
+    async with trust_daemon(marked, answers("not-now", "trust")) as (daemon, asked):
+        opened = await new_session(daemon, tmp_path)
+        await daemon.request("session.close", SessionCloseParams(opened.session_id))
+        await settle()
+        assert not evidence.exists()
+        with trio.fail_after(30):
+            loaded: SessionLoadResult = await daemon.request(
+                "session.load", SessionLoadParams(opened.session_id))
+        assert len(asked) == 2
+        assert [(s.name, s.state) for s in loaded.plugin_servers] == [("evil", "failed")]
         assert evidence.read_text().splitlines() == ["ran"]
