@@ -41,8 +41,6 @@ from protocol.messages.client import (
     SessionLoadResult,
     SessionNewParams,
     SessionNewResult,
-    WorkspaceTrustParams,
-    WorkspaceTrustResult,
 )
 from protocol.messages.common import Empty, PluginServerStatus
 from protocol.messages.host import PermissionRequestResult, PermissionWithdrawnParams
@@ -59,12 +57,12 @@ from runtime.chat.commands import (
     Stop,
     Tools,
     TrustAnswer,
-    TrustChoice,
     Unknown,
     Usage,
 )
 from runtime.chat.link import open_daemon, still_alive, tool_processes
-from runtime.chat.plugins import server_lines, trust_answered, trust_lines
+from runtime.chat.plugins import server_lines
+from runtime.chat.trust import TrustQuestion
 from runtime.chat.view import ChatView, session_lines
 from runtime.client import DaemonClient
 from runtime.shared.rpc import ConnectionClosed, effect_taken
@@ -103,12 +101,6 @@ class _Asked:
     decision: Decision = "deny"
 
 
-@dataclass
-class _TrustAsked:
-    answered: trio.Event
-    decision: TrustChoice = "not-now"
-
-
 class Controller:
     def __init__(self, options: ChatOptions, screen: Screen,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -124,7 +116,7 @@ class Controller:
         self._prompts = 0  # agent.prompt requests not answered yet
         self._animate = trio.Event()
         self._quitting = False
-        self._trust: _TrustAsked | None = None  # the workspace.trust question showing
+        self._trust = TrustQuestion(self._commit)  # the workspace.trust question
         self.plugin_servers: tuple[PluginServerStatus, ...] = ()  # the session's, for /tools
 
     # -- the terminal's side ---------------------------------------------------------------
@@ -149,7 +141,7 @@ class Controller:
                 async with open_daemon(
                         log_file=log_file, env=options.env, serve_args=options.serve_args,
                         handlers={"permission.request": self._on_permission,
-                                  "workspace.trust": self._on_trust},
+                                  "workspace.trust": self._trust.ask},
                         notification_handlers={"session.event": self._on_event,
                                                "permission.withdrawn": self._on_withdrawn},
                 ) as daemon:
@@ -209,10 +201,10 @@ class Controller:
             nursery.start_soon(open_session)
             async for command in self._inbox:
                 if isinstance(command, TrustAnswer):
-                    self._answer_trust(command)
+                    self._trust.answer(command)
                     continue
                 if isinstance(command, Quit):
-                    self._answer_trust(TrustAnswer("not-now"))
+                    self._trust.dismiss()
                 deferred.append(command)
         for command in deferred:  # served once the session is open, in the order typed
             self._commands.send_nowait(command)
@@ -234,7 +226,7 @@ class Controller:
             if isinstance(command, Answer):
                 self._answer(command)
             elif isinstance(command, TrustAnswer):
-                self._answer_trust(command)
+                self._trust.answer(command)
             elif isinstance(command, Tools):
                 self._commit(server_lines(self.plugin_servers))
             elif isinstance(command, Prompt):
@@ -364,31 +356,6 @@ class Controller:
         finally:
             self._asked.pop(params.request_id, None)
         return PermissionRequestResult(asked.decision)
-
-    async def _on_trust(self, params: WorkspaceTrustParams) -> WorkspaceTrustResult:
-        """Show what the workspace would run, in full, and wait for /trust, /not-now or
-        /never (the daemon gives up after its trust timeout: not now)."""
-        effect_taken()
-        if self._trust is not None:  # a newer question replaces it
-            self._trust.answered.set()
-        asked = self._trust = _TrustAsked(trio.Event())
-        self._commit(trust_lines(params))
-        try:
-            await asked.answered.wait()
-        finally:
-            if self._trust is asked:
-                self._trust = None
-        return WorkspaceTrustResult(asked.decision)
-
-    def _answer_trust(self, command: TrustAnswer) -> None:
-        asked = self._trust
-        if asked is None or asked.answered.is_set():
-            self._commit([Text("no question about a workspace's servers is open",
-                               style="dim")])
-            return
-        asked.decision = command.decision
-        asked.answered.set()
-        self._commit(trust_answered(command.decision))
 
     def _on_withdrawn(self, params: PermissionWithdrawnParams) -> None:
         self._commit(self.view.permission_withdrawn(params.request_id, self._clock()))
