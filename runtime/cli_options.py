@@ -6,6 +6,7 @@ Light at module level: it runs before the host is spawned."""
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import sys
 from typing import TYPE_CHECKING, Any
@@ -93,10 +94,15 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
     if host_json is not None:
         from host.main import parse_config
 
-        try:  # the host checks it too; here a mistake is reported before anything runs
-            parse_config(host_json)
-        except ValueError as exc:
-            parser.error(f"configuration file {str(path)!r}: [host]: {exc}")
+        # The host checks them too; here a mistake is reported before anything runs.
+        checks = [("[host]", host_json)]
+        if isinstance(raw.get("environment"), dict):
+            checks.insert(0, ("[environment]", json.dumps({"environment": raw["environment"]})))
+        for table, text in checks:
+            try:
+                parse_config(text)
+            except ValueError as exc:
+                parser.error(f"configuration file {str(path)!r}: {table}: {exc}")
 
 
 def _relative_to(config_path: pathlib.Path | None, folder: str) -> pathlib.Path:

@@ -123,6 +123,15 @@ async def test_unknown_host_key_is_refused_by_name(tmp_path: pathlib.Path,
     assert "tools.kill_grase" in await refused(marked, config)
 
 
+async def test_bad_environment_table_is_refused_by_name(tmp_path: pathlib.Path,
+                                                        marked: Marked) -> None:
+    config = write_config(tmp_path / "c.toml", '[environment]\ninclude = "GITHUB_TOKEN"\n')
+    message = await refused(marked, config)
+    assert "[environment]" in message and "environment.include" in message
+    config = write_config(tmp_path / "d.toml", "[environment]\nincluded = []\n")
+    assert "environment.included" in await refused(marked, config)
+
+
 async def test_step_limit_from_the_file(tmp_path: pathlib.Path, marked: Marked) -> None:
     config = write_config(tmp_path / "c.toml", "max_steps = 1\n")
     script = [[call("g1", "Glob", pattern="*")], [text("a second step")]]
