@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -78,19 +79,35 @@ class LoadedServers:
     digest: str | None = None
 
 
+def _read_declaring_file(path: str) -> bytes | None:
+    """The file's content (None if there is none); ``PluginConfigError`` unless it is a
+    regular file of at most ``MAX_FILE`` bytes. A cloned repository may make it a symlink
+    to anything: a FIFO or the host's own stdin (``/proc/self/fd/0``) is refused, never
+    read (opened non-blocking, checked before any read), so it cannot stop the host."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise PluginConfigError(f"{WORKSPACE_FILE}: {exc.strerror}") from exc
+    with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PluginConfigError(f"{WORKSPACE_FILE}: not a regular file")
+        try:
+            data = f.read(MAX_FILE + 1)
+        except OSError as exc:
+            raise PluginConfigError(f"{WORKSPACE_FILE}: {exc.strerror}") from exc
+    if len(data) > MAX_FILE:
+        raise PluginConfigError(f"{WORKSPACE_FILE}: larger than {MAX_FILE} bytes")
+    return data
+
+
 def load_servers(workspace: str, session: tuple[McpServerConfig, ...]) -> LoadedServers:
     """The workspace file's servers merged with the session's; ``PluginConfigError``."""
     check_servers(session, "session mcpServers")
-    path = os.path.join(workspace, WORKSPACE_FILE)
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE + 1)
-    except FileNotFoundError:
+    data = _read_declaring_file(os.path.join(workspace, WORKSPACE_FILE))
+    if data is None:
         return LoadedServers(session)
-    except OSError as exc:
-        raise PluginConfigError(f"{WORKSPACE_FILE}: {exc.strerror}") from exc
-    if len(data) > MAX_FILE:
-        raise PluginConfigError(f"{WORKSPACE_FILE}: larger than {MAX_FILE} bytes")
     declared = parse_servers_file(data, WORKSPACE_FILE)
     own = {s.name for s in session}
     return LoadedServers(merge_servers(declared, session),

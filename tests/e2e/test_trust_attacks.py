@@ -1,0 +1,105 @@
+"""What a hostile workspace or a model's Bash call tries against workspace trust and the
+environment policy (issue 26), each against the real daemon: the declaring file as a
+symlink to the host's own stdin, the image backend importing the workspace's modules,
+the host's environment read through /proc, a trust store others can write."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+import trio
+
+from protocol.errors import RemoteError
+from tests.conftest import Marked
+from tests.e2e.agent_harness import agent_daemon, call, text
+from tests.e2e.test_child_env import SECRETS, names
+from tests.e2e.test_workspace_trust import answers, hostile, new_session, settle, trust_daemon
+
+
+async def test_declaring_file_linked_to_the_hosts_stdin_neither_hangs_nor_steals(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """A cloned repository may hold symlinks: ``.quiesce/mcp.json`` pointing at the host's
+    own stdin (its link to the runtime) or at a FIFO must not be read as a file (a
+    blocking read would stop the host and eat the runtime's requests)."""
+    (tmp_path / ".quiesce").mkdir()
+    (tmp_path / ".quiesce" / "mcp.json").symlink_to("/proc/self/fd/0")
+    fifo_ws = tmp_path / "fifo"
+    (fifo_ws / ".quiesce").mkdir(parents=True)
+    os.mkfifo(fifo_ws / ".quiesce" / "mcp.json")
+    async with trust_daemon(marked, answers()) as (daemon, asked):
+        for workspace in (tmp_path, fifo_ws):
+            with trio.fail_after(8):  # a hung host would be killed after 10 s
+                try:
+                    await new_session(daemon, workspace)
+                except RemoteError as exc:
+                    assert "mcp.json: not a regular file" in exc.message, exc
+                else:
+                    raise AssertionError("a declaring file that is no file was accepted")
+        assert not asked
+        # The host still serves, and is the first one (not replaced as hung).
+        with trio.fail_after(8):
+            opened = await new_session(daemon, tmp_path / "fifo" / ".quiesce")
+        assert not opened.plugin_servers
+        assert daemon.info is not None
+        host_pid = int(daemon.info.capabilities["host"]["pid"])
+        os.kill(host_pid, 0)
+
+
+async def test_bash_cannot_read_provider_keys_from_the_hosts_environ(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """The host is the parent of every tool process: its own environment (readable as
+    /proc/<host pid>/environ by the same user) must hold no secret either."""
+    script = [[call("b", "Bash", command="tr '\\0' '\\n' < /proc/$PPID/environ")],
+              [text("done")]]
+    async with agent_daemon(marked, env_extra={**SECRETS, "PLAIN_VARIABLE": "plain"}) as agent:
+        with trio.fail_after(30):
+            await agent.new_session(tmp_path, script)
+            answer = await agent.prompt("go")
+        result = agent.results(answer.turn_id or "")["b"]
+        assert result.code is None, result
+        host_env = names(result.content[0].text)  # type: ignore[union-attr]
+        assert host_env.get("PLAIN_VARIABLE") == "plain", "not the host's environment"
+        secret_looking = set(SECRETS) - {"MY_LLM_ACCESS", "SESSION_LLM_ACCESS",
+                                         "EXCLUDED_BY_CONFIG"}
+        leaked = sorted(secret_looking & set(host_env))
+        assert not leaked, f"the host's environment holds {leaked}"
+
+
+async def test_image_backend_does_not_import_the_workspaces_modules(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """GenerateImages runs the shipped renderer with the workspace as its directory: a
+    repository's ``argparse.py`` (or ``host/``) must not be imported by it."""
+    evidence = tmp_path / "ran"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    for module in ("argparse.py", "hashlib.py", "textwrap.py", "random.py"):
+        (workspace / module).write_text(f"open({str(evidence)!r}, 'a').write('{module}\\n')\n")
+    script = [[call("i", "GenerateImages", prompt="a red square", count=1)], [text("done")]]
+    async with agent_daemon(marked) as agent:
+        with trio.fail_after(60):
+            await agent.new_session(workspace, script)
+            await agent.prompt("draw")
+    assert not evidence.exists(), f"the workspace's code ran: {evidence.read_text()}"
+
+
+async def test_a_trust_store_others_can_write_is_not_believed(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """Trust is the user's: a ``trust.json`` that another user could have written (world-
+    or group-writable) trusts nothing; the user is asked."""
+    evidence = tmp_path / "FILE"
+    hostile(tmp_path, evidence)
+    async with trust_daemon(marked, answers("trust")) as (daemon, asked):
+        opened = await new_session(daemon, tmp_path)
+        assert opened.plugin_servers[0].state == "failed"  # trusted, ran
+    store = marked.data_dir / "trust.json"
+    assert json.loads(store.read_text())
+    evidence.unlink()
+    store.chmod(0o666)
+    async with trust_daemon(marked, answers("not-now")) as (daemon, asked):
+        opened = await new_session(daemon, tmp_path)
+        await settle()
+        assert len(asked) == 1, "a world-writable store was believed"
+        assert opened.plugin_servers[0].state == "untrusted"
+    assert not evidence.exists()
