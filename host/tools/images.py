@@ -45,10 +45,13 @@ STDERR_CAP = 16 * 1024
 
 
 def default_backend() -> tuple[list[str], dict[str, str]]:
-    """The shipped renderer, and the environment that lets it import ``host``."""
+    """The shipped renderer, and the environment that lets it import ``host``. It runs in
+    the workspace (its directory), so ``-P``: the workspace is not put first on its import
+    path, where a repository's ``argparse.py`` or ``host/`` would run instead of ours."""
     project = str(Path(host.__file__).resolve().parent.parent)
     paths = [project, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return [sys.executable, "-m", "host.imaging.render"], {"PYTHONPATH": os.pathsep.join(paths)}
+    return ([sys.executable, "-P", "-m", "host.imaging.render"],
+            {"PYTHONPATH": os.pathsep.join(paths)})
 
 
 def _stem(prompt: str) -> str:

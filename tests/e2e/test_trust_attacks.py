@@ -80,7 +80,9 @@ async def test_image_backend_does_not_import_the_workspaces_modules(
     async with agent_daemon(marked) as agent:
         with trio.fail_after(60):
             await agent.new_session(workspace, script)
-            await agent.prompt("draw")
+            answer = await agent.prompt("draw")
+        result = agent.results(answer.turn_id or "")["i"]
+        assert result.code is None, result  # it drew
     assert not evidence.exists(), f"the workspace's code ran: {evidence.read_text()}"
 
 
