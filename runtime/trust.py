@@ -12,7 +12,9 @@ trust store for (the workspace's real path, the digest); else the client is aske
 answer (an error) or does not within the trust timeout: ``not-now``, nothing runs.
 
 The store is ``trust.json`` in the daemon's data directory (outside every workspace),
-written whole to a temporary file and renamed, mode 0600.
+written whole to a temporary file and renamed, mode 0600. A store another user owns, or
+that group or others may write, is not believed (nothing is trusted from it; the next
+answer kept replaces it with the user's own).
 """
 
 from __future__ import annotations
@@ -47,10 +49,24 @@ class TrustStore:
 
     def _read(self) -> Stored:
         try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
+            with open(self.path, "rb") as file:
+                owner = os.fstat(file.fileno())
+                text = file.read()
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            log.warning("trust store %s unreadable (%s): nothing is trusted from it",
+                        self.path, exc)
+            return {}
+        if owner.st_uid != os.geteuid() or owner.st_mode & 0o022:
+            # Someone else wrote it, or could have: its answers are not the user's.
+            log.warning("trust store %s is %s: nothing is trusted from it", self.path,
+                        "not the user's" if owner.st_uid != os.geteuid()
+                        else "writable by others")
+            return {}
+        try:
+            raw = json.loads(text.decode("utf-8"))
+        except ValueError as exc:  # UnicodeDecodeError is one
             log.warning("trust store %s unreadable (%s): nothing is trusted from it",
                         self.path, exc)
             return {}
