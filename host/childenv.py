@@ -15,15 +15,14 @@ server's declared ``env``) come on top, as given.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-SECRET_PATTERNS = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*", "*CREDENTIAL*")
-"""Names a child never sees unless the configuration includes them."""
-PROVIDER_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
-"""The providers' default key variables: never passed, whatever the configuration."""
+from runtime.shared.secretenv import PROVIDER_KEYS, SECRET_PATTERNS, passes
+
+__all__ = ["PROVIDER_KEYS", "SECRET_PATTERNS", "ChildEnvironment", "EnvironmentPolicy",
+           "child_environment", "configure", "hide"]
 
 
 @dataclass(frozen=True)
@@ -41,11 +40,6 @@ class EnvironmentPolicy:
     """Exact names never passed, ``include`` notwithstanding: the daemon's provider keys."""
 
 
-def _matches(name: str, patterns: Iterable[str]) -> bool:
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, pattern.upper()) for pattern in patterns)
-
-
 class ChildEnvironment:
     """A policy and the provider keys learnt since: what a child's environment is."""
 
@@ -58,11 +52,8 @@ class ChildEnvironment:
         self._hidden.update(name.upper() for name in names)
 
     def passes(self, name: str) -> bool:
-        if name.upper() in self._hidden:
-            return False
-        if _matches(name, self.policy.include):
-            return True
-        return not _matches(name, (*SECRET_PATTERNS, *self.policy.exclude))
+        return passes(name, include=self.policy.include, exclude=self.policy.exclude,
+                      hidden=self._hidden)
 
     def build(self, base: Mapping[str, str], extra: Mapping[str, str] | None = None
               ) -> dict[str, str]:

@@ -31,7 +31,10 @@ def _spawn_host(command: list[str]) -> subprocess.Popen[bytes]:
     pipes and fds (its stderr is ours; ``close_fds``: nothing else is inherited, the
     client's stdin and stdout included, which become its pipes)."""
     from runtime import logfaults  # noqa: F401 -- takes its test-only variable out of our env
-    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    from runtime.shared.secretenv import host_environment
+
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            env=host_environment(command))
 
 
 def _reap(popen: subprocess.Popen[bytes]) -> None:

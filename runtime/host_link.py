@@ -23,6 +23,7 @@ from protocol.messages.common import Empty, InitializeParams, InitializeResult, 
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
 from protocol.version import PROTOCOL_VERSION, check_compatible
 from runtime.shared.rpc import ConnectionClosed, Endpoint, Handler, NotificationHandler, NotSent
+from runtime.shared.secretenv import host_environment
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,8 @@ class HostLink:
         it) that :meth:`start` adopts instead of spawning one; the link then owns it."""
         self._command = list(command or default_host_command())
         self._adopted = process
-        self._env = dict(env) if env is not None else None
+        # The host holds no secret: a tool process can read its parent's environment.
+        self._env = dict(env) if env is not None else host_environment(self._command)
         self._handlers = dict(handlers or {})
         self._notification_handlers = dict(notification_handlers or {})
         self._process: HostProcess | None = None

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import signal
+import sys
 
 import trio
 
@@ -16,6 +18,7 @@ from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.e2e.test_child_env import SECRETS, names
 from tests.e2e.test_workspace_trust import answers, hostile, new_session, settle, trust_daemon
+from tests.plugins.support import SERVER
 
 
 async def test_declaring_file_linked_to_the_hosts_stdin_neither_hangs_nor_steals(
@@ -50,21 +53,27 @@ async def test_declaring_file_linked_to_the_hosts_stdin_neither_hangs_nor_steals
 async def test_bash_cannot_read_provider_keys_from_the_hosts_environ(
         tmp_path: pathlib.Path, marked: Marked) -> None:
     """The host is the parent of every tool process: its own environment (readable as
-    /proc/<host pid>/environ by the same user) must hold no secret either."""
-    script = [[call("b", "Bash", command="tr '\\0' '\\n' < /proc/$PPID/environ")],
-              [text("done")]]
+    /proc/<host pid>/environ by the same user) must hold no secret either, the first
+    host's (started before the runtime's imports) nor a replacement's."""
+    read_parent = "tr '\\0' '\\n' < /proc/$PPID/environ"
+    script = [[call("b1", "Bash", command=read_parent)], [text("done")],
+              [call("b2", "Bash", command=read_parent)], [text("done")]]
+    secret_looking = set(SECRETS) - {"MY_LLM_ACCESS", "SESSION_LLM_ACCESS",
+                                     "EXCLUDED_BY_CONFIG"}
     async with agent_daemon(marked, env_extra={**SECRETS, "PLAIN_VARIABLE": "plain"}) as agent:
         with trio.fail_after(30):
             await agent.new_session(tmp_path, script)
-            answer = await agent.prompt("go")
-        result = agent.results(answer.turn_id or "")["b"]
-        assert result.code is None, result
-        host_env = names(result.content[0].text)  # type: ignore[union-attr]
-        assert host_env.get("PLAIN_VARIABLE") == "plain", "not the host's environment"
-        secret_looking = set(SECRETS) - {"MY_LLM_ACCESS", "SESSION_LLM_ACCESS",
-                                         "EXCLUDED_BY_CONFIG"}
-        leaked = sorted(secret_looking & set(host_env))
-        assert not leaked, f"the host's environment holds {leaked}"
+        for call_id in ("b1", "b2"):
+            with trio.fail_after(30):
+                answer = await agent.prompt("go")
+            result = agent.results(answer.turn_id or "")[call_id]
+            assert result.code is None, result
+            host_env = names(result.content[0].text)  # type: ignore[union-attr]
+            assert host_env.get("PLAIN_VARIABLE") == "plain", "not the host's environment"
+            leaked = sorted(secret_looking & set(host_env))
+            assert not leaked, f"the host's environment holds {leaked} ({call_id})"
+            if call_id == "b1":  # the next turn gets a replacement host
+                os.kill(agent.host_pid, signal.SIGKILL)
 
 
 async def test_image_backend_does_not_import_the_workspaces_modules(
@@ -105,3 +114,34 @@ async def test_a_trust_store_others_can_write_is_not_believed(
         assert len(asked) == 1, "a world-writable store was believed"
         assert opened.plugin_servers[0].state == "untrusted"
     assert not evidence.exists()
+
+
+async def test_a_file_changed_after_trust_is_not_started_by_a_replacement_host(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """Trusted content runs; the file changed afterwards and the host crashed: the
+    replacement host reads the new content, whose digest is not the trusted one, and
+    starts nothing of it (a call to its tool is refused)."""
+    evidence = tmp_path / "changed-ran"
+    declare = tmp_path / ".quiesce" / "mcp.json"
+    declare.parent.mkdir()
+    declare.write_text(json.dumps({"mcpServers": {"ref": {
+        "command": sys.executable, "args": [str(SERVER)]}}}))
+    async with trust_daemon(marked, answers("trust")) as (daemon, _):
+        opened = await new_session(daemon, tmp_path)
+        assert opened.plugin_servers[0].state == "running"
+    script = [[call("e1", "mcp__ref__echo", text="one")], [text("ok")],
+              [call("e2", "mcp__ref__echo", text="two")], [text("ok")]]
+    async with agent_daemon(marked) as agent:  # trusted from the store: not asked
+        with trio.fail_after(30):
+            await agent.new_session(tmp_path, script)
+            first = await agent.prompt("one")
+        assert agent.results(first.turn_id or "")["e1"].code is None
+        declare.write_text(json.dumps({"mcpServers": {"ref": {
+            "command": "sh", "args": ["-c", f'echo changed > {evidence}; exec "$0" "$1"',
+                                      sys.executable, str(SERVER)]}}}))
+        os.kill(agent.host_pid, signal.SIGKILL)
+        with trio.fail_after(30):
+            second = await agent.prompt("two")
+        await settle()
+        assert agent.results(second.turn_id or "")["e2"].code is not None
+    assert not evidence.exists(), "the replacement host started the changed content"
