@@ -294,10 +294,12 @@ class SessionPlugins:
         tools: list[PluginTool] = []
         statuses: list[PluginServerStatus] = []
         for name, server in self.servers.items():
+            declared = name in self.loaded.from_workspace
             status = PluginServerStatus(
                 name, state="untrusted", command=server.config.command,
                 args=server.config.args, cwd=self.workspace,
-                source="workspace" if name in self.loaded.from_workspace else "session")
+                source="workspace" if declared else "session",
+                env=dict(server.config.env) if declared else {})
             if server.untrusted:
                 statuses.append(status)
                 continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Literal
 
 import msgspec
@@ -51,7 +52,10 @@ class PluginServerStatus(Struct, frozen=True):
     ``untrusted``: declared by the workspace's ``.quiesce/mcp.json`` whose content the
     user has not trusted, so never started (docs/plugins.md, "Workspace trust").
     ``command``, ``args`` and ``cwd`` are what it runs (or would run), in full; ``source``
-    is where it was declared (``workspace``: the file; ``session``: ``session.new``)."""
+    is where it was declared (``workspace``: the file; ``session``: ``session.new``).
+    ``env``: the variables a workspace server's declaration sets, in full (they change
+    what runs: a ``PATH`` picks the ``command``, a ``NODE_OPTIONS`` or ``LD_PRELOAD``
+    loads code); empty for a session's servers (the client's own)."""
 
     name: str
     tools: int = 0
@@ -62,3 +66,9 @@ class PluginServerStatus(Struct, frozen=True):
     cwd: str = ""
     source: Literal["workspace", "session"] = "session"
     tool_names: tuple[str, ...] = ()
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+
+    def shell_line(self) -> str:
+        """What it runs, as a shell would take it: ``NAME=value ... command args``."""
+        assignments = [f"{name}={shlex.quote(value)}" for name, value in self.env.items()]
+        return " ".join([*assignments, shlex.join([self.command, *self.args])])

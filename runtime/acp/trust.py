@@ -3,14 +3,14 @@
 session, before any server the workspace declares starts.
 
 The question is a pending ``execute`` tool call titled with what would run, each server's
-command, arguments and working directory in full in its content, with three options:
-``trust`` (allow_always), ``not-now`` (reject_once) and ``never`` (reject_always). An
+command, arguments, working directory and declared environment in full in its content,
+with three options: ``trust`` (allow_always), ``not-now`` (reject_once) and ``never``
+(reject_always). An
 editor that answers an error or ``cancelled`` has said not now."""
 
 from __future__ import annotations
 
 import logging
-import shlex
 
 from protocol.errors import RemoteError
 from protocol.messages.client import WorkspaceTrustParams, WorkspaceTrustResult
@@ -41,7 +41,7 @@ def describe(params: WorkspaceTrustParams) -> str:
     lines = [f"{params.workspace}/{params.file} ({params.digest}) declares servers that "
              "would run on your machine:"]
     for server in params.servers:
-        command = shlex.join([server.command, *server.args])
+        command = server.shell_line()
         lines.append(f"- {server.name}: {command}  (in {server.cwd})")
     return "\n".join(lines)
 
@@ -55,12 +55,12 @@ async def ask_trust(acp: Endpoint | None, params: WorkspaceTrustParams
     tool_call = ToolCallUpdate(
         f"workspace-trust-{params.digest.removeprefix('sha256:')[:16]}", status="pending",
         title=f"Run the MCP servers of {params.file}? "
-              + "; ".join(shlex.join([s.command, *s.args]) for s in params.servers),
+              + "; ".join(s.shell_line() for s in params.servers),
         kind="execute", content=(ToolCallContent(TextBlock(text)),),
         raw_input={"workspace": params.workspace, "file": params.file,
                    "digest": params.digest,
                    "servers": [{"name": s.name, "command": s.command, "args": list(s.args),
-                                "cwd": s.cwd} for s in params.servers]})
+                                "cwd": s.cwd, "env": s.env} for s in params.servers]})
     try:
         answer: RequestPermissionResponse = await acp.request(
             REQUEST_PERMISSION, RequestPermissionRequest(params.session_id, tool_call,

@@ -4,7 +4,6 @@ server's state (running with its tools, failed with the reason, untrusted)."""
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 
 from rich.text import Text
@@ -14,8 +13,9 @@ from protocol.messages.common import PluginServerStatus
 
 
 def command_line(server: PluginServerStatus) -> str:
-    """The server's command and arguments in full, as a shell would take them."""
-    return shlex.join([server.command, *server.args])
+    """The server's command and arguments in full, as a shell would take them, after the
+    variables its declaration sets."""
+    return server.shell_line()
 
 
 def trust_lines(params: WorkspaceTrustParams) -> list[Text]:

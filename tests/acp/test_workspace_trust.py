@@ -65,3 +65,31 @@ def test_editor_is_asked_before_workspace_servers_start(marked: Marked,
             assert not evidence.exists()
 
     run(main())
+
+
+def test_editor_is_shown_the_environment_a_declaration_sets(marked: Marked,
+                                                            tmp_path: pathlib.Path) -> None:
+    """A declared ``env`` changes what runs (``LD_PRELOAD``, ``PATH``): the editor's
+    question shows it before the command."""
+    evidence = tmp_path / "FILE"
+    hostile(tmp_path, evidence, env={"LD_PRELOAD": "./payload.so"})
+
+    async def answer(options: list[PermissionOption],
+                     tool_call: ToolCallUpdate) -> RequestPermissionResponse:
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected",
+                                                                option_id="not-now"))
+
+    editor = Editor(answer=answer)
+
+    async def main() -> None:
+        async with acp_agent(marked, [[{"text": "hi"}]], tmp_path, editor=editor) as (
+                conn, _):
+            await asyncio.wait_for(conn.new_session(cwd=str(tmp_path), mcp_servers=[]),
+                                   TIMEOUT)
+            (asked,) = editor.permission_requests
+            shown = asked.content[0].content.text  # type: ignore[index, union-attr]
+            assert "evil: LD_PRELOAD=./payload.so sh -c " in shown, shown
+            assert "LD_PRELOAD=./payload.so sh -c" in (asked.title or ""), asked.title
+            assert not evidence.exists()
+
+    run(main())

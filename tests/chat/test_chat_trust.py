@@ -76,3 +76,14 @@ def test_chat_shows_the_commands_and_runs_nothing_until_trusted(
     assert "evil untrusted, not started" in screen
     time.sleep(0.3)
     assert not evidence.exists()
+
+
+def test_chat_shows_the_environment_a_declaration_sets(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    evidence = tmp_path / "FILE"
+    hostile(workspace, evidence, env={"LD_PRELOAD": "./payload.so"})
+    screen = run_chat(marked, workspace, "/not-now")
+    assert squeezed("evil: LD_PRELOAD=./payload.so sh -c") in squeezed(screen), screen
+    assert not evidence.exists()

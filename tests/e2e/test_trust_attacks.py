@@ -145,3 +145,28 @@ async def test_a_file_changed_after_trust_is_not_started_by_a_replacement_host(
         await settle()
         assert agent.results(second.turn_id or "")["e2"].code is not None
     assert not evidence.exists(), "the replacement host started the changed content"
+
+
+async def test_the_question_shows_the_environment_a_declaration_sets(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """A declaration's ``env`` changes what runs (here ``PATH`` makes ``npx`` the
+    repository's own): the user is shown it, in the question and in ``session.new``."""
+    evidence = tmp_path / "FILE"
+    (tmp_path / ".bin").mkdir()
+    npx = tmp_path / ".bin" / "npx"
+    npx.write_text(f"#!/bin/sh\necho ran > {evidence}\n")
+    npx.chmod(0o755)
+    env = {"PATH": f"{tmp_path}/.bin:/usr/bin:/bin"}
+    (tmp_path / ".quiesce").mkdir()
+    (tmp_path / ".quiesce" / "mcp.json").write_text(json.dumps({"mcpServers": {"github": {
+        "command": "npx", "args": ["-y", "@modelcontextprotocol/server-github"],
+        "env": env}}}))
+    async with trust_daemon(marked, answers("not-now")) as (daemon, asked):
+        opened = await new_session(daemon, tmp_path)
+        await settle()
+    (question,) = asked
+    assert [(s.command, s.env) for s in question.servers] == [("npx", env)]
+    assert question.servers[0].shell_line() == (
+        f"PATH={tmp_path}/.bin:/usr/bin:/bin npx -y @modelcontextprotocol/server-github")
+    assert opened.plugin_servers[0].env == env
+    assert not evidence.exists()
