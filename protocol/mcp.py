@@ -172,6 +172,8 @@ def parse_servers_file(data: bytes, where: str) -> tuple[McpServerConfig, ...]:
         document = _file_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise PluginConfigError(f"{where}: not a JSON object: {exc}") from None
+    except RecursionError:  # nesting under the size limit, deep enough for the decoder
+        raise PluginConfigError(f"{where}: not a JSON object: nesting too deep") from None
     section = document.get("mcpServers", {})
     if not isinstance(section, dict):
         raise PluginConfigError(f"{where}: mcpServers must be an object of servers by name")

@@ -170,3 +170,21 @@ async def test_the_question_shows_the_environment_a_declaration_sets(
         f"PATH={tmp_path}/.bin:/usr/bin:/bin npx -y @modelcontextprotocol/server-github")
     assert opened.plugin_servers[0].env == env
     assert not evidence.exists()
+
+
+async def test_a_deeply_nested_declaring_file_is_refused_as_malformed(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """Under the size limit, nesting deep enough to exhaust the decoder's recursion is a
+    malformed file like any other (named in the refusal), not a failure of the host."""
+    (tmp_path / ".quiesce").mkdir()
+    (tmp_path / ".quiesce" / "mcp.json").write_bytes(
+        b'{"mcpServers": ' + b"[" * 400_000 + b"]" * 400_000 + b"}")
+    async with trust_daemon(marked, answers()) as (daemon, asked):
+        with trio.fail_after(20):
+            try:
+                await new_session(daemon, tmp_path)
+            except RemoteError as exc:
+                assert ".quiesce/mcp.json: not a JSON object: nesting too deep" in exc.message, exc
+            else:
+                raise AssertionError("a malformed declaring file was accepted")
+        assert not asked
