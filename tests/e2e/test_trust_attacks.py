@@ -14,6 +14,7 @@ import sys
 import trio
 
 from protocol.errors import RemoteError
+from protocol.messages.client import WorkspaceTrustParams, WorkspaceTrustResult
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.e2e.test_child_env import SECRETS, names
@@ -188,3 +189,24 @@ async def test_a_deeply_nested_declaring_file_is_refused_as_malformed(
             else:
                 raise AssertionError("a malformed declaring file was accepted")
         assert not asked
+
+
+async def test_a_file_swapped_while_the_user_decides_is_not_started(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """The repository swaps the file between the question and the answer: the trust
+    given is for the content shown, and the host starts only what it reads with that
+    digest, so the swapped content does not run (and is listed untrusted)."""
+    shown = tmp_path / "shown-ran"
+    swapped = tmp_path / "swapped-ran"
+    hostile(tmp_path, shown)
+
+    async def swap_then_trust(params: WorkspaceTrustParams) -> WorkspaceTrustResult:
+        hostile(tmp_path, swapped)
+        return WorkspaceTrustResult("trust")
+
+    async with trust_daemon(marked, swap_then_trust) as (daemon, asked):
+        opened = await new_session(daemon, tmp_path)
+        await settle()
+        assert len(asked) == 1
+        assert opened.plugin_servers[0].state == "untrusted"
+    assert not swapped.exists() and not shown.exists()
