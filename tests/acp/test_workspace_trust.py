@@ -93,3 +93,42 @@ def test_editor_is_shown_the_environment_a_declaration_sets(marked: Marked,
             assert not evidence.exists()
 
     run(main())
+
+
+def test_session_load_of_a_session_whose_file_appeared_since_asks(
+        marked: Marked, tmp_path: pathlib.Path) -> None:
+    """A stored session, loaded after the workspace gained a ``.quiesce/mcp.json`` (a
+    pull, a checkout): ``session/load`` asks as ``session/new`` does, before it runs."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    evidence = tmp_path / "FILE"
+    choices = ["not-now", "trust"]
+
+    async def answer(options: list[PermissionOption],
+                     tool_call: ToolCallUpdate) -> RequestPermissionResponse:
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected",
+                                                                option_id=choices.pop(0)))
+
+    async def first() -> str:
+        async with acp_agent(marked, [[{"text": "hi"}]], tmp_path) as (conn, editor):
+            created = await asyncio.wait_for(
+                conn.new_session(cwd=str(workspace), mcp_servers=[]), TIMEOUT)
+            assert not editor.permission_requests
+            return created.session_id
+
+    async def load(session_id: str) -> int:
+        editor = Editor(answer=answer)
+        async with acp_agent(marked, [[{"text": "hi"}]], tmp_path, editor=editor) as (
+                conn, _):
+            await asyncio.wait_for(conn.load_session(cwd=str(workspace),
+                                                     session_id=session_id,
+                                                     mcp_servers=[]), TIMEOUT)
+            await asyncio.sleep(0.5)
+            return len(editor.permission_requests)
+
+    session_id = run(first())
+    hostile(workspace, evidence)
+    assert run(load(session_id)) == 1  # not now
+    assert not evidence.exists(), "loaded, an untrusted declaration ran"
+    assert run(load(session_id)) == 1  # trust
+    assert evidence.read_text().splitlines() == ["ran"]
