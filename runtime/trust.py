@@ -83,12 +83,19 @@ class TrustStore:
         stored.setdefault(workspace, {})[digest] = answer
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{STORE_NAME}.{os.getpid()}")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            json.dump(stored, file, indent=1, sort_keys=True)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, self.path)
+        # Never through a symlink planted under the temporary's name.
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        replaced = False
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as file:
+                json.dump(stored, file, indent=1, sort_keys=True)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, self.path)
+            replaced = True
+        finally:
+            if not replaced:  # the store is unchanged; nothing left over
+                temporary.unlink(missing_ok=True)
 
 
 class WorkspaceTrust:

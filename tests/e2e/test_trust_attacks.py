@@ -210,3 +210,24 @@ async def test_a_file_swapped_while_the_user_decides_is_not_started(
         assert len(asked) == 1
         assert opened.plugin_servers[0].state == "untrusted"
     assert not swapped.exists() and not shown.exists()
+
+
+async def test_a_store_that_cannot_be_written_still_answers_the_session(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """``trust.json`` cannot be replaced (here it is a folder): the answer holds for the
+    session that asked, is not kept (asked again next time), and no temporary file is
+    left in the data directory."""
+    evidence = tmp_path / "FILE"
+    hostile(tmp_path, evidence)
+    (marked.data_dir / "trust.json").mkdir(parents=True)
+    async with trust_daemon(marked, answers("trust", "not-now")) as (daemon, asked):
+        opened = await new_session(daemon, tmp_path)
+        assert opened.plugin_servers[0].state == "failed"  # trusted: it ran
+        assert evidence.read_text().splitlines() == ["ran"]
+        evidence.unlink()
+        opened = await new_session(daemon, tmp_path)
+        await settle()
+        assert len(asked) == 2 and opened.plugin_servers[0].state == "untrusted"
+    assert not evidence.exists()
+    left = [p.name for p in marked.data_dir.iterdir() if p.name.startswith(".trust")]
+    assert not left, f"temporary files left: {left}"
