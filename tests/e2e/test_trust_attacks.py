@@ -231,3 +231,36 @@ async def test_a_store_that_cannot_be_written_still_answers_the_session(
     assert not evidence.exists()
     left = [p.name for p in marked.data_dir.iterdir() if p.name.startswith(".trust")]
     assert not left, f"temporary files left: {left}"
+
+
+async def test_a_duplicate_key_shows_the_declaration_that_runs(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """JSON with a server named twice: what the user is shown is what would run (the
+    last, as the file is decoded once, by the host, for both)."""
+    evidence = tmp_path / "FILE"
+    (tmp_path / ".quiesce").mkdir()
+    (tmp_path / ".quiesce" / "mcp.json").write_text(
+        '{"mcpServers": {"x": {"command": "true"}, '
+        f'"x": {{"command": "sh", "args": ["-c", "echo ran > {evidence}"]}}}}}}')
+    async with trust_daemon(marked, answers("not-now")) as (daemon, asked):
+        opened = await new_session(daemon, tmp_path)
+    (question,) = asked
+    assert [(s.command, s.args) for s in question.servers] == [
+        ("sh", ("-c", f"echo ran > {evidence}"))]
+    assert [s.command for s in opened.plugin_servers] == ["sh"]
+
+
+async def test_trust_is_keyed_by_the_real_path(tmp_path: pathlib.Path, marked: Marked) -> None:
+    """Trusted through a symlink, the workspace is trusted under its real path: opened
+    as ``sub/../ws`` it is not asked about again; the question names the real path."""
+    workspace = tmp_path / "ws"
+    (workspace / "sub").mkdir(parents=True)
+    evidence = tmp_path / "FILE"
+    hostile(workspace, evidence)
+    (tmp_path / "link").symlink_to(workspace)
+    async with trust_daemon(marked, answers("trust")) as (daemon, asked):
+        await new_session(daemon, tmp_path / "link")
+        opened = await new_session(daemon, workspace / "sub" / "..")
+    assert [q.workspace for q in asked] == [str(workspace)]
+    assert opened.plugin_servers[0].state == "failed"  # trusted: started (no MCP server)
+    assert list(json.loads((marked.data_dir / "trust.json").read_text())) == [str(workspace)]
