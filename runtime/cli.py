@@ -123,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
         from runtime.ops.cli import main as ops_main
 
         return ops_main(rest)
+    if args.command in ("serve", "acp", "chat"):
+        # They hold the user's provider keys in their environment: not readable by the
+        # tools of the same user they run (docs/configuration.md).
+        from runtime.shared.secretenv import keep_environ_private
+
+        keep_environ_private()
     if args.command == "acp":
         from runtime.config_file import ConfigError, host_config_json, read_config_file
 

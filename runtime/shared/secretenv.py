@@ -3,15 +3,23 @@ names matched by ``SECRET_PATTERNS`` and the provider keys (``PROVIDER_KEYS``, a
 names a configuration's ``apiKeyEnv`` gives), unless ``[environment] include`` passes
 them. The host filters every child's environment with it (``host/childenv.py``), and the
 runtime the host's own (``host_environment``): the host is the parent of every tool
-process, and a Bash call can read ``/proc/<its parent>/environ``.
+process, and a Bash call can read ``/proc/<its parent>/environ``. The runtime needs its
+keys; it makes itself non-dumpable (``keep_environ_private``), so another process of the
+same (non-root) user cannot read its ``/proc/<pid>/environ``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import fnmatch
 import json
+import logging
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
+
+log = logging.getLogger(__name__)
 
 SECRET_PATTERNS = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*", "*CREDENTIAL*")
 """Names a child never sees unless the configuration includes them."""
@@ -60,3 +68,20 @@ def host_environment(command: Sequence[str], environ: Mapping[str, str] | None =
     policy = _policy(command)
     source = os.environ if environ is None else environ
     return {name: value for name, value in source.items() if passes(name, **policy)}
+
+
+PR_SET_DUMPABLE = 4
+
+
+def keep_environ_private() -> bool:
+    """Make this process non-dumpable: its ``/proc/<pid>/environ`` (and memory, fds) is
+    then readable by root only, not by the tools of the same user it runs, nor can they
+    ptrace it. Core dumps are off for it too. A child that execs is dumpable again (the
+    host: its environment holds no secret). False where it cannot be done."""
+    if not sys.platform.startswith("linux"):
+        return False
+    prctl = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl
+    if prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        log.warning("prctl(PR_SET_DUMPABLE) failed: %s", os.strerror(ctypes.get_errno()))
+        return False
+    return True

@@ -8,18 +8,52 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import shutil
 import signal
+import subprocess
 import sys
+import sysconfig
+import tempfile
 
+import pytest
 import trio
 
 from protocol.errors import RemoteError
-from protocol.messages.client import WorkspaceTrustParams, WorkspaceTrustResult
+from protocol.messages.client import (
+    SessionNewParams,
+    SessionNewResult,
+    WorkspaceTrustParams,
+    WorkspaceTrustResult,
+)
+from runtime.client import spawn_daemon
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, text
+from tests.e2e.agent_harness import Agent, agent_daemon, call, text
 from tests.e2e.test_child_env import SECRETS, names
 from tests.e2e.test_workspace_trust import answers, hostile, new_session, settle, trust_daemon
 from tests.plugins.support import SERVER
+from tests.support import marked_env
+
+NOBODY = 65534
+
+
+def python_for_nobody() -> tuple[str, str]:
+    """A Python of our version that ``nobody`` may run (ours may lie under a private
+    home), and the import path of our packages for it; the test is skipped without."""
+    import runtime
+
+    for candidate in (sys.executable, f"/usr/bin/python{sys.version_info[0]}."
+                                      f"{sys.version_info[1]}"):
+        pythonpath = os.pathsep.join([sysconfig.get_paths()["purelib"],
+                                      str(pathlib.Path(runtime.__file__).parent.parent)])
+        probe = subprocess.run(
+            ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+             candidate, "-c", "import subprocess, sys, trio, msgspec; "
+             "subprocess.run([sys.executable, '-c', ''], check=True)"],
+            env={"PYTHONPATH": pythonpath, "PATH": os.environ.get("PATH", "")},
+            capture_output=True, cwd="/", check=False)
+        if probe.returncode == 0:
+            return candidate, pythonpath
+    pytest.skip("no Python of this version that nobody can run")
 
 
 async def test_declaring_file_linked_to_the_hosts_stdin_neither_hangs_nor_steals(
@@ -264,3 +298,42 @@ async def test_trust_is_keyed_by_the_real_path(tmp_path: pathlib.Path, marked: M
     assert [q.workspace for q in asked] == [str(workspace)]
     assert opened.plugin_servers[0].state == "failed"  # trusted: started (no MCP server)
     assert list(json.loads((marked.data_dir / "trust.json").read_text())) == [str(workspace)]
+
+
+async def test_a_bash_call_of_the_same_user_cannot_read_the_runtimes_environ(
+        marked: Marked) -> None:
+    """The runtime needs the provider keys in its environment; a Bash call running as the
+    same (non-root) user must not read them from ``/proc/<runtime pid>/environ`` (the
+    host's parent). The daemon runs as ``nobody`` here: root may read anything."""
+    base = pathlib.Path(tempfile.mkdtemp(prefix="qnobody-"))
+    try:
+        for sub in ("data", "run", "ws"):
+            (base / sub).mkdir()
+        script = base / "script.json"
+        probe = ("r=$(awk '{print $4}' /proc/$PPID/stat); tr '\\0' ' ' < /proc/$r/cmdline; "
+                 "echo; tr '\\0' '\\n' < /proc/$r/environ 2>&1")
+        script.write_text(json.dumps([[call("b", "Bash", command=probe)], [text("done")]]))
+        for path in (base, *base.rglob("*")):
+            os.chown(path, NOBODY, NOBODY)
+        env = marked_env(marked.mark, QUIESCE_DATA_DIR=str(base / "data"),
+                         XDG_RUNTIME_DIR=str(base / "run"), HOME=str(base),
+                         XDG_CONFIG_HOME=str(base), OPENAI_API_KEY="sk-the-users-key")
+        python, pythonpath = python_for_nobody()
+        env["PYTHONPATH"] = pythonpath
+        command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+                   python, "-m", "runtime", "serve", "--provider", f"scripted:{script}"]
+        async with spawn_daemon(command, env=env) as daemon:
+            await daemon.initialize()
+            agent = Agent(daemon, base / "data", marked.mark)
+            with trio.fail_after(30):
+                opened: SessionNewResult = await daemon.request(
+                    "session.new", SessionNewParams(str(base / "ws"), "auto"))
+                agent.session_id = opened.session_id
+                answer = await agent.prompt("go")
+            result = agent.results(answer.turn_id or "")["b"]
+            output = result.content[0].text  # type: ignore[union-attr]
+        assert "runtime serve" in output, output  # it did look at the runtime
+        assert "sk-the-users-key" not in output, output
+        assert "Permission denied" in output, output
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
