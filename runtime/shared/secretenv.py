@@ -11,7 +11,6 @@ same (non-root) user cannot read its ``/proc/<pid>/environ``.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import fnmatch
 import json
 import logging
@@ -80,7 +79,7 @@ def keep_environ_private() -> bool:
     host: its environment holds no secret). False where it cannot be done."""
     if not sys.platform.startswith("linux"):
         return False
-    prctl = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl
+    prctl = ctypes.CDLL(None, use_errno=True).prctl  # libc, linked in: no library search
     if prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
         log.warning("prctl(PR_SET_DUMPABLE) failed: %s", os.strerror(ctypes.get_errno()))
         return False
