@@ -1,7 +1,10 @@
 """What a hostile workspace or a model's Bash call tries against workspace trust and the
 environment policy (issue 26), each against the real daemon: the declaring file as a
-symlink to the host's own stdin, the image backend importing the workspace's modules,
-the host's environment read through /proc, a trust store others can write."""
+symlink to the host's own stdin or a FIFO, nested past the decoder, with duplicate keys,
+swapped while the user decides or after trust (a replacement host reads it again), a
+declared ``env`` that changes what runs; the image backend importing the workspace's
+modules; the keys read from ``/proc/<host or runtime pid>/environ``; a trust store others
+can write or that cannot be written; trust keyed by the real path."""
 
 from __future__ import annotations
 
@@ -41,6 +44,8 @@ def python_for_nobody() -> tuple[str, str]:
     home), and the import path of our packages for it; the test is skipped without."""
     import runtime
 
+    if shutil.which("setpriv") is None:
+        pytest.skip("no setpriv to run the daemon as nobody")
     for candidate in (sys.executable, f"/usr/bin/python{sys.version_info[0]}."
                                       f"{sys.version_info[1]}"):
         pythonpath = os.pathsep.join([sysconfig.get_paths()["purelib"],
@@ -50,7 +55,7 @@ def python_for_nobody() -> tuple[str, str]:
              candidate, "-c", "import subprocess, sys, trio, msgspec; "
              "subprocess.run([sys.executable, '-c', ''], check=True)"],
             env={"PYTHONPATH": pythonpath, "PATH": os.environ.get("PATH", "")},
-            capture_output=True, cwd="/", check=False)
+            capture_output=True, cwd="/", check=False, timeout=60)
         if probe.returncode == 0:
             return candidate, pythonpath
     pytest.skip("no Python of this version that nobody can run")
