@@ -342,3 +342,16 @@ async def test_a_bash_call_of_the_same_user_cannot_read_the_runtimes_environ(
         assert "Permission denied" in output, output
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+async def test_a_corrupt_trust_store_trusts_nothing_and_is_replaced(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    evidence = tmp_path / "FILE"
+    hostile(tmp_path, evidence)
+    store = marked.data_dir / "trust.json"
+    store.write_bytes(b'{"' + str(tmp_path).encode() + b'": {"sha256:\xff')  # cut short
+    store.chmod(0o600)
+    async with trust_daemon(marked, answers("trust")) as (daemon, asked):
+        opened = await new_session(daemon, tmp_path)
+    assert len(asked) == 1 and opened.plugin_servers[0].state == "failed"  # asked, ran
+    assert json.loads(store.read_text()) == {str(tmp_path): {asked[0].digest: "trust"}}
