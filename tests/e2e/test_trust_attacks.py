@@ -355,3 +355,27 @@ async def test_a_corrupt_trust_store_trusts_nothing_and_is_replaced(
         opened = await new_session(daemon, tmp_path)
     assert len(asked) == 1 and opened.plugin_servers[0].state == "failed"  # asked, ran
     assert json.loads(store.read_text()) == {str(tmp_path): {asked[0].digest: "trust"}}
+
+
+async def test_a_symlinked_declaration_is_trusted_per_workspace(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """``.quiesce`` a symlink to a folder elsewhere whose content one workspace trusted:
+    another workspace linking the same content is asked about itself (trust is for the
+    pair of workspace and content), and runs nothing until it answers."""
+    evidence = tmp_path / "FILE"
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    hostile(shared, evidence)
+    first, second = tmp_path / "first", tmp_path / "second"
+    for workspace in (first, second):
+        workspace.mkdir()
+        (workspace / ".quiesce").symlink_to(shared / ".quiesce")
+    async with trust_daemon(marked, answers("trust", "not-now")) as (daemon, asked):
+        opened = await new_session(daemon, first)
+        assert opened.plugin_servers[0].state == "failed"  # trusted: ran
+        evidence.unlink()
+        opened = await new_session(daemon, second)
+        await settle()
+    assert [q.workspace for q in asked] == [str(first), str(second)]
+    assert asked[0].digest == asked[1].digest
+    assert opened.plugin_servers[0].state == "untrusted" and not evidence.exists()
