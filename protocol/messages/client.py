@@ -172,6 +172,8 @@ class ClientPermissionRequestParams(Struct, frozen=True):
     matches the prompt to the call it shows. A call outside any turn (``debug.runTool``)
     has ``turnId`` null and the ``callId`` that ``debug.runTool`` answers. ``requestId``
     names the prompt in ``permission.withdrawn``. Every field is always on the wire.
+    ``argsPreview`` is the call's whole arguments as JSON (past 256 Ki characters, cut
+    with a marker ``… [N more characters not shown]``): show all of it before a decision.
     """
 
     session_id: str
