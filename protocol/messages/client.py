@@ -156,13 +156,21 @@ class AbortedCall(Struct, frozen=True, omit_defaults=False):
 
 class AgentAbortResult(Struct, frozen=True, omit_defaults=False):
     """Every field is always on the wire: an ``idle`` answer has ``turnId`` and ``cause``
-    null, ``settledMs`` 0 and ``toolCalls`` empty."""
+    null, ``settledMs`` 0 and ``toolCalls`` empty.
 
-    outcome: Literal["aborted", "idle"]
+    ``outcome`` is what the stopped turn's durable ``turn/end`` says: ``aborted``, or
+    ``error`` when the turn ended with an error while the stop settled (its host crashed,
+    or a record could not be written on a full disk): the turn is over, ``error`` is the
+    turn/end's error and ``toolCalls`` say how each call ended. ``idle``: nothing was
+    stopped (nothing ran, or the turn completed on its own first). ``error`` is null
+    unless ``outcome`` is ``error``."""
+
+    outcome: Literal["aborted", "idle", "error"]
     turn_id: str | None = None
     cause: Cause | None = None
     settled_ms: float = 0.0
     tool_calls: tuple[AbortedCall, ...] = ()
+    error: str | None = None
 
 
 class ClientPermissionRequestParams(Struct, frozen=True):

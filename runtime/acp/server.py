@@ -292,7 +292,7 @@ class AcpServer:
                 # marked); a failed stop must not turn that answer into an error.
                 log.warning("agent.abort for %s failed: %s", prompt.session_id, exc)
                 return
-            if result.outcome == "aborted":
+            if result.outcome != "idle":  # stopped (aborted, or ended by an error meanwhile)
                 return
             # ``idle``: the turn ended on its own first, or (a stop before our agent.prompt
             # was queued) nothing ran yet. Ask again until the turn is stopped, or the

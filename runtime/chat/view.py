@@ -254,6 +254,8 @@ class ChatView:
                     *stop.after]
         answer = [Text(f"  {ms(now - stop.sent)}  turn settled in {result.settled_ms:.1f} ms "
                        f"(agent.abort answered: {result.outcome})", style="bold yellow")]
+        if result.error is not None:
+            answer.append(Text(f"  the turn ended with an error: {result.error}", style="red"))
         for c in result.tool_calls:
             answer.append(Text(f"               {c.call_id:10} {c.tool:8} {c.tool_class:9} "
                                f"{c.code or 'ok'}", style="yellow"))

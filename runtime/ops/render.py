@@ -169,7 +169,8 @@ def abort_text(session_id: str, r: AgentAbortResult) -> str:
     if r.outcome == "idle":
         return f"{session_id}: idle, nothing to stop"
     cause = r.cause.kind if r.cause is not None else "?"
-    lines = [f"{session_id}: turn {r.turn_id or '?'} aborted (cause {cause}), settled in "
+    ended = "aborted" if r.outcome == "aborted" else f"ended with an error ({r.error})"
+    lines = [f"{session_id}: turn {r.turn_id or '?'} {ended} (cause {cause}), settled in "
              f"{r.settled_ms:.1f} ms"]
     lines += [f"  {c.call_id}: {c.code}" for c in r.tool_calls]
     return "\n".join(lines)

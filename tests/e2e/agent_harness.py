@@ -267,13 +267,15 @@ def check_answer(answer: AgentAbortResult, log: Sequence[DurableEvent],
         if answer.outcome == "aborted":
             assert end.end.kind == "aborted" and end.stop_reason == "cancelled", end
             assert end.end.reason == answer.cause, (end.end.reason, answer.cause)
+        elif answer.outcome == "error":  # it ended with an error while the stop settled
+            assert end.end.kind == "error" and end.end.error == answer.error, end
         else:  # the turn ended on its own before the stop reached it
             assert end.end.kind != "aborted", end
         codes = {e.call_id: e.code for e in log
                  if isinstance(e, ToolResultEvent) and e.turn_id == answer.turn_id}
         called = [(e.call_id, e.tool) for e in log
                   if isinstance(e, ToolCallEvent) and e.turn_id == answer.turn_id]
-        if answer.outcome == "aborted":
+        if answer.outcome != "idle":
             assert [(c.call_id, c.tool, c.code) for c in answer.tool_calls] == [
                 (call_id, tool, codes.get(call_id)) for call_id, tool in called], \
                 (answer.tool_calls, called, codes)
