@@ -5,9 +5,13 @@ options and map the chosen one back to a native decision. A prompt stops being w
 for in two ways:
 
 - the native side withdraws it (a stop reached its call, whatever the cause): we stop
-  waiting for the editor at once and tell it with ``$/cancel_request`` for our request;
+  waiting for the editor at once. The editor's dialog closes with the call's final
+  ``tool_call_update`` (``failed``, ``ABORTED_BEFORE_DISPATCH``), which follows at once;
+  ``$/cancel_request`` for our request is sent only to an editor that said it handles it
+  (``clientCapabilities._meta.cancelRequest``: ACP makes the notification optional, and an
+  editor without a handler for it, such as the official Python SDK 0.12, logs an error);
 - the editor cancels the turn (``session/cancel``, ``$/cancel_request`` of the prompt, or
-  answering ``cancelled``): we stop waiting and tell it the same way, but do not answer
+  answering ``cancelled``): we stop waiting (and tell it the same way), but do not answer
   the native side yet. An answer would be a denial, recorded ``TOOL_DENIED``, which wins
   over a stop; the host withdraws the prompt as the stop reaches the call (the call ends
   ``ABORTED_BEFORE_DISPATCH``), and a withdrawn prompt's answer is read by nobody. Prompts
@@ -91,6 +95,8 @@ class _Bounded:
 class PermissionBridge:
     def __init__(self, describe: Describe, on_turn_cancelled: Callable[[str], None]) -> None:
         self.acp: Endpoint | None = None
+        self.cancel_requests = False
+        """Whether the editor handles ``$/cancel_request`` (it said so at initialize)."""
         self._describe = describe
         self._on_turn_cancelled = on_turn_cancelled
         self._prompts: dict[str, _Prompt] = {}  # native request id ->
@@ -190,5 +196,5 @@ class PermissionBridge:
             self._tell(prompt.acp_id)
 
     def _tell(self, request_id: RequestId) -> None:
-        if self.acp is not None:
+        if self.acp is not None and self.cancel_requests:
             self.acp.notify(CANCEL_REQUEST, CancelRequestNotification(request_id))

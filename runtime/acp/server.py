@@ -173,6 +173,9 @@ class AcpServer:
 
     async def initialize(self, params: InitializeRequest) -> InitializeResponse:
         self._initialized = True
+        meta = params.client_capabilities.get("_meta")
+        self.permissions.cancel_requests = (isinstance(meta, dict)
+                                            and meta.get("cancelRequest") is True)
         # ACP: answer the version we speak; a client that cannot speak it disconnects.
         return InitializeResponse(PROTOCOL_VERSION, AgentCapabilities(),
                                   Implementation("quiesce", VERSION, title="quiesce"))
