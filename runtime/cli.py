@@ -14,7 +14,12 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-from runtime.cli_options import apply_config_file, daemon_from_args, host_command
+from runtime.cli_options import (
+    PROVIDER_METAVAR,
+    apply_config_file,
+    daemon_from_args,
+    host_command,
+)
 from runtime.config_file import positive_float, positive_int
 
 if TYPE_CHECKING:
@@ -65,8 +70,38 @@ async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> N
     await daemon.serve(receive, send)
 
 
+DESCRIPTION = ("quiesce: an agent runtime in which a stop means stopped. Commands: serve "
+               "(the runtime daemon), acp (the same daemon speaking the Agent Client "
+               "Protocol), chat (a terminal client), ops (operators' tools), demo; host is "
+               "started by serve.")
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("quiesce")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            found = "unknown (not installed)"
+        print(f"quiesce {found}")
+        parser.exit()
+
+
+def _is_help(rest: list[str]) -> bool:
+    return any(arg in ("-h", "--help") for arg in rest)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="quiesce", description=__doc__)
+    parser = argparse.ArgumentParser(prog="quiesce", description=DESCRIPTION)
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the runtime daemon on stdin/stdout (JSON-RPC)")
     frame_env = os.environ.get("QUIESCE_MAX_FRAME")  # its default is looked up after the spawn
@@ -79,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="where session logs live (env QUIESCE_DATA_DIR; "
                        "default $XDG_DATA_HOME/quiesce)")
     serve.add_argument("--provider", default=os.environ.get("QUIESCE_PROVIDER") or None,
+                       metavar=PROVIDER_METAVAR,
                        help="default model provider: scripted:FILE, openai or anthropic "
                             "(env QUIESCE_PROVIDER)")
     serve.add_argument("--process-grace", type=positive_float,
@@ -115,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return ops_main(rest)
     if args.command == "acp":
+        if _is_help(rest):  # help only: no configuration read, no host started
+            from runtime.acp.cli import parser as acp_parser
+
+            acp_parser().parse_args(rest)
         from runtime.config_file import ConfigError, host_config_json, read_config_file
 
         # As for serve: the configuration file is read for the host's command, and the host

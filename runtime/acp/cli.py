@@ -29,7 +29,7 @@ from protocol.version import PROTOCOL_VERSION
 from runtime.acp.messages import AGENT_TO_CLIENT, CLIENT_TO_AGENT
 from runtime.acp.server import VERSION, AcpServer
 from runtime.acp.taps import ReceiveTap
-from runtime.cli_options import apply_config_file, daemon_from_args
+from runtime.cli_options import PROVIDER_METAVAR, apply_config_file, daemon_from_args
 from runtime.config_file import positive_float, positive_int
 from runtime.popen_process import PopenProcess, adopt_or_kill
 from runtime.shared.logs import setup_logging
@@ -37,13 +37,17 @@ from runtime.shared.rpc import Endpoint
 
 log = logging.getLogger(__name__)
 
+DESCRIPTION = ("The runtime daemon on stdin/stdout, speaking the Agent Client Protocol (ACP "
+               "v1) to an editor: the same turns, host and stop policy as quiesce serve. "
+               "When the editor closes stdin, running turns are stopped and the daemon "
+               "shuts down. See docs/editors.md.")
 DISPOSE_GRACE = 15.0  # as the daemon's: a turn stuck in a mutating call must not hold us
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="quiesce acp", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="quiesce acp", description=DESCRIPTION)
     p.add_argument("--provider", default=os.environ.get("QUIESCE_PROVIDER") or None,
+                   metavar=PROVIDER_METAVAR,
                    help="model provider: scripted:FILE, openai or anthropic "
                         "(env QUIESCE_PROVIDER)")
     p.add_argument("--config", help="configuration file, as serve's (TOML; env "
