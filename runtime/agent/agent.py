@@ -387,6 +387,12 @@ class Agent:
         return AgentAbortResult("aborted", slot.turn_id, stop_cause, settled_ms,
                                 self.calls_of(slot.turn_id))
 
+    @property
+    def stopping_since(self) -> float | None:
+        """When (monotonic) the current phase's first stop was asked for; ``None`` when no
+        stop is settling."""
+        return self._stop_at
+
     def _count_stop(self, aborted: bool) -> None:
         """The phase is settling: count its stop (if it had one that answers ``aborted``)."""
         at, self._stop_at = self._stop_at, None

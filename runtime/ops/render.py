@@ -148,7 +148,8 @@ def stats_text(stats: OpsStatsResult) -> str:
         ("daemon", str(stats.pid)), ("uptime", duration(stats.uptime_s)),
         ("sessions", str(stats.sessions)),
         ("turns", f"{stats.turns} finished, {stats.turns_running} running"),
-        ("stops", str(stats.stops)),
+        ("stops", f"{stats.stops} settled, {stats.stops_settling} settling "
+                  f"({stats.stops_stuck} stuck)"),
         ("stop latency", f"median {ms(stats.stop_latency_ms_median)}, "
                          f"p90 {ms(stats.stop_latency_ms_p90)}, "
                          f"max {ms(stats.stop_latency_ms_max)}"),

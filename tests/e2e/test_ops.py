@@ -116,6 +116,10 @@ async def test_a_slow_stop_is_flagged_stuck(tmp_path: pathlib.Path, marked: Mark
             assert code == 0
             assert find_key(show, "stuck") is True
             assert find_key(show, "state") in {"aborting", "draining"}
+            # ops stats counts the stop that has not settled, and that it is stuck.
+            code, stats = await ops(marked, "stats")
+            assert code == 0 and isinstance(stats, dict), stats
+            assert (stats["stopsSettling"], stats["stopsStuck"]) == (1, 1), stats
 
 
 async def test_tail_stuck_and_force_of_a_stuck_plugin_call(tmp_path: pathlib.Path,
