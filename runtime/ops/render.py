@@ -18,6 +18,7 @@ from protocol.messages.events import (
     AnnouncedEvent,
 )
 from protocol.messages.ops import (
+    OpsCall,
     OpsEventParams,
     OpsForceResult,
     OpsRestartHostResult,
@@ -175,6 +176,33 @@ def abort_text(session_id: str, r: AgentAbortResult) -> str:
              f"{r.settled_ms:.1f} ms"]
     lines += [f"  {c.call_id}: {c.code}" for c in r.tool_calls]
     return "\n".join(lines)
+
+
+WAITED_ON_STATES = ("aborting", "draining")
+WAITED_ON_CLASSES = ("mutating", "plugin")
+
+
+def waited_on(session: OpsSession) -> list[OpsCall]:
+    """The calls a session's stop waits on: stopped mutating or plugin calls (the stop
+    contract awaits those without a deadline; they are what ``ops force`` is for)."""
+    if session.stop_waiting_s is None:
+        return []
+    return [c for c in session.calls
+            if c.state in WAITED_ON_STATES and c.tool_class in WAITED_ON_CLASSES]
+
+
+def nothing_to_force(session: OpsSession) -> str:
+    if session.stop_waiting_s is None:
+        return f"{session.session_id}: nothing to force: no stop is waiting"
+    return (f"{session.session_id}: nothing to force: its stop waits on no mutating or "
+            "plugin call (quiesce ops show names what it waits on)")
+
+
+def forcing_text(session: OpsSession, call: OpsCall) -> str:
+    waiting = session.stop_waiting_s or 0.0
+    return (f"{session.session_id}: the stop has waited {duration(waiting)} on {call.call_id} "
+            f"({call.tool}, {call.tool_class}, {call.state} {duration(call.age_s)}): "
+            "forcing it")
 
 
 def force_text(session_id: str, call_id: str, r: OpsForceResult) -> str:

@@ -174,8 +174,10 @@ async def test_tail_stuck_and_force_of_a_stuck_plugin_call(tmp_path: pathlib.Pat
                 assert code == 0 and find_key(show, "stuck") is True, show
                 lines = stuck_lines(log_path, session_id)
                 assert lines and all("t1" in line["msg"] for line in lines), lines
-                code, forced = await ops(marked, "force", session_id, "w1")
+                # No call named: the one the stop waits on is named, then forced.
+                code, forced = await ops(marked, "force", session_id)
                 assert code == 0 and find_key(forced, "forced") is True, forced
+                assert find_key(forced, "callId") == "w1", forced
             with trio.fail_after(10):
                 while not tail_events(tail_path, "turn/end"):
                     await trio.sleep(0.05)

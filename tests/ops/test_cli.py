@@ -212,3 +212,21 @@ async def test_stale_files_cleaned_and_an_unsafe_directory_refused(
     finally:
         run_dir.chmod(0o700)
     assert refused.returncode == 1 and "refusing it" in err(refused)
+
+
+async def test_force_without_a_call_names_what_the_stop_waits_on_then_forces_it(
+        nursery: trio.Nursery, xdg: pathlib.Path) -> None:
+    backend = FakeBackend()
+    await serve(nursery, backend)
+    done = await ops("force", "s-stuck")
+    assert done.returncode == 0, err(done)
+    named, forced = out(done).splitlines()
+    # The stopped Write (mutating) is what the stop waits on; the queued Grep is not.
+    assert named == ("s-stuck: the stop has waited 1m04s on t-7.write-1 (Write, mutating, "
+                     "aborting 1m03s): forcing it")
+    assert forced.startswith("s-stuck t-7.write-1: forced")
+    assert backend.forced == [("s-stuck", "t-7.write-1")]
+    idle = await ops("force", "s-idle")
+    assert idle.returncode == 1
+    assert out(idle).strip() == "s-idle: nothing to force: no stop is waiting"
+    assert backend.forced == [("s-stuck", "t-7.write-1")]
