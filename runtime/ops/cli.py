@@ -21,7 +21,7 @@ import trio
 from protocol.errors import RpcError
 from protocol.messages.ops import OpsEventParams, OpsUnreadableLog
 from runtime.ops import render
-from runtime.ops.client import Discovery, RunningDaemon, connect, discover
+from runtime.ops.client import Discovery, RunningDaemon, connect, daemon_client, discover
 from runtime.ops.rundir import UnsafeRunDir
 from runtime.ops.targets import TargetError, locate_session, parse_target, pick_daemon
 from runtime.shared.rpc import ConnectionClosed
@@ -48,8 +48,11 @@ def _daemon_json(daemon: RunningDaemon) -> dict[str, Any]:
 async def cmd_ls(args: argparse.Namespace, found: Discovery) -> int:
     listing, data, status = [], [], EXIT_OK
     broken: list[tuple[int, tuple[OpsUnreadableLog, ...]]] = []
+    identities = []
     for daemon in found.daemons:
         entry = _daemon_json(daemon)
+        entry["client"] = client = daemon_client(daemon.pid)
+        identities.append(render.daemon_identity(daemon, client))
         try:
             with trio.fail_after(args.timeout):
                 async with connect(daemon.socket) as client:
@@ -69,7 +72,7 @@ async def cmd_ls(args: argparse.Namespace, found: Discovery) -> int:
     if not found.daemons:
         human = f"no quiesce daemon is running (looked in {found.directory})"
     else:
-        human = render.sessions_table(listing)
+        human = "\n".join(identities) + "\n\n" + render.sessions_table(listing)
         if problems := render.unreadable_logs(broken):
             human += "\n\n" + problems
     _emit(args, human, data)

@@ -8,7 +8,7 @@ rather than a missing key.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -75,6 +75,20 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def _snippet(text: str) -> str:
     return one_line(text, SNIPPET)
+
+
+def daemon_identity(daemon: RunningDaemon, client: Mapping[str, Any]) -> str:
+    """One line saying which daemon this is: what it runs and for whom, since when, on
+    which data directory (``quiesce ops ls`` prints one per daemon above its table)."""
+    info = daemon.info
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.started_at))
+    kind = client.get("command") or "daemon"
+    parent = client.get("parent")
+    who = (f", started by pid {client.get('parentPid')} ({parent})" if parent
+           else "")
+    data = info.data_dir or "(data directory not recorded)"
+    return (f"daemon {info.pid}: quiesce {kind}{who}, since {started} "
+            f"(up {duration(time.time() - info.started_at)}), data {data}")
 
 
 def sessions_table(listing: Sequence[tuple[int, Sequence[OpsSession]]]) -> str:

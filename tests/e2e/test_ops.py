@@ -55,6 +55,9 @@ async def test_ops_sees_and_stops_a_running_session(tmp_path: pathlib.Path,
 
             code, listing = await ops(marked, "ls")
             assert code == 0, listing
+            assert isinstance(listing, list) and listing[0]["client"]["command"] == "serve"
+            assert listing[0]["client"]["parentPid"] == os.getpid()  # this test started it
+            assert listing[0]["dataDir"] == str(marked.data_dir)
             text = json.dumps(listing)
             assert session_id in text and '"b1"' in text and '"running"' in text
 

@@ -67,6 +67,11 @@ async def test_ls_and_show(nursery: trio.Nursery, xdg: pathlib.Path) -> None:
     assert "unrecognized arguments: 20943" in err(done["ls-pid"])
     assert "quiesce ops show PID" in err(done["ls-pid"])
     lines = out(done["ls"]).splitlines()
+    # Which daemon is which: what it runs, who started it, since when, its data directory.
+    identity = lines.pop(0)
+    assert identity.startswith(f"daemon {PID}: quiesce daemon, started by pid {os.getppid()} ")
+    assert ", since " in identity and identity.endswith("data /data/q"), identity
+    assert lines.pop(0) == ""
     assert lines[0].split() == ["PID", "SESSION", "PHASE", "TURN", "AGE", "CALLS", "INBOX",
                                 "STOP", "WAIT"]
     assert lines[1].split() == [str(PID), "s-stuck", "running", "t-7", "1m35s", "2", "1",
@@ -76,6 +81,7 @@ async def test_ls_and_show(nursery: trio.Nursery, xdg: pathlib.Path) -> None:
     [daemon] = as_json(done["ls-json"])
     assert daemon["pid"] == PID and daemon["socket"] == str(path)
     assert daemon["dataDir"] == "/data/q"
+    assert daemon["client"]["parentPid"] == os.getppid()
     assert [s["sessionId"] for s in daemon["sessions"]] == ["s-stuck", "s-idle"]
     # Every field, defaults included: an idle session says so, it does not omit keys.
     idle = daemon["sessions"][1]
