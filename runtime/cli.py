@@ -34,6 +34,22 @@ def _spawn_host(command: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
 
+LOG_FILE_HELP = ("append the log (this process's and its host's: all of stderr) to this "
+                 "file instead of stderr")
+
+
+def _log_to(path: str) -> str | None:
+    """Make ``path`` (appended, created 0600) this process's stderr, before the host is
+    spawned so it inherits it; why not, if it cannot be opened."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        return f"cannot open the log file {os.path.abspath(path)}: {exc.strerror}"
+    os.dup2(fd, 2)  # dup2 clears close-on-exec on fd 2: children inherit it
+    os.close(fd)
+    return None
+
+
 def _reap(popen: subprocess.Popen[bytes]) -> None:
     """Kill the early host unless it is already reaped (a daemon that adopted it stops
     and reaps it itself): never left running, whatever ended ``serve``."""
@@ -128,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--stuck-after", type=positive_float,
                        help="a stop still unsettled after this many seconds is flagged "
                             "stuck in ops and logged (default 30)")
+    serve.add_argument("--log-file", help=LOG_FILE_HELP)
     serve.add_argument("--max-steps", type=positive_int,
                        help="model steps a turn may take before it ends max_steps (default 100)")
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
@@ -161,8 +178,13 @@ def main(argv: list[str] | None = None) -> int:
         # imports beside the ACP agent.
         early = argparse.ArgumentParser(add_help=False)
         early.add_argument("--config")
+        early.add_argument("--log-file")
+        known = early.parse_known_args(rest)[0]
+        if known.log_file is not None and (why := _log_to(known.log_file)) is not None:
+            print(f"quiesce acp: error: {why}", file=sys.stderr)
+            return 2
         try:
-            config = read_config_file(early.parse_known_args(rest)[0].config)
+            config = read_config_file(known.config)
             acp_host = host_command(host_config_json(config[1]))
         except ConfigError as exc:
             print(f"quiesce acp: error: {exc}", file=sys.stderr)
@@ -181,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         from runtime.config_file import ConfigError, host_config_json, read_config_file
 
+        if args.log_file is not None and (why := _log_to(args.log_file)) is not None:
+            serve.error(why)
         try:
             config_path, config_raw = read_config_file(args.config)
             args.host_command = host_command(host_config_json(config_raw))

@@ -72,6 +72,8 @@ def parser() -> argparse.ArgumentParser:
                    help="a host silent this long is replaced (default 10)")
     p.add_argument("--stuck-after", type=positive_float,
                    help="a stop unsettled this long is flagged stuck in ops (default 30)")
+    p.add_argument("--log-file", help="append the log (this process's and its host's) to "
+                   "this file instead of stderr")
     p.add_argument("--max-steps", type=positive_int,
                    help="model steps a turn may take before it ends max_turn_requests")
     return p
