@@ -195,8 +195,10 @@ class Agent:
 @asynccontextmanager
 async def agent_daemon(marked: Marked, *, answer: Answer = never,
                        extra_args: tuple[str, ...] = (),
-                       env_extra: dict[str, str] | None = None) -> AsyncIterator[Agent]:
+                       env_extra: dict[str, str] | None = None,
+                       env_drop: tuple[str, ...] = ()) -> AsyncIterator[Agent]:
     holder: list[Agent] = []
+    env = {k: v for k, v in marked.env(**(env_extra or {})).items() if k not in env_drop}
 
     async def on_permission(params: PermissionRequestParams) -> PermissionRequestResult:
         effect_taken()  # a client answering later: the link reads on
@@ -212,7 +214,7 @@ async def agent_daemon(marked: Marked, *, answer: Answer = never,
 
     from runtime.client import serve_command
 
-    async with spawn_daemon(serve_command(*extra_args), env=marked.env(**(env_extra or {})),
+    async with spawn_daemon(serve_command(*extra_args), env=env,
                             handlers={"permission.request": on_permission},
                             notification_handlers={"session.event": on_event,
                                                    "permission.withdrawn": on_withdrawn},
