@@ -51,8 +51,8 @@ async def cmd_ls(args: argparse.Namespace, found: Discovery) -> int:
     identities = []
     for daemon in found.daemons:
         entry = _daemon_json(daemon)
-        entry["client"] = client = daemon_client(daemon.pid)
-        identities.append(render.daemon_identity(daemon, client))
+        entry["client"] = started_by = daemon_client(daemon.pid)
+        identities.append(render.daemon_identity(daemon, started_by))
         try:
             with trio.fail_after(args.timeout):
                 async with connect(daemon.socket) as client:
