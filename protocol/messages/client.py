@@ -114,7 +114,17 @@ class DebugRunToolResult(Struct, frozen=True):
 
 
 class SessionLoadParams(Struct, frozen=True):
+    """``mcpServers``, when given, replace the session's stored plugin servers for as long
+    as it stays loaded (an editor reopening a session sends the servers it has now); absent,
+    the servers its ``session.new`` named are started again."""
+
     session_id: str
+    mcp_servers: tuple[McpServerConfig, ...] | None = None
+
+
+class SessionSetModeParams(Struct, frozen=True):
+    session_id: str
+    permission_mode: PermissionMode
 
 
 class SessionCloseParams(Struct, frozen=True):
