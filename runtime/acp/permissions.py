@@ -44,7 +44,7 @@ from runtime.acp.messages import (
     SelectedOutcome,
     ToolCallUpdate,
 )
-from runtime.acp.translate import tool_call_id, tool_kind
+from runtime.acp.translate import TITLE_MAX, tool_call_id, tool_kind
 from runtime.shared.rpc import ConnectionClosed, Endpoint, effect_taken
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,8 @@ class PermissionBridge:
         acp_call_id = (params.call_id if params.turn_id is None
                        else tool_call_id(params.turn_id, params.call_id))
         tool_call = self._describe(params.session_id, acp_call_id) or ToolCallUpdate(
-            acp_call_id, status="pending", title=f"{params.tool} {params.args_preview}",
+            acp_call_id, status="pending",
+            title=f"{params.tool} {params.args_preview}"[:TITLE_MAX],
             kind=tool_kind(params.tool))
         # Our own id (the endpoint's counter never makes strings): a stop names it in
         # ``$/cancel_request``. The request is queued before this returns to the loop, so
