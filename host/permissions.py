@@ -18,7 +18,10 @@ from protocol.tools import Decision
 
 log = logging.getLogger(__name__)
 
-PREVIEW_CHARS = 400
+PREVIEW_CHARS = 256 * 1024
+"""A prompt's ``argsPreview`` is the call's whole arguments as JSON up to this many
+characters (a user decides on what they see); a longer one ends in a marker saying how
+many characters were left out, well inside a frame."""
 
 
 class Verdict(enum.Enum):
@@ -66,7 +69,8 @@ async def ask(port: PermissionPort, call: Call, request_id: str, raw_args: dict[
     call.permission_request_id = request_id
     preview = msgspec.json.encode(raw_args).decode()
     if len(preview) > PREVIEW_CHARS:
-        preview = preview[:PREVIEW_CHARS - 1] + "…"
+        preview = (f"{preview[:PREVIEW_CHARS]}… [{len(preview) - PREVIEW_CHARS} more "
+                   "characters not shown]")
     answered = False
     try:
         with trio.move_on_after(deny_after):

@@ -74,7 +74,11 @@ class HostSessions:
                 trusted_digest=trusted_digest,
                 marker=lambda name: (ENV_MARKER,
                                      f"{self.marker_value}:{session_id}:plugin-{name}"))
-        self.by_id[session_id] = HostSession(session_id, Workspace(workspace), mode, plugins)
+        # Re-opened (a mode change, a runtime re-registering): the user's session-wide
+        # answers stand.
+        kept = (old.allowed, old.denied) if old is not None else (set(), set())
+        self.by_id[session_id] = HostSession(session_id, Workspace(workspace), mode, plugins,
+                                             *kept)
 
     async def list_plugins(self, session_id: str) -> PluginsListResult:
         session = self.by_id.get(session_id)

@@ -30,6 +30,7 @@ from protocol.messages.client import (
     SessionNewResult,
     WorkspaceTrustParams,
     WorkspaceTrustResult,
+    SessionSetModeParams,
 )
 from protocol.messages.common import Empty, InitializeParams, InitializeResult
 from protocol.messages.host import (
@@ -144,6 +145,11 @@ CLIENT_TO_RUNTIME = Direction("client → runtime", [
                "Replay a session's log as session.event notifications, then answer. A log "
                "that ends inside a turn (the runtime died) is first closed with honest "
                "records: a synthetic ABORTED result per unanswered call, turn/end interrupted."),
+    MethodSpec("session.setMode", SessionSetModeParams, Empty,
+               "Change a loaded session's permission mode (`ask`, `accept-edits`, `auto`) "
+               "from its next permission decision on; the session-wide allow and deny "
+               "answers given so far are kept. It holds while the session stays loaded: its "
+               "log keeps the mode it was created with."),
     MethodSpec("session.close", SessionCloseParams, Empty,
                "Stop the session's turn (cause `disposed`) and answer once it is settled and "
                "the session is released: its log closed (it stays loadable), its plugin "

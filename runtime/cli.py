@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from runtime.cli_options import (
     add_trust_options,
+    PROVIDER_METAVAR,
     apply_config_file,
     daemon_from_args,
     host_command,
@@ -35,6 +36,22 @@ def _spawn_host(command: list[str]) -> subprocess.Popen[bytes]:
 
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             env=host_environment(command))
+
+
+LOG_FILE_HELP = ("append the log (this process's and its host's: all of stderr) to this "
+                 "file instead of stderr")
+
+
+def _log_to(path: str) -> str | None:
+    """Make ``path`` (appended, created 0600) this process's stderr, before the host is
+    spawned so it inherits it; why not, if it cannot be opened."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        return f"cannot open the log file {os.path.abspath(path)}: {exc.strerror}"
+    os.dup2(fd, 2)  # dup2 clears close-on-exec on fd 2: children inherit it
+    os.close(fd)
+    return None
 
 
 def _reap(popen: subprocess.Popen[bytes]) -> None:
@@ -73,8 +90,38 @@ async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> N
     await daemon.serve(receive, send)
 
 
+DESCRIPTION = ("quiesce: an agent runtime in which a stop means stopped. Commands: serve "
+               "(the runtime daemon), acp (the same daemon speaking the Agent Client "
+               "Protocol), chat (a terminal client), ops (operators' tools), demo; host is "
+               "started by serve.")
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed package's version, looked up only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=default, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("quiesce")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            found = "unknown (not installed)"
+        print(f"quiesce {found}")
+        parser.exit()
+
+
+def _is_help(rest: list[str]) -> bool:
+    return any(arg in ("-h", "--help") for arg in rest)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="quiesce", description=__doc__)
+    parser = argparse.ArgumentParser(prog="quiesce", description=DESCRIPTION)
+    parser.add_argument("--version", action=_Version, help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the runtime daemon on stdin/stdout (JSON-RPC)")
     frame_env = os.environ.get("QUIESCE_MAX_FRAME")  # its default is looked up after the spawn
@@ -87,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                        help="where session logs live (env QUIESCE_DATA_DIR; "
                        "default $XDG_DATA_HOME/quiesce)")
     serve.add_argument("--provider", default=os.environ.get("QUIESCE_PROVIDER") or None,
+                       metavar=PROVIDER_METAVAR,
                        help="default model provider: scripted:FILE, openai or anthropic "
                             "(env QUIESCE_PROVIDER)")
     serve.add_argument("--process-grace", type=positive_float,
@@ -100,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--stuck-after", type=positive_float,
                        help="a stop still unsettled after this many seconds is flagged "
                             "stuck in ops and logged (default 30)")
+    serve.add_argument("--log-file", help=LOG_FILE_HELP)
     serve.add_argument("--max-steps", type=positive_int,
                        help="model steps a turn may take before it ends max_steps (default 100)")
     add_trust_options(serve)
@@ -130,14 +179,23 @@ def main(argv: list[str] | None = None) -> int:
 
         keep_environ_private()
     if args.command == "acp":
+        if _is_help(rest):  # help only: no configuration read, no host started
+            from runtime.acp.cli import parser as acp_parser
+
+            acp_parser().parse_args(rest)
         from runtime.config_file import ConfigError, host_config_json, read_config_file
 
         # As for serve: the configuration file is read for the host's command, and the host
         # imports beside the ACP agent.
         early = argparse.ArgumentParser(add_help=False)
         early.add_argument("--config")
+        early.add_argument("--log-file")
+        known = early.parse_known_args(rest)[0]
+        if known.log_file is not None and (why := _log_to(known.log_file)) is not None:
+            print(f"quiesce acp: error: {why}", file=sys.stderr)
+            return 2
         try:
-            config = read_config_file(early.parse_known_args(rest)[0].config)
+            config = read_config_file(known.config)
             acp_host = host_command(host_config_json(config[1]))
         except ConfigError as exc:
             print(f"quiesce acp: error: {exc}", file=sys.stderr)
@@ -156,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "serve":
         from runtime.config_file import ConfigError, host_config_json, read_config_file
 
+        if args.log_file is not None and (why := _log_to(args.log_file)) is not None:
+            serve.error(why)
         try:
             config_path, config_raw = read_config_file(args.config)
             args.host_command = host_command(host_config_json(config_raw))

@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from runtime.popen_process import PopenProcess
 
 
+PROVIDER_METAVAR = "{scripted:FILE,openai,anthropic}"
+"""``--provider``'s name in usage lines: every form it takes (``OPTION_FORMS`` of
+``runtime.providers.factory``, which is too heavy to import here)."""
+
+
 def host_command(host_config: str | None) -> list[str]:
     """How the daemon starts a host (``runtime.host_link.default_host_command()`` plus the
     configuration file's ``[host]`` table): the early one and every replacement alike."""

@@ -10,7 +10,9 @@ keys are the long options in snake case; ``provider`` is an option string
 relative to the file's folder) replaces the built-in system prompt; the ``[host]`` table
 is handed to every host the daemon starts (``quiesce host --config``), which validates it;
 ``[[hooks.pre_tool_use]]``, ``[[hooks.post_tool_use]]`` and ``[tools.timeouts]`` are the
-daemon's hooks and tool time limits (:mod:`runtime.hooks.config`, docs/hooks.md).
+daemon's hooks and tool time limits (:mod:`runtime.hooks.config`, docs/hooks.md). Relative
+paths (``data_dir``, a scripted provider's file, a hook's program given as a path,
+``system_prompt_file``) are read from the file's folder (:func:`_beside`).
 
 Read in two passes because ``serve`` spawns its host before its heavy imports: the file
 and its host table are read for that spawn (:mod:`runtime.config_file`, standard library
@@ -24,9 +26,16 @@ from typing import Annotated, Any
 
 import msgspec
 
-from protocol.messages.client import ProviderConfig
+from protocol.messages.client import ProviderConfig, ScriptedProviderConfig
 from runtime.config_file import ConfigError
-from runtime.hooks.config import HookConfig, HookConfigError, HooksTable, ToolsTable, compile_hooks
+from runtime.hooks.config import (
+    HookConfig,
+    HookConfigError,
+    HookSpec,
+    HooksTable,
+    ToolsTable,
+    compile_hooks,
+)
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
@@ -57,10 +66,45 @@ def parse_serve_config(path: pathlib.Path | None, raw: dict[str, Any]) -> ServeC
         config = msgspec.convert(raw, ServeConfig)
     except msgspec.ValidationError as exc:
         raise ConfigError(f"configuration file {str(path)!r}: {exc}") from exc
+    if path is not None:
+        config = _beside(config, path.absolute().parent)
     if config.system_prompt is not None and config.system_prompt_file is not None:
         raise ConfigError(f"configuration file {str(path)!r}: set system_prompt or "
                           "system_prompt_file, not both")
     return config
+
+
+def _resolve(folder: pathlib.Path, value: str) -> str:
+    """``value`` (``~`` expanded) as an absolute path, read from ``folder`` if relative."""
+    found = pathlib.Path(value).expanduser()
+    return str(found if found.is_absolute() else folder / found)
+
+
+def _beside(config: ServeConfig, folder: pathlib.Path) -> ServeConfig:
+    """The file's relative paths read from its own folder, not the daemon's working
+    directory: ``data_dir``, a scripted provider's file, and a hook command's program when
+    it is a path (has a ``/``; a bare name is looked up on ``PATH``). What then fails names
+    the resolved path."""
+    changes: dict[str, Any] = {}
+    if config.data_dir is not None:
+        changes["data_dir"] = _resolve(folder, config.data_dir)
+    provider = config.provider
+    if isinstance(provider, str) and provider.startswith("scripted:") and provider[9:]:
+        changes["provider"] = "scripted:" + _resolve(folder, provider[9:])
+    elif isinstance(provider, ScriptedProviderConfig) and provider.path is not None:
+        changes["provider"] = msgspec.structs.replace(
+            provider, path=_resolve(folder, provider.path))
+
+    def program(spec: HookSpec) -> HookSpec:
+        first, *rest = spec.command
+        if "/" not in first:
+            return spec
+        return msgspec.structs.replace(spec, command=(_resolve(folder, first), *rest))
+
+    hooks = config.hooks
+    changes["hooks"] = HooksTable(tuple(map(program, hooks.pre_tool_use)),
+                                  tuple(map(program, hooks.post_tool_use)))
+    return msgspec.structs.replace(config, **changes)
 
 
 def hook_config(config: ServeConfig, path: pathlib.Path | None) -> HookConfig:

@@ -34,7 +34,9 @@ def read_config_file(option: str | None) -> tuple[pathlib.Path | None, dict[str,
     """The file's path and its raw table: ``(None, {})`` when none is named and the default
     does not exist. A named file that is missing or is not TOML is a ``ConfigError``."""
     named = option or os.environ.get("QUIESCE_CONFIG") or None
-    path = pathlib.Path(named) if named else default_config_path()
+    # Absolute: every message names the file as resolved, and its relative paths are read
+    # from its folder (``runtime.config``).
+    path = (pathlib.Path(named) if named else default_config_path()).absolute()
     try:
         file = open(path, "rb")
     except FileNotFoundError:

@@ -254,6 +254,7 @@ class Daemon:
 _SESSION_REQUESTS = {
     "session.new": "session_new", "session.list": "session_list",
     "session.load": "session_load", "session.close": "session_close",
+    "session.setMode": "session_set_mode",
     "agent.prompt": "agent_prompt", "agent.abort": "agent_abort",
     "debug.runTool": "debug_run_tool",
 }

@@ -190,6 +190,9 @@ class DaemonOps:
         host = self._host
         stats = await self._host_stats()
         latencies = list(self.stop_latencies_ms)
+        now = time.monotonic()
+        settling = [(since, s.agent.stuck_after) for s in self._sessions.all()
+                    if (since := s.agent.stopping_since) is not None]
         return OpsStatsResult(
             os.getpid(), round(time.monotonic() - self._started, 3),
             len(self._sessions.all()),
@@ -201,4 +204,6 @@ class DaemonOps:
             stats.tombstones if stats else 0, stats.calls_in_flight if stats else 0,
             process_isolation=stats.process_isolation if stats else None,
             turns_running=sum(1 for s in self._sessions.all()
-                              if s.agent.machine.phase.kind is PhaseKind.RUNNING))
+                              if s.agent.machine.phase.kind is PhaseKind.RUNNING),
+            stops_settling=len(settling),
+            stops_stuck=sum(1 for since, limit in settling if now - since >= limit))

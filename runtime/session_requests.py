@@ -39,6 +39,7 @@ from protocol.messages.client import (
     SessionLoadResult,
     SessionNewParams,
     SessionNewResult,
+    SessionSetModeParams,
 )
 from protocol.messages.common import Empty, PluginServerStatus
 from protocol.messages.events import AnnouncedEvent
@@ -190,6 +191,11 @@ class SessionRequests:
 
     async def session_load(self, params: SessionLoadParams) -> SessionLoadResult:
         self._require_initialized()
+        if params.mcp_servers is not None:
+            try:
+                check_servers(params.mcp_servers, "mcpServers")
+            except PluginConfigError as exc:
+                raise RpcError(ErrorCode.INVALID_PARAMS, str(exc)) from exc
 
         def provider(saved: dict[str, Any]) -> Provider:
             try:
@@ -203,7 +209,13 @@ class SessionRequests:
             open_now = self.sessions.find(params.session_id)
             if (open_now is not None and not open_now.closing
                     and not self.sessions.lock(params.session_id).locked()):
-                # Loaded and running already: only its replay (no lock, so nothing waits).
+                # Loaded and running already: only its replay (no lock, so nothing waits),
+                # and the servers the client names now, if they differ.
+                life = self.lives.get(open_now.session_id)
+                if (params.mcp_servers is not None and life is not None
+                        and params.mcp_servers != open_now.mcp_servers):
+                    open_now.mcp_servers = params.mcp_servers
+                    await life.open()
                 open_now.agent.journal.replay()
                 return SessionLoadResult(open_now.session_id, open_now.workspace,
                                          len(open_now.agent.journal.events), False)
@@ -216,6 +228,8 @@ class SessionRequests:
                                                   announce=self._announce,
                                                   tools=self.tools.factory)
                 session = loaded.session
+                if params.mcp_servers is not None:  # the client's, not only the stored ones
+                    session.mcp_servers = params.mcp_servers
                 place.started()  # loaded (the log read): prompts after this one reach it
                 life = self.life(session)
                 servers: tuple[PluginServerStatus, ...] = ()
@@ -227,6 +241,18 @@ class SessionRequests:
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered, servers)
+
+    async def session_set_mode(self, params: SessionSetModeParams) -> Empty:
+        """A new permission mode: the host hears it by the session's registration (the
+        host keeps the session's plugin servers and its allow/deny answers)."""
+        self._require_initialized()
+        async with self.order.place(params.session_id):
+            session = self.sessions.get(params.session_id)
+            session.permission_mode = params.permission_mode
+            life = self.lives.get(session.session_id)
+        if life is not None and life.registration is not None:
+            await life.open()
+        return Empty()
 
     async def session_close(self, params: SessionCloseParams) -> Empty:
         self._require_initialized()

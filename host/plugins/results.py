@@ -1,8 +1,9 @@
 """What an MCP call's outcome becomes: one quiesce ``ToolResult``.
 
-- a result: its content blocks (text kept; images, audio and resources
-  summarised in a line, since a plugin's bytes do not belong in the
-  transcript); ``isError: true`` is ``TOOL_FAILED``;
+- a result: its content blocks (text kept, an embedded text resource's text too, up to
+  ``RESOURCE_TEXT`` characters; images, audio, binary resources and resource links
+  summarised in a line, since a plugin's bytes do not belong in the transcript);
+  ``isError: true`` is ``TOOL_FAILED``;
 - an error response: ``TOOL_FAILED``, or ``ABORTED`` after a stop (servers that
   answer a cancelled request answer it with an error);
 - the server exiting under the call: ``TOOL_FAILED`` (the body ran);
@@ -21,6 +22,8 @@ from protocol.errors import ErrorCode
 from protocol.tools import Content, TextContent, ToolResult, aborted_result, error_result
 
 MAX_TEXT = 256 * 1024
+RESOURCE_TEXT = 32 * 1024
+"""Characters of one embedded text resource shown; the rest is cut with a marker."""
 UNCONFIRMED_TEXT = ("The plugin server acknowledged reading the cancel, but MCP gives no "
                     "confirmation that the tool stopped: it may still be running, and its "
                     "effects are unknown.")
@@ -34,13 +37,28 @@ def _summary(block: dict[str, Any]) -> str:
         size = len(str(block.get("data", ""))) * 3 // 4
         return f"[{kind} {block.get('mimeType', '?')}, {size} bytes, not shown]"
     if kind == "resource":
-        resource = block.get("resource") or {}
-        uri = resource.get("uri", "?") if isinstance(resource, dict) else "?"
-        text = resource.get("text") if isinstance(resource, dict) else None
-        return f"[resource {uri}]" + (f"\n{text}" if isinstance(text, str) else "")
+        return _resource(block.get("resource"))
     if kind == "resource_link":
         return f"[resource link {block.get('uri', '?')}: {block.get('name', '')}]"
     return f"[{kind} content, not shown]"
+
+
+def _resource(resource: object) -> str:
+    """An embedded resource: a text one with its text (its first ``RESOURCE_TEXT``
+    characters, then a marker), a binary one summarised (type and size, no bytes)."""
+    if not isinstance(resource, dict):
+        return "[resource, not shown]"
+    uri, mime = resource.get("uri", "?"), resource.get("mimeType")
+    label = f"{uri}, {mime}" if isinstance(mime, str) else str(uri)
+    text = resource.get("text")
+    if isinstance(text, str):
+        if len(text) > RESOURCE_TEXT:
+            text = (f"{text[:RESOURCE_TEXT]}\n[… {len(text) - RESOURCE_TEXT} more characters "
+                    f"of {uri} cut]")
+        return f"[resource {label}]\n{text}"
+    blob = resource.get("blob")
+    size = len(blob) * 3 // 4 - blob[-2:].count("=") if isinstance(blob, str) else 0
+    return f"[resource {label}, {size} bytes, not shown]"
 
 
 def _content(blocks: tuple[dict[str, Any], ...],

@@ -116,7 +116,17 @@ class DebugRunToolResult(Struct, frozen=True):
 
 
 class SessionLoadParams(Struct, frozen=True):
+    """``mcpServers``, when given, replace the session's stored plugin servers for as long
+    as it stays loaded (an editor reopening a session sends the servers it has now); absent,
+    the servers its ``session.new`` named are started again."""
+
     session_id: str
+    mcp_servers: tuple[McpServerConfig, ...] | None = None
+
+
+class SessionSetModeParams(Struct, frozen=True):
+    session_id: str
+    permission_mode: PermissionMode
 
 
 class SessionCloseParams(Struct, frozen=True):
@@ -161,13 +171,21 @@ class AbortedCall(Struct, frozen=True, omit_defaults=False):
 
 class AgentAbortResult(Struct, frozen=True, omit_defaults=False):
     """Every field is always on the wire: an ``idle`` answer has ``turnId`` and ``cause``
-    null, ``settledMs`` 0 and ``toolCalls`` empty."""
+    null, ``settledMs`` 0 and ``toolCalls`` empty.
 
-    outcome: Literal["aborted", "idle"]
+    ``outcome`` is what the stopped turn's durable ``turn/end`` says: ``aborted``, or
+    ``error`` when the turn ended with an error while the stop settled (its host crashed,
+    or a record could not be written on a full disk): the turn is over, ``error`` is the
+    turn/end's error and ``toolCalls`` say how each call ended. ``idle``: nothing was
+    stopped (nothing ran, or the turn completed on its own first). ``error`` is null
+    unless ``outcome`` is ``error``."""
+
+    outcome: Literal["aborted", "idle", "error"]
     turn_id: str | None = None
     cause: Cause | None = None
     settled_ms: float = 0.0
     tool_calls: tuple[AbortedCall, ...] = ()
+    error: str | None = None
 
 
 class ClientPermissionRequestParams(Struct, frozen=True):
@@ -177,6 +195,8 @@ class ClientPermissionRequestParams(Struct, frozen=True):
     matches the prompt to the call it shows. A call outside any turn (``debug.runTool``)
     has ``turnId`` null and the ``callId`` that ``debug.runTool`` answers. ``requestId``
     names the prompt in ``permission.withdrawn``. Every field is always on the wire.
+    ``argsPreview`` is the call's whole arguments as JSON (past 256 Ki characters, cut
+    with a marker ``… [N more characters not shown]``): show all of it before a decision.
     """
 
     session_id: str

@@ -122,16 +122,18 @@ class TurnEnd(_Event, frozen=True, tag="turn/end"):
 
 
 HookEvent = Literal["pre_tool_use", "post_tool_use"]
-HookDecision = Literal["allow", "deny", "ask", "stop", "aborted"]
+HookDecision = Literal["allow", "deny", "ask", "stop", "aborted", "failed"]
 
 
 class HookDecisionEvent(_Event, frozen=True, tag="hook/decision"):
     """One configured hook ran for a call (logged before the call's result): which hook
     (``event`` and its place ``index`` in the configuration, its command), what it decided
     and why, and how long it took. ``decision`` ``stop`` is a hook's ``stopTurn``;
-    ``aborted``: the call was stopped while the hook ran and its tree was killed. A hook
-    that failed (an exit other than 0 or 2, unparsable output, its time limit) is a
-    ``deny`` whose ``reason`` says so (``failed`` true)."""
+    ``aborted``: the call was stopped while the hook ran and its tree was killed. A pre
+    hook that failed (an exit other than 0 or 2, unparsable output, its time limit) is a
+    ``deny`` whose ``reason`` says so (``failed`` true); a post hook that failed is
+    ``failed`` (``failed`` true): the call had run, its result is kept and the failure
+    added to it."""
 
     call_id: str
     event: HookEvent

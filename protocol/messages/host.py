@@ -88,7 +88,9 @@ class ToolsOutputParams(Struct, frozen=True):
 class PermissionRequestParams(Struct, frozen=True):
     """The host's prompt for one call; ``callId`` is the host call id of
     ``tools.execute``. The runtime asks its client with ``ClientPermissionRequestParams``,
-    which names the call as its ``tool/call`` event does."""
+    which names the call as its ``tool/call`` event does. ``argsPreview`` is the call's
+    whole arguments as JSON; past 256 Ki characters it is cut, ending in
+    ``… [N more characters not shown]``."""
 
     session_id: str
     request_id: str

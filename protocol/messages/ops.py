@@ -87,6 +87,10 @@ class OpsStatsResult(Struct, frozen=True):
     turns_running: int = 0
     """Turns running now; ``turns`` counts only finished ones."""
     process_isolation: str | None = None  # the live host's: "cgroup" or "process-tree"
+    stops_settling: int = 0
+    """Stops asked for and not settled yet (``stops`` counts only settled ones)."""
+    stops_stuck: int = 0
+    """Of those, the ones waiting longer than the daemon's ``--stuck-after``."""
 
 
 class OpsEventParams(Struct, frozen=True):

@@ -29,7 +29,12 @@ from protocol.version import PROTOCOL_VERSION
 from runtime.acp.messages import AGENT_TO_CLIENT, CLIENT_TO_AGENT
 from runtime.acp.server import VERSION, AcpServer
 from runtime.acp.taps import ReceiveTap
-from runtime.cli_options import add_trust_options, apply_config_file, daemon_from_args
+from runtime.cli_options import (
+    PROVIDER_METAVAR,
+    add_trust_options,
+    apply_config_file,
+    daemon_from_args,
+)
 from runtime.config_file import positive_float, positive_int
 from runtime.popen_process import PopenProcess, adopt_or_kill
 from runtime.shared.logs import setup_logging
@@ -37,13 +42,17 @@ from runtime.shared.rpc import Endpoint
 
 log = logging.getLogger(__name__)
 
+DESCRIPTION = ("The runtime daemon on stdin/stdout, speaking the Agent Client Protocol (ACP "
+               "v1) to an editor: the same turns, host and stop policy as quiesce serve. "
+               "When the editor closes stdin, running turns are stopped and the daemon "
+               "shuts down. See docs/editors.md.")
 DISPOSE_GRACE = 15.0  # as the daemon's: a turn stuck in a mutating call must not hold us
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="quiesce acp", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="quiesce acp", description=DESCRIPTION)
     p.add_argument("--provider", default=os.environ.get("QUIESCE_PROVIDER") or None,
+                   metavar=PROVIDER_METAVAR,
                    help="model provider: scripted:FILE, openai or anthropic "
                         "(env QUIESCE_PROVIDER)")
     p.add_argument("--config", help="configuration file, as serve's (TOML; env "
@@ -68,6 +77,8 @@ def parser() -> argparse.ArgumentParser:
                    help="a host silent this long is replaced (default 10)")
     p.add_argument("--stuck-after", type=positive_float,
                    help="a stop unsettled this long is flagged stuck in ops (default 30)")
+    p.add_argument("--log-file", help="append the log (this process's and its host's) to "
+                   "this file instead of stderr")
     p.add_argument("--max-steps", type=positive_int,
                    help="model steps a turn may take before it ends max_turn_requests")
     add_trust_options(p)

@@ -120,8 +120,29 @@ class NewSessionRequest(AcpStruct, frozen=True):
     mcp_servers: tuple[dict[str, Any], ...] = ()
 
 
+class SessionMode(AcpStruct, frozen=True):
+    id: str
+    name: str
+    description: str | None = None
+
+
+class SessionModeState(AcpStruct, frozen=True):
+    current_mode_id: str
+    available_modes: tuple[SessionMode, ...]
+
+
 class NewSessionResponse(AcpStruct, frozen=True):
     session_id: str
+    modes: SessionModeState | UnsetType = UNSET
+
+
+class SetSessionModeRequest(AcpStruct, frozen=True):
+    session_id: str
+    mode_id: str
+
+
+class SetSessionModeResponse(AcpStruct, frozen=True):
+    pass
 
 
 class LoadSessionRequest(AcpStruct, frozen=True):
@@ -131,7 +152,7 @@ class LoadSessionRequest(AcpStruct, frozen=True):
 
 
 class LoadSessionResponse(AcpStruct, frozen=True):
-    pass
+    modes: SessionModeState | UnsetType = UNSET
 
 
 class PromptRequest(AcpStruct, frozen=True):
@@ -157,6 +178,18 @@ class ToolCallContent(AcpStruct, frozen=True, tag_field="type", tag="content"):
     content: TextBlock
 
 
+class ToolCallDiff(AcpStruct, frozen=True, tag_field="type", tag="diff"):
+    """A file change an editor can show: ``oldText`` null for a new file (or, for Write,
+    a whole-file replacement: the runtime never reads the workspace)."""
+
+    path: str
+    new_text: str
+    old_text: str | None = None
+
+
+ToolCallBlock = ToolCallContent | ToolCallDiff
+
+
 class ToolCallLocation(AcpStruct, frozen=True):
     path: str
 
@@ -176,6 +209,11 @@ class AgentThoughtChunk(AcpStruct, frozen=True, tag_field="sessionUpdate",
     content: TextBlock
 
 
+class CurrentModeUpdate(AcpStruct, frozen=True, tag_field="sessionUpdate",
+                        tag="current_mode_update"):
+    current_mode_id: str
+
+
 class ToolCallStart(AcpStruct, frozen=True, tag_field="sessionUpdate", tag="tool_call"):
     tool_call_id: str
     title: str
@@ -183,6 +221,7 @@ class ToolCallStart(AcpStruct, frozen=True, tag_field="sessionUpdate", tag="tool
     status: ToolCallStatus
     raw_input: dict[str, Any] | UnsetType = UNSET
     locations: tuple[ToolCallLocation, ...] | UnsetType = UNSET
+    content: tuple[ToolCallBlock, ...] | UnsetType = UNSET
 
 
 class ToolCallUpdate(AcpStruct, frozen=True):
@@ -192,7 +231,7 @@ class ToolCallUpdate(AcpStruct, frozen=True):
     status: ToolCallStatus | UnsetType = UNSET
     title: str | UnsetType = UNSET
     kind: ToolKind | UnsetType = UNSET
-    content: tuple[ToolCallContent, ...] | UnsetType = UNSET
+    content: tuple[ToolCallBlock, ...] | UnsetType = UNSET
     raw_input: dict[str, Any] | UnsetType = UNSET
     raw_output: dict[str, Any] | UnsetType = UNSET
 
@@ -203,7 +242,7 @@ class ToolCallProgress(ToolCallUpdate, frozen=True, tag_field="sessionUpdate",
 
 
 SessionUpdate = (UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart
-                 | ToolCallProgress)
+                 | ToolCallProgress | CurrentModeUpdate)
 
 
 class SessionNotification(AcpStruct, frozen=True):
@@ -247,6 +286,8 @@ CLIENT_TO_AGENT = Direction("ACP client → agent", [
                "Open a session on cwd; mcpServers become its plugin tools."),
     MethodSpec("session/load", LoadSessionRequest, LoadSessionResponse,
                "Replay a session as session/update, then answer."),
+    MethodSpec("session/set_mode", SetSessionModeRequest, SetSessionModeResponse,
+               "Switch the session's permission mode (`ask`, `accept-edits`, `auto`)."),
     MethodSpec("session/prompt", PromptRequest, PromptResponse,
                "Run a turn; answers with its stop reason (`cancelled` after a cancel)."),
     MethodSpec("session/cancel", CancelNotification, None, "Stop the session's turn."),

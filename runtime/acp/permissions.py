@@ -5,9 +5,13 @@ options and map the chosen one back to a native decision. A prompt stops being w
 for in two ways:
 
 - the native side withdraws it (a stop reached its call, whatever the cause): we stop
-  waiting for the editor at once and tell it with ``$/cancel_request`` for our request;
+  waiting for the editor at once. The editor's dialog closes with the call's final
+  ``tool_call_update`` (``failed``, ``ABORTED_BEFORE_DISPATCH``), which follows at once;
+  ``$/cancel_request`` for our request is sent only to an editor that said it handles it
+  (``clientCapabilities._meta.cancelRequest``: ACP makes the notification optional, and an
+  editor without a handler for it, such as the official Python SDK 0.12, logs an error);
 - the editor cancels the turn (``session/cancel``, ``$/cancel_request`` of the prompt, or
-  answering ``cancelled``): we stop waiting and tell it the same way, but do not answer
+  answering ``cancelled``): we stop waiting (and tell it the same way), but do not answer
   the native side yet. An answer would be a denial, recorded ``TOOL_DENIED``, which wins
   over a stop; the host withdraws the prompt as the stop reaches the call (the call ends
   ``ABORTED_BEFORE_DISPATCH``), and a withdrawn prompt's answer is read by nobody. Prompts
@@ -40,7 +44,7 @@ from runtime.acp.messages import (
     SelectedOutcome,
     ToolCallUpdate,
 )
-from runtime.acp.translate import tool_call_id, tool_kind
+from runtime.acp.translate import TITLE_MAX, tool_call_id, tool_kind
 from runtime.shared.rpc import ConnectionClosed, Endpoint, effect_taken
 
 log = logging.getLogger(__name__)
@@ -91,6 +95,8 @@ class _Bounded:
 class PermissionBridge:
     def __init__(self, describe: Describe, on_turn_cancelled: Callable[[str], None]) -> None:
         self.acp: Endpoint | None = None
+        self.cancel_requests = False
+        """Whether the editor handles ``$/cancel_request`` (it said so at initialize)."""
         self._describe = describe
         self._on_turn_cancelled = on_turn_cancelled
         self._prompts: dict[str, _Prompt] = {}  # native request id ->
@@ -124,7 +130,8 @@ class PermissionBridge:
         acp_call_id = (params.call_id if params.turn_id is None
                        else tool_call_id(params.turn_id, params.call_id))
         tool_call = self._describe(params.session_id, acp_call_id) or ToolCallUpdate(
-            acp_call_id, status="pending", title=f"{params.tool} {params.args_preview}",
+            acp_call_id, status="pending",
+            title=f"{params.tool} {params.args_preview}"[:TITLE_MAX],
             kind=tool_kind(params.tool))
         # Our own id (the endpoint's counter never makes strings): a stop names it in
         # ``$/cancel_request``. The request is queued before this returns to the loop, so
@@ -190,5 +197,5 @@ class PermissionBridge:
             self._tell(prompt.acp_id)
 
     def _tell(self, request_id: RequestId) -> None:
-        if self.acp is not None:
+        if self.acp is not None and self.cancel_requests:
             self.acp.notify(CANCEL_REQUEST, CancelRequestNotification(request_id))

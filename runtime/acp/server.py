@@ -38,6 +38,7 @@ from protocol.messages.client import (
     SessionNewParams,
     WorkspaceTrustParams,
     WorkspaceTrustResult,
+    SessionSetModeParams,
 )
 from protocol.messages.events import SessionMeta, TurnEnd
 from protocol.methods import RequestId
@@ -47,6 +48,7 @@ from runtime.acp.messages import (
     AgentCapabilities,
     CancelNotification,
     CancelRequestNotification,
+    CurrentModeUpdate,
     Implementation,
     InitializeRequest,
     InitializeResponse,
@@ -58,9 +60,12 @@ from runtime.acp.messages import (
     PromptResponse,
     SessionNotification,
     SessionUpdate,
+    SetSessionModeRequest,
+    SetSessionModeResponse,
     StopReason,
     ToolCallUpdate,
 )
+from runtime.acp.modes import mode_state, permission_mode
 from runtime.acp.opening import Openings
 from runtime.acp.permissions import PermissionBridge
 from runtime.acp.translate import Translator
@@ -100,6 +105,7 @@ class _Session:
     replaying: bool = False
     active: _Prompt | None = None
     errors: dict[str, str] = field(default_factory=dict)  # turn id -> why it failed
+    mode: str = ""  # its permission mode (session/meta's, then session/set_mode's)
 
 
 class AcpServer:
@@ -124,7 +130,8 @@ class AcpServer:
     @property
     def acp_handlers(self) -> dict[str, Handler]:
         return {"initialize": self.initialize, "session/new": self.session_new,
-                "session/load": self.session_load, "session/prompt": self.session_prompt}
+                "session/load": self.session_load, "session/prompt": self.session_prompt,
+                "session/set_mode": self.session_set_mode}
 
     @property
     def acp_notification_handlers(self) -> dict[str, NotificationHandler]:
@@ -181,6 +188,9 @@ class AcpServer:
 
     async def initialize(self, params: InitializeRequest) -> InitializeResponse:
         self._initialized = True
+        meta = params.client_capabilities.get("_meta")
+        self.permissions.cancel_requests = (isinstance(meta, dict)
+                                            and meta.get("cancelRequest") is True)
         # ACP: answer the version we speak; a client that cannot speak it disconnects.
         return InitializeResponse(PROTOCOL_VERSION, AgentCapabilities(),
                                   Implementation("quiesce", VERSION, title="quiesce"))
@@ -208,8 +218,9 @@ class AcpServer:
             created = await self.openings.open(new, SessionNewParams(
                 params.cwd, self.permission_mode, None, mcp_servers(params.mcp_servers)),
                 self._native)
-            self._sessions[created.session_id] = _Session(created.session_id)
-            return NewSessionResponse(created.session_id)
+            self._sessions[created.session_id] = _Session(
+                created.session_id, Translator(params.cwd), mode=self.permission_mode)
+            return NewSessionResponse(created.session_id, mode_state(self.permission_mode))
         finally:
             self.openings.forget(new)
 
@@ -218,21 +229,32 @@ class AcpServer:
         old = self._sessions.get(params.session_id)
         if old is not None and old.active is not None:
             raise RpcError(ErrorCode.INVALID_REQUEST, "the session is running a prompt")
-        if params.mcp_servers:
-            log.warning("session/load %s: mcpServers are not re-applied to a loaded session",
-                        params.session_id)
         # A fresh translator: the replay shows the whole history, as the native log has it.
-        session = _Session(params.session_id, replaying=True)
+        session = _Session(params.session_id, Translator(params.cwd), replaying=True)
         self._sessions[params.session_id] = session
         try:
-            await self._native("session.load", SessionLoadParams(params.session_id))
+            # The servers the editor sends now replace the stored ones (ACP: the client's
+            # list is the session's).
+            await self._native("session.load", SessionLoadParams(
+                params.session_id, mcp_servers(params.mcp_servers)))
         except BaseException:
             if self._sessions.get(params.session_id) is session:
                 del self._sessions[params.session_id]
             raise
         finally:
             session.replaying = False
-        return LoadSessionResponse()
+        return LoadSessionResponse(mode_state(session.mode or self.permission_mode))
+
+    async def session_set_mode(self, params: SetSessionModeRequest) -> SetSessionModeResponse:
+        session = self._session(params.session_id)
+        mode = permission_mode(params.mode_id)
+        if mode is None:
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"unknown mode {params.mode_id!r}: "
+                           "ask, accept-edits or auto")
+        await self._native("session.setMode", SessionSetModeParams(session.session_id, mode))
+        session.mode = mode
+        self._publish(session.session_id, [CurrentModeUpdate(mode)])
+        return SetSessionModeResponse()
 
     async def session_prompt(self, params: PromptRequest) -> PromptResponse:
         prompt = self._claim(params)
@@ -300,7 +322,7 @@ class AcpServer:
                 # marked); a failed stop must not turn that answer into an error.
                 log.warning("agent.abort for %s failed: %s", prompt.session_id, exc)
                 return
-            if result.outcome == "aborted":
+            if result.outcome != "idle":  # stopped (aborted, or ended by an error meanwhile)
                 return
             # ``idle``: the turn ended on its own first, or (a stop before our agent.prompt
             # was queued) nothing ran yet. Ask again until the turn is stopped, or the
@@ -378,6 +400,8 @@ class AcpServer:
                 self.openings.on_meta(params.session_id, params.event)
             return
         event = params.event
+        if isinstance(event, SessionMeta):
+            session.mode = event.permission_mode
         if isinstance(event, TurnEnd) and event.end.error:
             session.errors[event.turn_id] = event.end.error
         self._publish(session.session_id,

@@ -10,7 +10,7 @@ update carries the whole, bounded, text so far).
 | ``user/message`` (replay only; live, the client showed it) | ``user_message_chunk`` |
 | ``assistant/delta`` text / reasoning (live) | ``agent_message_chunk`` / ``agent_thought_chunk`` |
 | ``assistant/message`` blocks | the same chunks, unless the step streamed them |
-| ``tool/call`` | ``tool_call`` (``pending``, kind, title, rawInput) |
+| ``tool/call`` | ``tool_call`` (``pending``, kind, title, rawInput; Edit and Write a ``diff``) |
 | ``tool/started`` (its body started) | ``tool_call_update`` (``in_progress``) |
 | ``tool/progress`` | ``tool_call_update`` (``in_progress``, output so far) |
 | ``tool/result`` | ``tool_call_update`` (``completed`` / ``failed``, content, rawOutput) |
@@ -22,14 +22,18 @@ agent's answer, and its prompt is not a user message.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec import UNSET
 
 from protocol.ids import is_child_turn, is_within
 from protocol.messages.events import (
     AnnouncedEvent,
     AssistantDeltaEvent,
     AssistantMessageEvent,
+    SessionMeta,
     ToolCallEvent,
     ToolProgressEvent,
     ToolResultEvent,
@@ -42,7 +46,9 @@ from runtime.acp.messages import (
     AgentThoughtChunk,
     SessionUpdate,
     TextBlock,
+    ToolCallBlock,
     ToolCallContent,
+    ToolCallDiff,
     ToolCallLocation,
     ToolCallProgress,
     ToolCallStart,
@@ -94,8 +100,27 @@ def _text(text: str) -> tuple[ToolCallContent, ...]:
     return (ToolCallContent(TextBlock(text)),) if text else ()
 
 
+def file_diff(tool: str, args: dict[str, Any], workspace: str) -> ToolCallDiff | None:
+    """The change an Edit or Write call makes, as ACP's ``diff`` content (an absolute
+    path): Edit's old and new text; Write's new content, ``oldText`` null (the runtime
+    never reads the workspace, so a replaced file's old content is not known here)."""
+    path = args.get("path")
+    if not isinstance(path, str) or tool not in ("Edit", "Write"):
+        return None
+    where = path if os.path.isabs(path) or not workspace else os.path.join(workspace, path)
+    if tool == "Write":
+        content = args.get("content")
+        return ToolCallDiff(where, content) if isinstance(content, str) else None
+    old, new = args.get("old_string"), args.get("new_string")
+    if isinstance(old, str) and isinstance(new, str):
+        return ToolCallDiff(where, new, old)
+    return None
+
+
 class Translator:
-    def __init__(self) -> None:
+    def __init__(self, workspace: str = "") -> None:
+        self.workspace = workspace
+        """The session's workspace: a diff's path is absolute (``session/meta`` sets it)."""
         self._open: dict[str, _OpenCall] = {}
         # Steps whose response reached the client as deltas: their recorded message
         # must not be sent a second time.
@@ -108,7 +133,8 @@ class Translator:
             return None
         start = call.start
         return ToolCallUpdate(start.tool_call_id, status="pending", title=start.title,
-                              kind=start.kind, raw_input=start.raw_input)
+                              kind=start.kind, content=start.content,
+                              raw_input=start.raw_input)
 
     def open_calls(self) -> list[str]:
         return list(self._open)
@@ -155,27 +181,35 @@ class Translator:
         if isinstance(event, TurnEnd):
             self._streamed = {key for key in self._streamed if key[0] != event.turn_id}
             return self.close_turn(event.turn_id)
+        if isinstance(event, SessionMeta):
+            self.workspace = event.workspace
         return []  # session/meta, turn/start, tool/abort: nothing the client shows
 
     def _start(self, event: ToolCallEvent) -> ToolCallStart:
         path = event.args.get("path")
+        diff = file_diff(event.tool, event.args, self.workspace)
         start = ToolCallStart(
             tool_call_id(event.turn_id, event.call_id), tool_title(event.tool, event.args),
             tool_kind(event.tool), "pending", raw_input=dict(event.args),
-            locations=(ToolCallLocation(path),) if isinstance(path, str) else ())
+            locations=(ToolCallLocation(path),) if isinstance(path, str) else (),
+            content=(diff,) if diff is not None else UNSET)
         self._open[start.tool_call_id] = _OpenCall(event.turn_id, start)
         return start
 
     def _finish(self, event: ToolResultEvent) -> list[SessionUpdate]:
         acp_id = tool_call_id(event.turn_id, event.call_id)
-        if self._open.pop(acp_id, None) is None:
+        opened = self._open.pop(acp_id, None)
+        if opened is None:
             return []  # a result without a call we showed (e.g. replay of a broken log)
         text = render(event).text
         output: dict[str, Any] = {"code": event.code} if event.code else {}
         if event.details:
             output["details"] = event.details
+        content: tuple[ToolCallBlock, ...] = _text(text)
+        if isinstance(opened.start.content, tuple):  # the diff stays beside the result
+            content = (*opened.start.content, *content)
         return [ToolCallProgress(acp_id, status="failed" if event.is_error else "completed",
-                                 content=_text(text), raw_output=output)]
+                                 content=content, raw_output=output)]
 
     def close_turn(self, turn_id: str) -> list[SessionUpdate]:
         """The log keeps every call balanced, but its events may not all reach us (a

@@ -378,10 +378,20 @@ class Agent:
                            "could not be made durable (see the daemon log)")
         if slot.end.end.kind == "completed":
             return AgentAbortResult("idle", slot.turn_id)  # it ended on its own first
-        # Aborted, or ended by an error (a host crash) while the stop settled: either way
-        # the stopped turn is over, and its calls say how each ended.
+        # Aborted, or ended by an error (a host crash, a record the disk refused) while the
+        # stop settled: either way the stopped turn is over, its calls say how each ended,
+        # and the answer says what its durable turn/end says.
+        if slot.end.end.kind == "error":
+            return AgentAbortResult("error", slot.turn_id, stop_cause, settled_ms,
+                                    self.calls_of(slot.turn_id), slot.end.end.error)
         return AgentAbortResult("aborted", slot.turn_id, stop_cause, settled_ms,
                                 self.calls_of(slot.turn_id))
+
+    @property
+    def stopping_since(self) -> float | None:
+        """When (monotonic) the current phase's first stop was asked for; ``None`` when no
+        stop is settling."""
+        return self._stop_at
 
     def _count_stop(self, aborted: bool) -> None:
         """The phase is settling: count its stop (if it had one that answers ``aborted``)."""

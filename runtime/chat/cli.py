@@ -16,6 +16,7 @@ import sys
 from protocol.messages.client import ProviderConfig, ScriptedProviderConfig
 from runtime.chat.commands import CHOOSE_MODEL
 from runtime.chat.controller import ChatError, ChatOptions
+from runtime.cli_options import PROVIDER_METAVAR
 from runtime.config import parse_serve_config
 from runtime.config_file import ConfigError, default_data_dir, read_config_file
 from runtime.providers.factory import ProviderConfigError, parse_provider_option
@@ -62,8 +63,9 @@ def parse_args(argv: list[str]) -> ChatOptions:
     parser.add_argument("--workspace", default=os.getcwd(),
                         help="the directory the agent works in (default: the current one)")
     parser.add_argument("--provider", type=_provider, default=None,
-                        help="scripted:FILE, openai or anthropic (default: the daemon's, from "
-                             "QUIESCE_PROVIDER)")
+                        metavar=PROVIDER_METAVAR,
+                        help="scripted:FILE, openai or anthropic (default: the daemon's, "
+                             "from QUIESCE_PROVIDER)")
     parser.add_argument("--permission-mode", choices=("ask", "accept-edits", "auto"),
                         default="ask", help="which calls ask first (default: ask)")
     parser.add_argument("--config", help="configuration file, as serve's (TOML; env "

@@ -348,8 +348,10 @@ class Controller:
         asked = _Asked(trio.Event())
         self._asked[params.request_id] = asked
         effect_taken()  # asked: waiting for the user must not hold up the link's reader
-        self.view.permission_asked(params.request_id, params.tool, params.args_preview,
-                                   params.risk, params.call_id)
+        whole = self.view.permission_asked(params.request_id, params.tool,
+                                           params.args_preview, params.risk, params.call_id)
+        if whole:  # printed now, even while a stop settles: the user decides on it
+            self._screen.commit(whole)
         self._screen.refresh()
         try:
             await asked.answered.wait()

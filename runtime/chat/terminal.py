@@ -46,12 +46,14 @@ RECENT_LINES = 200  # committed lines kept to print again after a resize
 
 
 def to_ansi(lines: Sequence[Text], width: int, *, wrap: bool) -> str:
-    """Lines as ANSI text for a terminal ``width`` columns wide."""
+    """Lines as ANSI text for a terminal ``width`` columns wide: wrapped, or (``wrap``
+    false: the live part) each cut to one row, unless the line was made with
+    ``no_wrap=False`` (the permission question, which must never be cut)."""
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, color_system="standard", width=width,
                       highlight=False, emoji=False, markup=False, legacy_windows=False)
     for line in lines:
-        if wrap:
+        if wrap or line.no_wrap is False:  # a line that asks to wrap (a permission's call)
             console.print(line)
         else:
             console.print(line, no_wrap=True, overflow="ellipsis")

@@ -12,6 +12,7 @@ feed events and read lines.
 from __future__ import annotations
 
 import collections
+import json
 from dataclasses import dataclass, field
 
 from rich.text import Text
@@ -41,6 +42,9 @@ from runtime.providers.factory import NO_PROVIDER_ERROR
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TAIL_LINES = 3
 STREAM_LINES = 6  # of the response streaming in, shown live until its message lands
+# A permission prompt's call up to this long is shown whole in the live part, wrapped;
+# a longer one is printed whole above it (the terminal's scrollback holds it).
+LIVE_PREVIEW_CHARS = 600
 
 Lines = list[Text]
 
@@ -250,6 +254,8 @@ class ChatView:
                     *stop.after]
         answer = [Text(f"  {ms(now - stop.sent)}  turn settled in {result.settled_ms:.1f} ms "
                        f"(agent.abort answered: {result.outcome})", style="bold yellow")]
+        if result.error is not None:
+            answer.append(Text(f"  the turn ended with an error: {result.error}", style="red"))
         for c in result.tool_calls:
             answer.append(Text(f"               {c.call_id:10} {c.tool:8} {c.tool_class:9} "
                                f"{c.code or 'ok'}", style="yellow"))
@@ -269,10 +275,19 @@ class ChatView:
     # -- permission prompts --------------------------------------------------------------
 
     def permission_asked(self, request_id: str, tool: str, preview: str, risk: str,
-                         call_id: str | None = None) -> None:
+                         call_id: str | None = None) -> Lines:
+        """A prompt opened. The lines to print at once: none when the live part can show
+        its whole call, else the whole call (see :func:`whole_call`), never cut."""
         self.permissions[request_id] = PermissionView(request_id, tool, preview, risk, call_id)
         if call_id is not None and call_id in self.calls:
             self.calls[call_id].asking = True
+        if len(preview) <= LIVE_PREVIEW_CHARS:
+            return []
+        label = f" [{call_id}]" if call_id else ""
+        return [Text.assemble(("? ", "bold magenta"), (tool, "bold"),
+                              f"{label} asks to run this call ({len(preview)} characters, "
+                              "all shown):"),
+                *whole_call(preview)]
 
     def permission_answered(self, request_id: str, decision: str) -> Lines:
         asked = self.permissions.pop(request_id, None)
@@ -342,10 +357,16 @@ class ChatView:
 
     @staticmethod
     def _asking(asked: PermissionView) -> Lines:
-        """The question and its answers, each line under 60 columns but the preview."""
-        return [Text.assemble(("? ", "bold magenta"), (asked.tool, "bold"),
-                              f" wants to run: {asked.preview[:80]}",
-                              (f"  (risk {asked.risk})", "dim")),
+        """The question and its answers, each line under 60 columns but the question, which
+        holds the whole call and wraps (or points at the call printed whole above)."""
+        if len(asked.preview) <= LIVE_PREVIEW_CHARS:
+            what = f" wants to run: {asked.preview}"
+        else:
+            what = (f" wants to run the call printed above in full ({len(asked.preview)} "
+                    "characters; scroll back to read it)")
+        return [Text.assemble(("? ", "bold magenta"), (asked.tool, "bold"), what,
+                              (f"  (risk {asked.risk})", "dim"),
+                              no_wrap=False, overflow="fold"),
                 Text("  answer: type one letter, then Enter · Esc stops the turn",
                      style="bold magenta"),
                 Text("    y  allow once          a  allow for the session", style="magenta"),
@@ -354,6 +375,25 @@ class ChatView:
     @property
     def animating(self) -> bool:
         return bool(self.calls or self.stop is not None or self.turn_id is not None)
+
+
+def whole_call(preview: str) -> Lines:
+    """A call's arguments as lines, nothing left out: an object's fields one by one, a text
+    value with its own line breaks; what is not a JSON object, as it came. Each line wraps
+    at the terminal's width (``overflow="fold"`` splits a word longer than a row)."""
+    try:
+        args = json.loads(preview)
+    except ValueError:
+        args = None
+    if not isinstance(args, dict):
+        return [Text(f"    {preview}", overflow="fold")]
+    lines: Lines = []
+    for key, value in args.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        rows = text.split("\n")
+        lines.append(Text.assemble((f"    {key}: ", "bold"), rows[0], overflow="fold"))
+        lines.extend(Text(f"      {row}", overflow="fold") for row in rows[1:])
+    return lines
 
 
 def session_lines(sessions: tuple[SessionInfo, ...], current: str | None,

@@ -47,7 +47,8 @@ class Verdict:
     decision: Literal["allow", "deny", "ask"]
     reason: str = ""
     failed: bool = False
-    """The hook did not answer properly: a denial because it failed (fail closed)."""
+    """The hook did not answer properly: before the call, a denial because it failed (fail
+    closed); after it, the call's result stands and the failure is added to it."""
     context: str | None = None
     stop_turn: str | None = None
     """The reason of a ``stopTurn``, if the hook asked for one."""
@@ -72,8 +73,11 @@ def _cut(text: str, limit: int = REASON_LIMIT) -> str:
     return text if len(text) <= limit else text[:limit] + " [...]"
 
 
+FAILED_PREFIX = "the hook failed: "
+
+
 def _failed(why: str) -> Verdict:
-    return Verdict("deny", f"the hook failed: {why}", failed=True)
+    return Verdict("deny", f"{FAILED_PREFIX}{why}", failed=True)
 
 
 def verdict(event: HookEventName, result: HooksRunResult, timeout: float) -> Verdict:

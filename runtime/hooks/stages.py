@@ -6,7 +6,9 @@
   call to the host with ``ask`` set, so the host's permission prompt asks whatever the
   mode (a runtime-local tool has no prompt: denied).
 - ``post_tool_use`` hooks are a post-policy: they see the body's result; a deny replaces
-  it with ``TOOL_DENIED`` (the body ran: ``bodyInvoked`` and its details kept).
+  it with ``TOOL_DENIED`` (the body ran: ``bodyInvoked`` and its details kept). A post
+  hook that *failed* denies nothing: the result is kept and the failure added as a
+  deferred context (recorded as decision ``failed``); the next hooks still run.
 - ``additionalContext`` is a deferred context of the call (the model sees it with the
   result); ``stopTurn`` aborts the turn's controller with ``HookCause`` (the turn then
   stops like any stop: this call ends aborted, the step's others too).
@@ -35,7 +37,7 @@ from protocol.messages.host import HooksRunParams
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, error_result
 from runtime.agent.hosttools import HostPort
-from runtime.hooks.answer import Verdict, hook_input, verdict
+from runtime.hooks.answer import FAILED_PREFIX, Verdict, hook_input, verdict
 from runtime.hooks.config import Hook, HookConfig, HookEventName
 from runtime.hooks.run import run_hook
 from runtime.registry import (
@@ -137,6 +139,11 @@ class TurnHooks:
                 answer = await self._run(hook, call, payload)
             except AbortError:
                 return result  # the registry: a success the stop overtook is ABORTED
+            if answer.failed:  # it denies nothing: the call ran; the model is told
+                call.defer_context(f"the {hook.label} hook failed after the call ran (the "
+                                   f"result above is the call's own): "
+                                   f"{answer.reason.removeprefix(FAILED_PREFIX)}")
+                continue
             if answer.decision == "deny":
                 return _denied_after_body(result, answer.reason)
             if answer.stop_turn is not None:
@@ -177,6 +184,8 @@ class TurnHooks:
             call.defer_context(answer.context)
         stop = answer.stop_turn if answer.decision != "deny" else None
         decision: HookDecision = "stop" if stop is not None else answer.decision
+        if answer.failed and hook.event == "post_tool_use":
+            decision = "failed"  # after the call ran, a failure is not a denial
         self._log(hook, call, decision, stop if stop is not None else answer.reason, running,
                   failed=answer.failed, duration_ms=result.duration_ms)
         if stop is not None:

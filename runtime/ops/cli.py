@@ -21,7 +21,7 @@ import trio
 from protocol.errors import RpcError
 from protocol.messages.ops import OpsEventParams, OpsUnreadableLog
 from runtime.ops import render
-from runtime.ops.client import Discovery, RunningDaemon, connect, discover
+from runtime.ops.client import Discovery, RunningDaemon, connect, daemon_client, discover
 from runtime.ops.rundir import UnsafeRunDir
 from runtime.ops.targets import TargetError, locate_session, parse_target, pick_daemon
 from runtime.shared.rpc import ConnectionClosed
@@ -48,8 +48,11 @@ def _daemon_json(daemon: RunningDaemon) -> dict[str, Any]:
 async def cmd_ls(args: argparse.Namespace, found: Discovery) -> int:
     listing, data, status = [], [], EXIT_OK
     broken: list[tuple[int, tuple[OpsUnreadableLog, ...]]] = []
+    identities = []
     for daemon in found.daemons:
         entry = _daemon_json(daemon)
+        entry["client"] = started_by = daemon_client(daemon.pid)
+        identities.append(render.daemon_identity(daemon, started_by))
         try:
             with trio.fail_after(args.timeout):
                 async with connect(daemon.socket) as client:
@@ -69,7 +72,7 @@ async def cmd_ls(args: argparse.Namespace, found: Discovery) -> int:
     if not found.daemons:
         human = f"no quiesce daemon is running (looked in {found.directory})"
     else:
-        human = render.sessions_table(listing)
+        human = "\n".join(identities) + "\n\n" + render.sessions_table(listing)
         if problems := render.unreadable_logs(broken):
             human += "\n\n" + problems
     _emit(args, human, data)
@@ -105,11 +108,29 @@ async def cmd_abort(args: argparse.Namespace, found: Discovery) -> int:
 
 async def cmd_force(args: argparse.Namespace, found: Discovery) -> int:
     with trio.fail_after(args.timeout):
-        daemon, _ = await locate_session(found.daemons, args.session, found.directory)
-        async with connect(daemon.socket) as client:
-            result = await client.force(args.session, args.call)
-    _emit(args, render.force_text(args.session, args.call, result), result)
-    return EXIT_OK if result.forced else EXIT_FAILED
+        daemon, session = await locate_session(found.daemons, args.session, found.directory)
+        if args.call is not None:
+            async with connect(daemon.socket) as client:
+                result = await client.force(args.session, args.call)
+            _emit(args, render.force_text(args.session, args.call, result), result)
+            return EXIT_OK if result.forced else EXIT_FAILED
+        # No call named: what the session's stop waits on, each named before it is forced.
+        waited = render.waited_on(session)
+        if not waited:
+            _emit(args, render.nothing_to_force(session), {"forced": False, "calls": []})
+            return EXIT_FAILED
+        status = EXIT_OK
+        for call in waited:
+            if not args.json:
+                _emit(args, render.forcing_text(session, call), None)
+            async with connect(daemon.socket) as client:
+                result = await client.force(args.session, call.call_id)
+            _emit(args, render.force_text(args.session, call.call_id, result),
+                  {"callId": call.call_id, "tool": call.tool, "class": call.tool_class,
+                   "forced": result.forced, "detail": result.detail})
+            if not result.forced:
+                status = EXIT_FAILED
+    return status
 
 
 async def cmd_restart_host(args: argparse.Namespace, found: Discovery) -> int:
@@ -216,7 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     force = add("force", cmd_force, "force a mutating or plugin call stuck after a stop: "
                 "the host stops waiting for it; recorded ABORTED, forced")
     force.add_argument("session", metavar="SESSION")
-    force.add_argument("call", metavar="CALL")
+    force.add_argument("call", metavar="CALL", nargs="?",
+                       help="the call to force (default: each call the session's stop "
+                            "waits on, named before it is forced)")
     add("restart-host", cmd_restart_host, "stop a daemon's host and start a new one"
         ).add_argument("pid", nargs="?", metavar="PID")
     tail = add("tail", cmd_tail, "print events as they happen (of a daemon or a session)")

@@ -13,6 +13,7 @@ import pathlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import psutil
@@ -38,6 +39,7 @@ from runtime.ops.rundir import check_private_dir, run_dir
 from runtime.shared.rpc import Endpoint
 
 CLIENT_INFO = PeerInfo("quiesce-ops", "0.1.0")
+PARENT_SHOWN = 60  # characters of a daemon's parent's command line shown
 
 
 @dataclass(frozen=True)
@@ -169,3 +171,19 @@ async def connect(socket: pathlib.Path | str) -> AsyncIterator[OpsClient]:
     finally:
         with trio.CancelScope(shield=True):
             await stream.aclose()
+
+
+def daemon_client(pid: int) -> dict[str, Any]:
+    """Which daemon ``pid`` is, as its process says: what it runs (``serve``, ``acp``) and
+    the client that started it (its parent: an editor, ``quiesce chat``, a shell). Empty
+    where the process cannot be read (gone, or another user's)."""
+    try:
+        process = psutil.Process(pid)
+        command = process.cmdline()
+        parent = process.parent()
+        parent_command = parent.cmdline() if parent is not None else []
+    except psutil.Error:
+        return {}
+    kind = next((word for word in command if word in ("serve", "acp")), "")
+    return {"command": kind, "parentPid": parent.pid if parent is not None else None,
+            "parent": " ".join(parent_command)[:PARENT_SHOWN]}

@@ -8,7 +8,7 @@ rather than a missing key.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -18,6 +18,7 @@ from protocol.messages.events import (
     AnnouncedEvent,
 )
 from protocol.messages.ops import (
+    OpsCall,
     OpsEventParams,
     OpsForceResult,
     OpsRestartHostResult,
@@ -74,6 +75,20 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 def _snippet(text: str) -> str:
     return one_line(text, SNIPPET)
+
+
+def daemon_identity(daemon: RunningDaemon, client: Mapping[str, Any]) -> str:
+    """One line saying which daemon this is: what it runs and for whom, since when, on
+    which data directory (``quiesce ops ls`` prints one per daemon above its table)."""
+    info = daemon.info
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(info.started_at))
+    kind = client.get("command") or "daemon"
+    parent = client.get("parent")
+    who = (f", started by pid {client.get('parentPid')} ({parent})" if parent
+           else "")
+    data = info.data_dir or "(data directory not recorded)"
+    return (f"daemon {info.pid}: quiesce {kind}{who}, since {started} "
+            f"(up {duration(time.time() - info.started_at)}), data {data}")
 
 
 def sessions_table(listing: Sequence[tuple[int, Sequence[OpsSession]]]) -> str:
@@ -148,7 +163,8 @@ def stats_text(stats: OpsStatsResult) -> str:
         ("daemon", str(stats.pid)), ("uptime", duration(stats.uptime_s)),
         ("sessions", str(stats.sessions)),
         ("turns", f"{stats.turns} finished, {stats.turns_running} running"),
-        ("stops", str(stats.stops)),
+        ("stops", f"{stats.stops} settled, {stats.stops_settling} settling "
+                  f"({stats.stops_stuck} stuck)"),
         ("stop latency", f"median {ms(stats.stop_latency_ms_median)}, "
                          f"p90 {ms(stats.stop_latency_ms_p90)}, "
                          f"max {ms(stats.stop_latency_ms_max)}"),
@@ -169,10 +185,38 @@ def abort_text(session_id: str, r: AgentAbortResult) -> str:
     if r.outcome == "idle":
         return f"{session_id}: idle, nothing to stop"
     cause = r.cause.kind if r.cause is not None else "?"
-    lines = [f"{session_id}: turn {r.turn_id or '?'} aborted (cause {cause}), settled in "
+    ended = "aborted" if r.outcome == "aborted" else f"ended with an error ({r.error})"
+    lines = [f"{session_id}: turn {r.turn_id or '?'} {ended} (cause {cause}), settled in "
              f"{r.settled_ms:.1f} ms"]
     lines += [f"  {c.call_id}: {c.code}" for c in r.tool_calls]
     return "\n".join(lines)
+
+
+WAITED_ON_STATES = ("aborting", "draining")
+WAITED_ON_CLASSES = ("mutating", "plugin")
+
+
+def waited_on(session: OpsSession) -> list[OpsCall]:
+    """The calls a session's stop waits on: stopped mutating or plugin calls (the stop
+    contract awaits those without a deadline; they are what ``ops force`` is for)."""
+    if session.stop_waiting_s is None:
+        return []
+    return [c for c in session.calls
+            if c.state in WAITED_ON_STATES and c.tool_class in WAITED_ON_CLASSES]
+
+
+def nothing_to_force(session: OpsSession) -> str:
+    if session.stop_waiting_s is None:
+        return f"{session.session_id}: nothing to force: no stop is waiting"
+    return (f"{session.session_id}: nothing to force: its stop waits on no mutating or "
+            "plugin call (quiesce ops show names what it waits on)")
+
+
+def forcing_text(session: OpsSession, call: OpsCall) -> str:
+    waiting = session.stop_waiting_s or 0.0
+    return (f"{session.session_id}: the stop has waited {duration(waiting)} on {call.call_id} "
+            f"({call.tool}, {call.tool_class}, {call.state} {duration(call.age_s)}): "
+            "forcing it")
 
 
 def force_text(session_id: str, call_id: str, r: OpsForceResult) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 import psutil
 import trio
 
+from benchlib.cputime import cpu_seconds
 from benchlib.harness import now_ms
 from benchlib.stats import Goal, Series
 from protocol.messages.client import (
@@ -160,9 +161,8 @@ async def quiesce_link(p: LinkPlan, out: LinkResults, workdir: pathlib.Path,
 
 
 def _cpu(process: psutil.Process) -> float:
-    """Seconds of CPU (user + system, every thread) ``process`` has used."""
-    times = process.cpu_times()
-    return float(times.user + times.system)
+    """Seconds of CPU (user + system, every thread) ``process`` has used, to the ns."""
+    return cpu_seconds(process)
 
 
 async def _flood(read: Any, total: int) -> float:

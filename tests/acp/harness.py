@@ -21,6 +21,7 @@ from acp.client.connection import ClientSideConnection
 from acp.connection import StreamDirection, StreamEvent
 from acp.schema import (
     AllowedOutcome,
+    ClientCapabilities,
     DeniedOutcome,
     PermissionOption,
     RequestPermissionResponse,
@@ -123,8 +124,9 @@ class Session:
 @asynccontextmanager
 async def acp_agent(marked: Marked, script: list[Any], tmp: pathlib.Path, *,
                     editor: Editor | None = None,
-                    extra: tuple[str, ...] = ()) -> AsyncIterator[tuple[ClientSideConnection,
-                                                                         Editor]]:
+                    extra: tuple[str, ...] = (),
+                    client_meta: dict[str, Any] | None = None
+                    ) -> AsyncIterator[tuple[ClientSideConnection, Editor]]:
     editor = editor or Editor()
     script_file = tmp / f"script-{len(list(tmp.glob('script-*')))}.json"
     script_file.write_text(json.dumps(script))
@@ -134,8 +136,11 @@ async def acp_agent(marked: Marked, script: list[Any], tmp: pathlib.Path, *,
                 "--provider", f"scripted:{script_file}", *extra, env=marked.env(),
                 transport_kwargs={"stderr": stderr.fileno()},
                 observers=[editor.observe]) as (conn, process):
+            capabilities = (None if client_meta is None
+                            else ClientCapabilities(field_meta=client_meta))
             init = await asyncio.wait_for(
-                conn.initialize(protocol_version=PROTOCOL_VERSION), TIMEOUT)
+                conn.initialize(protocol_version=PROTOCOL_VERSION,
+                                client_capabilities=capabilities), TIMEOUT)
             assert init.protocol_version == 1
             assert init.agent_capabilities is not None
             assert init.agent_capabilities.load_session is True

@@ -12,6 +12,8 @@ import asyncio
 import pathlib
 from typing import Any
 
+import pytest
+
 from protocol.messages.events import TurnEnd
 from tests.acp.harness import (
     TIMEOUT,
@@ -46,16 +48,21 @@ def test_cancel_during_stream_keeps_the_interrupted_prefix(marked: Marked,
     run(main())
 
 
-def test_cancel_during_permission_prompt(marked: Marked, tmp_path: pathlib.Path) -> None:
-    """The editor never answers the prompt: the cancel does not wait for it; it is told
-    with $/cancel_request; the call ends ABORTED_BEFORE_DISPATCH (never TOOL_DENIED)."""
+@pytest.mark.parametrize("declared", [False, True])
+def test_cancel_during_permission_prompt(marked: Marked, tmp_path: pathlib.Path,
+                                         declared: bool) -> None:
+    """The editor never answers the prompt: the cancel does not wait for it; the call ends
+    ABORTED_BEFORE_DISPATCH (never TOOL_DENIED) and its final update closes the dialog; an
+    editor that declared ``_meta.cancelRequest`` is also told with $/cancel_request."""
     ws = workspace(tmp_path)
     script = [[{"toolCall": {"id": "w1", "name": "Write", "args": {"path": "a.txt",
                                                                    "content": "x"}}}],
               [{"text": "not reached"}]]
 
     async def main() -> None:
-        async with acp_agent(marked, script, tmp_path) as (conn, editor):
+        async with acp_agent(marked, script, tmp_path,
+                             client_meta={"cancelRequest": True} if declared else None
+                             ) as (conn, editor):
             session = await new_session(conn, editor, ws)
             prompt = asyncio.create_task(session.prompt("write"))
             asked = await asyncio.wait_for(editor.wait_for(
@@ -69,7 +76,8 @@ def test_cancel_during_permission_prompt(marked: Marked, tmp_path: pathlib.Path)
             assert len(final) == 1
             assert final[0]["rawOutput"]["code"] == "ABORTED_BEFORE_DISPATCH"
             told = editor.incoming("$/cancel_request")
-            assert [m["params"]["requestId"] for m in told] == [asked["id"]]
+            assert [m["params"]["requestId"] for m in told] == ([asked["id"]] if declared
+                                                                 else [])
             results = assert_balanced(marked, session.session_id)
             assert [r.code for r in results.values()] == ["ABORTED_BEFORE_DISPATCH"]
         assert not (ws / "a.txt").exists()

@@ -173,8 +173,8 @@ def test_bad_requests_get_the_json_rpc_error_they_deserve(marked: Marked,
             session = await new_session(conn, editor, workspace(tmp_path))
             sid = session.session_id
             await editor.send_raw(
-                {"jsonrpc": "2.0", "id": "m", "method": "session/set_mode",
-                 "params": {"sessionId": sid, "modeId": "x"}},
+                {"jsonrpc": "2.0", "id": "m", "method": "session/set_model",
+                 "params": {"sessionId": sid, "modelId": "x"}},
                 {"jsonrpc": "2.0", "id": "u", "method": "session/prompt",
                  "params": {"sessionId": "s-unknown", "prompt": []}},
                 {"jsonrpc": "2.0", "id": "i", "method": "session/prompt",

@@ -195,8 +195,10 @@ class Agent:
 @asynccontextmanager
 async def agent_daemon(marked: Marked, *, answer: Answer = never,
                        extra_args: tuple[str, ...] = (),
-                       env_extra: dict[str, str] | None = None) -> AsyncIterator[Agent]:
+                       env_extra: dict[str, str] | None = None,
+                       env_drop: tuple[str, ...] = ()) -> AsyncIterator[Agent]:
     holder: list[Agent] = []
+    env = {k: v for k, v in marked.env(**(env_extra or {})).items() if k not in env_drop}
 
     async def on_permission(params: PermissionRequestParams) -> PermissionRequestResult:
         effect_taken()  # a client answering later: the link reads on
@@ -212,7 +214,7 @@ async def agent_daemon(marked: Marked, *, answer: Answer = never,
 
     from runtime.client import serve_command
 
-    async with spawn_daemon(serve_command(*extra_args), env=marked.env(**(env_extra or {})),
+    async with spawn_daemon(serve_command(*extra_args), env=env,
                             handlers={"permission.request": on_permission},
                             notification_handlers={"session.event": on_event,
                                                    "permission.withdrawn": on_withdrawn},
@@ -267,13 +269,15 @@ def check_answer(answer: AgentAbortResult, log: Sequence[DurableEvent],
         if answer.outcome == "aborted":
             assert end.end.kind == "aborted" and end.stop_reason == "cancelled", end
             assert end.end.reason == answer.cause, (end.end.reason, answer.cause)
+        elif answer.outcome == "error":  # it ended with an error while the stop settled
+            assert end.end.kind == "error" and end.end.error == answer.error, end
         else:  # the turn ended on its own before the stop reached it
             assert end.end.kind != "aborted", end
         codes = {e.call_id: e.code for e in log
                  if isinstance(e, ToolResultEvent) and e.turn_id == answer.turn_id}
         called = [(e.call_id, e.tool) for e in log
                   if isinstance(e, ToolCallEvent) and e.turn_id == answer.turn_id]
-        if answer.outcome == "aborted":
+        if answer.outcome != "idle":
             assert [(c.call_id, c.tool, c.code) for c in answer.tool_calls] == [
                 (call_id, tool, codes.get(call_id)) for call_id, tool in called], \
                 (answer.tool_calls, called, codes)

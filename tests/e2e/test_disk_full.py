@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 import trio
 
+from protocol.causes import UserCause
 from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.events import AssistantDeltaEvent, ToolResultEvent, TurnEnd
 from runtime.sessionlog import read_log
@@ -95,8 +96,9 @@ async def test_a_record_the_full_disk_cut_short_is_undone(tmp_path: pathlib.Path
 async def test_a_stop_on_a_full_disk_answers_honestly_and_the_session_goes_on(
         tmp_path: pathlib.Path, marked: Marked) -> None:
     """The disk fills while the model streams; then the user stops. Whatever still fits,
-    the answer never claims more than the disk holds: ``aborted`` only with the turn/end
-    on disk, else INTERNAL and the end is recorded (``error``) once space returns."""
+    the answer never claims more than the disk holds nor contradicts it: ``error`` (with
+    the turn's error) when the turn/end on disk says ``error``, else INTERNAL and the end
+    is recorded (``error``) once space returns."""
     prefix = "y" * 20_000  # an interrupted prefix too large for any page's slack
     script = [[text(prefix), sleep(60_000)], [text("after")]]
     with small_tmpfs(marked.data_dir):
@@ -115,8 +117,11 @@ async def test_a_stop_on_a_full_disk_answers_honestly_and_the_session_goes_on(
                     assert turns(agent.log()) == {"t1": []}
                 else:
                     (end,) = turns(agent.log())["t1"]  # on disk before the answer
-                    assert answer.outcome == "aborted" and answer.turn_id == "t1"
                     assert end.end.kind == "error"  # the prefix could not be recorded
+                    # The answer says what the durable record says, never "aborted".
+                    assert answer.outcome == "error" and answer.turn_id == "t1", answer
+                    assert answer.error == end.end.error
+                    assert answer.cause == UserCause()  # the stop it answers
             assert [p.stop_reason for p in prompts] == ["error"]
             assert read_log(agent.data_dir / "sessions" / f"{session_id}.jsonl"
                             ).torn_bytes == 0
@@ -140,3 +145,36 @@ def test_fill_really_fills(tmp_path: pathlib.Path) -> None:
         finally:
             os.close(fd)
         assert full.value.errno == errno.ENOSPC
+
+
+async def test_a_stop_whose_call_result_cannot_be_logged_answers_what_the_log_says(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """The issue's case: a Bash call has printed a lot when the disk fills and the user
+    stops. Its result (the output before the stop) cannot be logged, so the call ends
+    INTERNAL and the turn ``error``; the stop's answer says ``error`` too, never ``aborted``."""
+    from protocol.messages.events import ToolProgressEvent
+
+    command = "head -c 400000 /dev/zero | tr '\\0' x; echo; echo printed; sleep 300"
+    script = [[call("b1", "Bash", command=command)], [text("after")]]
+    with small_tmpfs(marked.data_dir):
+        async with agent_daemon(marked) as agent:
+            session_id = await agent.new_session(tmp_path, script)
+            async with trio.open_nursery() as nursery:
+                prompts = agent.prompt_soon(nursery, "one")
+                await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
+                await trio.sleep(1.0)  # the rest of its output printed
+                filler = fill(marked.data_dir, leave=32 * 1024)
+                with trio.fail_after(30):
+                    answer = await agent.abort()
+                log = agent.log()
+                (end,) = turns(log)["t1"]  # on disk before the answer
+                (lost,) = [e for e in log if isinstance(e, ToolResultEvent)]
+                assert lost.code == "INTERNAL" and end.end.kind == "error"
+                assert answer.outcome == "error" and answer.turn_id == "t1", answer
+                assert answer.error == end.end.error and answer.cause == UserCause()
+                assert [(c.call_id, c.code) for c in answer.tool_calls] == [("b1", "INTERNAL")]
+            assert [p.stop_reason for p in prompts] == ["error"]
+            filler.unlink()
+            second = await agent.prompt("two")
+            assert second.stop_reason == "end_turn"
+        await reload_and_check(marked, session_id, recovered=False)

@@ -385,3 +385,35 @@ async def test_bad_hooks_are_refused_at_start_up_by_name(tmp_path: pathlib.Path,
     assert "unknown field `timeuot`" in await refused(marked, config)
     config.write_text('[[hooks.pre_tool_use]]\nmatcher = "(Bash"\ncommand = ["x"]\n')
     assert "hooks.pre_tool_use[0].matcher" in await refused(marked, config)
+
+
+async def test_a_failing_post_hook_keeps_the_result_and_adds_its_failure(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """A post hook runs after the call did: its failure denies nothing. The real result is
+    kept (code, text, details) and the failure is added after it; later hooks still run."""
+    crash = script(tmp_path, "crash", "cat > /dev/null\necho 'no linter here' >&2\nexit 127\n")
+    note = script(tmp_path, "note", "cat > /dev/null\n"
+                  "echo '{\"additionalContext\": \"second hook ran\"}'\n")
+    toml = (hook_table("post_tool_use", "Write|Bash", crash)
+            + hook_table("post_tool_use", "Write|Bash", note))
+    ws = tmp_path / "ws"
+    async with hooked(marked, tmp_path, toml) as agent:
+        await agent.new_session(ws, [[call("w1", "Write", path="a.py", content="x = 1\n")],
+                                     [call("b1", "Bash", command="echo out; exit 3")], DONE])
+        with trio.fail_after(20):
+            await agent.prompt("go")
+        results = agent.results("t1")
+        written, ran = results["w1"], results["b1"]
+        assert (ws / "a.py").read_text() == "x = 1\n"
+        assert written.code is None and not written.is_error
+        assert "denied" not in result_text(written)
+        assert ran.code is None and "[exit status 3]" in result_text(ran)  # its own result
+        assert "out" in ran.details["output"]
+        for result in (written, ran):
+            failure, second = result.details["contexts"]
+            assert failure.startswith("the post_tool_use[0] hook failed after the call ran")
+            assert "exit status 127: no linter here" in failure
+            assert second == "second hook ran"
+        assert [(d.call_id, d.decision, d.failed) for d in decisions(agent)] == [
+            ("w1", "failed", True), ("w1", "allow", False),
+            ("b1", "failed", True), ("b1", "allow", False)]

@@ -102,7 +102,9 @@ async def test_hung_host_is_detected_killed_and_replaced(tmp_path: pathlib.Path,
         results = agent.results(prompts[0].turn_id or "")
         assert results["b1"].code == "HOST_CRASHED"
         # The stop was settled by the crash: its answer says what it stopped.
-        assert aborted.outcome == "aborted" and aborted.settled_ms > 0
+        end = agent.turn_end_on_disk(prompts[0].turn_id or "")
+        assert end is not None and aborted.outcome == end.end.kind  # never a contradiction
+        assert aborted.settled_ms > 0
         assert aborted.cause is not None and aborted.cause.kind == "user"
         assert [(c.call_id, c.code) for c in aborted.tool_calls] == [("b1", "HOST_CRASHED")]
         assert not psutil.pid_exists(pid) or \

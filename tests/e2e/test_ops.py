@@ -55,6 +55,9 @@ async def test_ops_sees_and_stops_a_running_session(tmp_path: pathlib.Path,
 
             code, listing = await ops(marked, "ls")
             assert code == 0, listing
+            assert isinstance(listing, list) and listing[0]["client"]["command"] == "serve"
+            assert listing[0]["client"]["parentPid"] == os.getpid()  # this test started it
+            assert listing[0]["dataDir"] == str(marked.data_dir)
             text = json.dumps(listing)
             assert session_id in text and '"b1"' in text and '"running"' in text
 
@@ -116,6 +119,10 @@ async def test_a_slow_stop_is_flagged_stuck(tmp_path: pathlib.Path, marked: Mark
             assert code == 0
             assert find_key(show, "stuck") is True
             assert find_key(show, "state") in {"aborting", "draining"}
+            # ops stats counts the stop that has not settled, and that it is stuck.
+            code, stats = await ops(marked, "stats")
+            assert code == 0 and isinstance(stats, dict), stats
+            assert (stats["stopsSettling"], stats["stopsStuck"]) == (1, 1), stats
 
 
 async def test_tail_stuck_and_force_of_a_stuck_plugin_call(tmp_path: pathlib.Path,
@@ -170,8 +177,10 @@ async def test_tail_stuck_and_force_of_a_stuck_plugin_call(tmp_path: pathlib.Pat
                 assert code == 0 and find_key(show, "stuck") is True, show
                 lines = stuck_lines(log_path, session_id)
                 assert lines and all("t1" in line["msg"] for line in lines), lines
-                code, forced = await ops(marked, "force", session_id, "w1")
+                # No call named: the one the stop waits on is named, then forced.
+                code, forced = await ops(marked, "force", session_id)
                 assert code == 0 and find_key(forced, "forced") is True, forced
+                assert find_key(forced, "callId") == "w1", forced
             with trio.fail_after(10):
                 while not tail_events(tail_path, "turn/end"):
                     await trio.sleep(0.05)

@@ -157,3 +157,40 @@ async def test_bad_option_values_are_refused_by_name(marked: Marked, args: list[
             capture_stdout=True, capture_stderr=True, check=False, env=marked.env(**env))
     assert done.returncode == 2 and done.stdout == b""
     assert f"argument {named}:" in done.stderr.decode()
+
+
+async def test_relative_paths_are_read_from_the_files_folder(tmp_path: pathlib.Path,
+                                                             marked: Marked) -> None:
+    """``data_dir``, a ``scripted:FILE`` provider and a hook's command given relative to the
+    configuration file are found beside it, whatever the daemon's working directory; a
+    path that is not there is named as resolved."""
+    conf = tmp_path / "conf"
+    (conf / "hooks").mkdir(parents=True)
+    (conf / "script.json").write_text(json_script([[call("b1", "Bash", command="echo ran")],
+                                                   [text("done")]]))
+    hook = conf / "hooks" / "allow"
+    hook.write_text("#!/bin/sh\ncat > /dev/null\ntouch \"$0.ran\"\n")
+    hook.chmod(0o755)
+    config = write_config(conf / "config.toml", 'data_dir = "data"\n'
+                          'provider = "scripted:script.json"\n'
+                          '[[hooks.pre_tool_use]]\nmatcher = "Bash"\n'
+                          'command = ["./hooks/allow"]\n')
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    assert pathlib.Path.cwd() != conf
+    async with agent_daemon(marked, extra_args=("--config", str(config)),
+                            env_drop=("QUIESCE_DATA_DIR",)) as agent:
+        result = await agent.daemon.request("session.new", SessionNewParams(
+            str(workspace), "auto"))
+        agent.session_id = result.session_id
+        with trio.fail_after(20):
+            answer: AgentPromptResult = await agent.prompt("go")
+        assert answer.stop_reason == "end_turn"
+    assert (conf / "data" / "sessions" / f"{result.session_id}.jsonl").is_file()
+    assert (conf / "hooks" / "allow.ran").exists()  # the hook found and run
+
+    missing = write_config(conf / "missing.toml", 'provider = "scripted:nothere.json"\n')
+    async with agent_daemon(marked, extra_args=("--config", str(missing))) as agent:
+        with pytest.raises(Exception) as refused:
+            await agent.daemon.request("session.new", SessionNewParams(str(workspace), "auto"))
+        assert str(conf / "nothere.json") in str(refused.value)

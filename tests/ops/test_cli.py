@@ -67,6 +67,11 @@ async def test_ls_and_show(nursery: trio.Nursery, xdg: pathlib.Path) -> None:
     assert "unrecognized arguments: 20943" in err(done["ls-pid"])
     assert "quiesce ops show PID" in err(done["ls-pid"])
     lines = out(done["ls"]).splitlines()
+    # Which daemon is which: what it runs, who started it, since when, its data directory.
+    identity = lines.pop(0)
+    assert identity.startswith(f"daemon {PID}: quiesce daemon, started by pid {os.getppid()} ")
+    assert ", since " in identity and identity.endswith("data /data/q"), identity
+    assert lines.pop(0) == ""
     assert lines[0].split() == ["PID", "SESSION", "PHASE", "TURN", "AGE", "CALLS", "INBOX",
                                 "STOP", "WAIT"]
     assert lines[1].split() == [str(PID), "s-stuck", "running", "t-7", "1m35s", "2", "1",
@@ -76,6 +81,7 @@ async def test_ls_and_show(nursery: trio.Nursery, xdg: pathlib.Path) -> None:
     [daemon] = as_json(done["ls-json"])
     assert daemon["pid"] == PID and daemon["socket"] == str(path)
     assert daemon["dataDir"] == "/data/q"
+    assert daemon["client"]["parentPid"] == os.getppid()
     assert [s["sessionId"] for s in daemon["sessions"]] == ["s-stuck", "s-idle"]
     # Every field, defaults included: an idle session says so, it does not omit keys.
     idle = daemon["sessions"][1]
@@ -212,3 +218,21 @@ async def test_stale_files_cleaned_and_an_unsafe_directory_refused(
     finally:
         run_dir.chmod(0o700)
     assert refused.returncode == 1 and "refusing it" in err(refused)
+
+
+async def test_force_without_a_call_names_what_the_stop_waits_on_then_forces_it(
+        nursery: trio.Nursery, xdg: pathlib.Path) -> None:
+    backend = FakeBackend()
+    await serve(nursery, backend)
+    done = await ops("force", "s-stuck")
+    assert done.returncode == 0, err(done)
+    named, forced = out(done).splitlines()
+    # The stopped Write (mutating) is what the stop waits on; the queued Grep is not.
+    assert named == ("s-stuck: the stop has waited 1m04s on t-7.write-1 (Write, mutating, "
+                     "aborting 1m03s): forcing it")
+    assert forced.startswith("s-stuck t-7.write-1: forced")
+    assert backend.forced == [("s-stuck", "t-7.write-1")]
+    idle = await ops("force", "s-idle")
+    assert idle.returncode == 1
+    assert out(idle).strip() == "s-idle: nothing to force: no stop is waiting"
+    assert backend.forced == [("s-stuck", "t-7.write-1")]

@@ -44,7 +44,7 @@ async def test_workspace_servers_and_session_servers_merge_by_name(
                             extra_args=("--trust-workspace", str(tmp_path))) as agent:
         opened = await new_plugin_session(agent, tmp_path, script)
         statuses = {s.name: (s.tools, s.error) for s in opened.plugin_servers}
-        assert statuses["ws"] == (7, None) and statuses["tools"] == (7, None)
+        assert statuses["ws"] == (8, None) and statuses["tools"] == (8, None)
         assert statuses["gone"][0] == 0 and "cannot start" in (statuses["gone"][1] or "")
         with trio.fail_after(30):
             answer = await agent.prompt("go")

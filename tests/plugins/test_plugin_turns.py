@@ -24,7 +24,7 @@ async def test_plugin_tools_are_listed_and_called_with_progress(tmp_path: pathli
     async with agent_daemon(marked, env_extra=QUIET) as agent:
         opened = await new_plugin_session(agent, tmp_path, script)
         (status,) = opened.plugin_servers
-        assert status.name == "tools" and status.tools == 7 and status.error is None
+        assert status.name == "tools" and status.tools == 8 and status.error is None
         with trio.fail_after(30):
             answer = await agent.prompt("go")
         assert answer.stop_reason == "end_turn"
@@ -177,3 +177,29 @@ async def test_a_crashing_server_fails_its_call_and_restarts_on_next_use(
         ends = [e for e in agent.log() if isinstance(e, TurnEnd)]
         assert ends[-1].end.kind == "completed"
         agent.assert_balanced()
+
+
+async def test_an_embedded_resource_shows_its_text_bounded(tmp_path: pathlib.Path,
+                                                           marked: Marked) -> None:
+    """A text resource's text reaches the model (up to RESOURCE_TEXT characters, then a
+    marker saying how many more were cut); a binary one is summarised, never its bytes."""
+    from host.plugins.results import RESOURCE_TEXT
+
+    script = [[call("r1", "mcp__tools__resources", lines=10)],
+              [call("r2", "mcp__tools__resources", lines=5000)], [text("done")]]
+    async with agent_daemon(marked, env_extra=QUIET) as agent:
+        await new_plugin_session(agent, tmp_path, script)
+        with trio.fail_after(30):
+            answer = await agent.prompt("go")
+        results = agent.results(answer.turn_id or "")
+        small = results["r1"].content[0].text  # type: ignore[union-attr]
+        assert "[resource file:///project/notes.txt, text/plain]" in small, small
+        assert "line 0 of the file" in small and "line 9 of the file" in small
+        assert "[resource file:///project/logo.png, image/png, 100 bytes, not shown]" in small
+        assert "iVBOR" not in small  # no base64
+        big = results["r2"].content[0].text  # type: ignore[union-attr]
+        whole = "".join(f"line {i} of the file\n" for i in range(5000))
+        assert whole[:RESOURCE_TEXT] in big and whole not in big
+        cut = len(whole) - RESOURCE_TEXT
+        assert f"[… {cut} more characters of file:///project/notes.txt cut]" in big, big[-300:]
+        assert "logo.png, image/png" in big  # the next block is still there

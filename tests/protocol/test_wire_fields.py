@@ -33,7 +33,8 @@ def _event(event: ToolCallEvent | ToolResultEvent) -> Any:
 
 def test_an_idle_abort_answer_carries_every_field() -> None:
     assert _result(AgentAbortResult("idle")) == {
-        "outcome": "idle", "turnId": None, "cause": None, "settledMs": 0.0, "toolCalls": []}
+        "outcome": "idle", "turnId": None, "cause": None, "settledMs": 0.0, "toolCalls": [],
+        "error": None}
 
 
 def test_an_aborted_answer_carries_every_field_and_each_calls_code() -> None:

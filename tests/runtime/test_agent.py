@@ -289,7 +289,9 @@ async def test_a_stop_that_ends_in_a_host_crash_answers_with_the_stopped_calls(
             answer = await agent.cancel(UserCause())
         nursery.cancel_scope.cancel()
     assert pending.result is not None and pending.result.stop_reason == "error"
-    assert answer.outcome == "aborted" and answer.turn_id == pending.result.turn_id
+    # The turn ended with an error (the crash): the answer says so, as its turn/end does.
+    assert answer.outcome == "error" and answer.turn_id == pending.result.turn_id
+    assert answer.error and "host" in answer.error.lower(), answer.error
     assert answer.cause is not None and answer.cause.kind == "user"
     assert answer.settled_ms > 0
     assert [(c.call_id, c.code) for c in answer.tool_calls] == [("c1", "HOST_CRASHED")]

@@ -6,6 +6,7 @@ observe from outside leave files there.
 
 from __future__ import annotations
 
+import base64
 import os
 import pathlib
 import time
@@ -13,6 +14,7 @@ import time
 import anyio
 import anyio.from_thread
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import BlobResourceContents, EmbeddedResource, TextResourceContents
 
 app = MCPServer("tools")
 
@@ -71,6 +73,17 @@ async def crash() -> str:
     """Exit the server process in the middle of the call."""
     await anyio.sleep(0.05)
     os._exit(3)
+
+
+@app.tool()
+async def resources(lines: int) -> list[EmbeddedResource]:
+    """Two embedded resources: a text file of ``lines`` lines, and a small binary blob."""
+    text = "".join(f"line {i} of the file\n" for i in range(lines))
+    return [EmbeddedResource(type="resource", resource=TextResourceContents(
+                uri="file:///project/notes.txt", mimeType="text/plain", text=text)),
+            EmbeddedResource(type="resource", resource=BlobResourceContents(
+                uri="file:///project/logo.png", mimeType="image/png",
+                blob=base64.b64encode(b"\x89PNG" + b"\0" * 96).decode()))]
 
 
 @app.tool()
