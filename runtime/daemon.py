@@ -249,7 +249,7 @@ _SESSION_REQUESTS = {
     "session.new": "session_new", "session.list": "session_list",
     "session.load": "session_load", "session.close": "session_close",
     "agent.prompt": "agent_prompt", "agent.abort": "agent_abort",
-    "debug.runTool": "debug_run_tool",
+    "debug.runTool": "debug_run_tool", "session.compact": "session_compact",
 }
 
 

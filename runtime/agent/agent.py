@@ -49,12 +49,20 @@ from protocol.messages.events import (
 )
 from protocol.messages.host import ToolsOutputParams, ToolsStartedParams
 from protocol.tools import error_result
+from runtime.agent.compaction import (
+    Compaction,
+    ContextSettings,
+    compact,
+    compactable,
+    usage_sum,
+)
 from runtime.agent.history import ModelHistory
 from runtime.agent.journal import Journal
 from runtime.agent.phase import PhaseEvent, PhaseKind, PhaseMachine
 from runtime.agent.task import TaskTool
 from runtime.agent.turn import StepListener, Turn, TurnConfig, TurnEnding
 from runtime.providers.base import Provider
+from runtime.providers.usage import history_tokens
 from runtime.registry import (
     AbortController,
     AbortSignal,
@@ -123,6 +131,10 @@ class Agent:
         daemon lets its client link take the effect of the frames it has already read, so
         a stop written right behind the prompt stops the turn before it runs a tool."""
         self.turns = 0
+        self.context = ContextSettings()
+        """When the history is compacted on its own (the session's provider's window)."""
+        self._maintenance: Compaction | None = None  # the maintenance phase's job
+        self._settled_maintenance: Compaction | None = None  # the last one that ended
 
     # -- prompts ----------------------------------------------------------------------
 
@@ -134,7 +146,13 @@ class Agent:
             self.inbox.append(pending)
         return pending
 
-    def _begin(self, pending: PendingPrompt) -> None:
+    def _begin(self, pending: PendingPrompt, *, may_compact: bool = True) -> None:
+        if may_compact and self._outgrown():
+            # The history would fill too much of the window: compact first, the prompt
+            # waiting at the inbox's head (a stop clears it unless it keeps the inbox).
+            self.inbox.appendleft(pending)
+            self._enter_maintenance(Compaction("auto"))
+            return
         turn_id = ids.top_turn_id(next(self._turn_ids))
         self.machine.fire(PhaseEvent.START_TURN, turn_id=turn_id)
         self._current = _TurnSlot(turn_id, pending)
@@ -146,8 +164,12 @@ class Agent:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            while self._current is not None:
-                await self._run_turn(self._current)
+            while self._current is not None or self._maintenance is not None:
+                if self._maintenance is not None:
+                    await self._run_maintenance(self._maintenance)
+                else:
+                    assert self._current is not None
+                    await self._run_turn(self._current)
 
     async def _run_turn(self, slot: _TurnSlot) -> None:
         controller = self.machine.phase.controller
@@ -198,9 +220,56 @@ class Agent:
         self.machine.fire(PhaseEvent.END_TURN)  # the phase has settled: its stops answer
         self._begin_queued()
 
-    def _begin_queued(self) -> None:
+    def _begin_queued(self, *, may_compact: bool = True) -> None:
         if self.inbox and self.machine.phase.kind is PhaseKind.IDLE:
-            self._begin(self.inbox.popleft())
+            self._begin(self.inbox.popleft(), may_compact=may_compact)
+
+    # -- maintenance: compaction ------------------------------------------------------
+
+    def _outgrown(self) -> bool:
+        """The history would fill more than its share of the context window."""
+        threshold = self.context.threshold
+        return (threshold is not None
+                and history_tokens(self._history.current()) > threshold
+                and bool(compactable(self.journal.by_turn, self.journal.turn_order,
+                                     self._history)))
+
+    def compact(self) -> Compaction | None:
+        """Begin a compaction now (``session.compact``); None if a phase runs (busy). Its
+        ``done`` is set once its phase has ended (its ``maintenance/end`` durable)."""
+        if self.machine.phase.kind is not PhaseKind.IDLE:
+            return None
+        job = Compaction("manual")
+        self._enter_maintenance(job)
+        return job
+
+    def _enter_maintenance(self, job: Compaction) -> None:
+        self.machine.fire(PhaseEvent.START_MAINTENANCE)  # a stop from now on stops it
+        self._maintenance = job
+        self._wake.set()
+
+    async def _run_maintenance(self, job: Compaction) -> None:
+        controller = self.machine.phase.controller
+        assert controller is not None
+        with trio.CancelScope(shield=True):  # it always reaches its durable end
+            try:
+                await compact(job, self.journal, self._provider, self._history,
+                              controller.signal)
+            except OSError as exc:
+                log.exception("session %s: the log failed during compaction",
+                              self.session_id)
+                job.outcome, job.error = "failed", f"the session log failed: {exc}"
+            except Exception as exc:  # the maintenance's one mapping of unexpected failures
+                log.exception("session %s: compaction failed", self.session_id)
+                job.outcome, job.error = "failed", _describe(exc)
+            finally:
+                self._maintenance, self._settled_maintenance = None, job
+                self._count_stop(job.outcome == "aborted")
+                self.machine.fire(PhaseEvent.END_MAINTENANCE)  # its stops answer
+                job.done.set()
+                self._begin_queued(may_compact=False)
+        log.info("session %s: compaction (%s) ended %s", self.session_id, job.trigger,
+                 job.outcome)
 
     async def _run_to_end(self, turn: Turn, signal: AbortSignal
                           ) -> tuple[TurnEnding, TurnEnd | None]:
@@ -222,8 +291,9 @@ class Agent:
         try:
             await self._record_owed()  # a subagent's owed end before its parent's
             self._balance(turn.turn_id)
+            usage = usage_sum(self.journal.by_turn.get(turn.turn_id, ()))
             end = await self.journal.append_durably(lambda seq: TurnEnd(
-                seq, turn.turn_id, ending.outcome, ending.stop_reason))
+                seq, turn.turn_id, ending.outcome, ending.stop_reason, usage))
         except OSError as exc:
             log.exception("session %s: the log could not record the end of %s",
                           self.session_id, turn.turn_id)
@@ -348,7 +418,7 @@ class Agent:
         if not keep_inbox:
             while self.inbox:
                 self.inbox.popleft().resolve(None, "cancelled")
-        phase, slot = self.machine.phase, self._current
+        phase, slot, job = self.machine.phase, self._current, self._maintenance
         if phase.kind is PhaseKind.IDLE:
             task_status.started()  # nothing to stop: taken (a close goes on after this)
             return AgentAbortResult("idle")
@@ -369,6 +439,11 @@ class Agent:
         settled_ms = round((time.perf_counter() - started) * 1000, 3)
         stop_cause = phase.controller.signal.cause
         if slot is None:  # maintenance: no turn, no calls
+            if job is not None and not job.durable:
+                raise RpcError(ErrorCode.INTERNAL, "the compaction ended, but its "
+                               "maintenance/end could not be made durable (see the daemon log)")
+            if job is not None and job.outcome in ("compacted", "nothing"):
+                return AgentAbortResult("idle")  # it ended on its own first
             return AgentAbortResult("aborted", None, stop_cause, settled_ms)
         if slot.end is None and slot.turn_id not in self.journal.by_turn:
             raise RpcError(ErrorCode.INTERNAL, "the turn could not start: the session log "

@@ -19,6 +19,7 @@ from protocol.messages.events import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
     Block,
+    ModelUsageEvent,
     StopReason,
     ToolCallEvent,
     ToolResultEvent,
@@ -41,7 +42,9 @@ from runtime.providers.base import (
     ReasoningDelta,
     TextDelta,
     ToolSchema,
+    UsageReport,
 )
+from runtime.providers.usage import usage_of
 from runtime.registry import (
     AbortError,
     AbortSignal,
@@ -188,6 +191,7 @@ class Turn:
 
     async def _stream(self, request: ModelRequest, step: int, signal: AbortSignal) -> Assembler:
         assembler = Assembler()
+        report: UsageReport | None = None
         signal.raise_if_aborted()  # before the stream starts
         # Opening the stream (an HTTP request waiting for headers) is stoppable too.
         with cancel_on_abort(signal):
@@ -195,13 +199,25 @@ class Turn:
                 async for chunk in chunks:
                     if signal.aborted:  # on every chunk
                         break
+                    if isinstance(chunk, UsageReport):  # not content: the step's usage
+                        report = chunk
+                        continue
                     assembler.add(chunk)
                     if isinstance(chunk, TextDelta | ReasoningDelta) and chunk.text:
                         self._announce_delta(step, chunk)
+        if report is not None or assembler.chunks:
+            self._record_usage(report, request, assembler, step)
         if signal.aborted:
             self._record_message(assembler, step, interrupted=True)
             signal.raise_if_aborted()
         return assembler
+
+    def _record_usage(self, report: UsageReport | None, request: ModelRequest,
+                      assembler: Assembler, step: int) -> None:
+        """The step's usage, as reported (or estimated when the provider said nothing)."""
+        text = "".join(b.text for b in assembler.blocks)
+        usage = usage_of(report, request, text, len(assembler.tool_calls))
+        self._journal.append(lambda seq: ModelUsageEvent(seq, self.turn_id, step, usage))
 
     def _announce_delta(self, step: int, chunk: TextDelta | ReasoningDelta) -> None:
         kind: Literal["text", "reasoning"] = (
