@@ -251,6 +251,8 @@ class Agent:
     async def _run_maintenance(self, job: Compaction) -> None:
         controller = self.machine.phase.controller
         assert controller is not None
+        if self.before_turn is not None:  # as a turn: a stop written right behind it wins
+            await self.before_turn()
         with trio.CancelScope(shield=True):  # it always reaches its durable end
             try:
                 await compact(job, self.journal, self._provider, self._history,

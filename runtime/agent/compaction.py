@@ -180,6 +180,7 @@ async def compact(job: Compaction, journal: Journal, provider: Provider,
             job.outcome = "nothing"
         else:
             record = await _summarise(job, replaced, journal, provider, history, signal)
+            job.outcome = "compacted" if record is not None else "failed"
     except AbortError as stop:
         job.outcome, end = "aborted", TurnOutcome("aborted", stop.cause)
     except ProviderError as exc:
@@ -189,7 +190,6 @@ async def compact(job: Compaction, journal: Journal, provider: Provider,
         log.warning("compaction failed, the history is unchanged: %s", job.error)
     if record is not None:
         journal.append(lambda seq: msgspec.structs.replace(record, seq=seq))
-        job.outcome = "compacted"
     await journal.append_durably(lambda seq: MaintenanceEnd(seq, "", end, record is not None))
     job.durable = True
 
