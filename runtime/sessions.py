@@ -81,7 +81,7 @@ class Session:
 
     def info(self) -> SessionInfo:
         return SessionInfo(self.session_id, self.workspace, self.permission_mode,
-                           self.created_at, usage=usage_sum(self.agent.journal.events),
+                           self.created_at, usage=self.agent.usage,
                            phase=self.agent.machine.phase.kind.value)
 
 

@@ -41,6 +41,7 @@ from protocol.messages.client import AbortedCall, AgentAbortResult, AgentPromptR
 from protocol.messages.events import (
     AssistantMessageEvent,
     StopReason,
+    TokenUsage,
     ToolCallEvent,
     ToolResultEvent,
     ToolStartedEvent,
@@ -492,6 +493,11 @@ class Agent:
         """A stop of the current phase has been requested."""
         controller = self.machine.phase.controller
         return controller is not None and controller.signal.aborted
+
+    @property
+    def usage(self) -> TokenUsage | None:
+        """The session's token usage: its log's ``model/usage`` records summed."""
+        return usage_sum(self.journal.events)
 
     @property
     def busy(self) -> bool:

@@ -82,7 +82,7 @@ async def test_openai_usage_is_asked_for_recorded_and_summed(tmp_path: pathlib.P
                 await agent.prompt("first")
                 await agent.prompt("second")
             assert server.requests[0].json()["stream_options"] == {"include_usage": True}
-            (t1, *_), (t2, *estimate) = usages(agent)
+            _, (t2, *estimate) = usages(agent)
             assert usages(agent)[0] == ("t1", 50, 5, 32, False)
             assert t2 == "t2" and estimate[-1] is True and estimate[0] > 0
             ends = [e for e in agent.log() if isinstance(e, TurnEnd)]
