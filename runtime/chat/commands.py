@@ -16,7 +16,8 @@ HELP = ("Type a prompt and press Enter (prompts typed while a turn runs are queu
         "A permission prompt is answered by a line of one letter and Enter: "
         "y allow once, a allow for the session, n deny, d deny for the session. "
         "/stop-keep: stop but keep queued prompts. /sessions (this workspace's; "
-        "/sessions all: every one), /load ID, /quit, /help.")
+        "/sessions all: every one), /load ID, /compact (summarise the older turns; Esc "
+        "stops it), /quit, /help.")
 
 CHOOSE_MODEL = ("Choose one with --provider openai (and OPENAI_MODEL, OPENAI_API_KEY), the "
                 "QUIESCE_PROVIDER variable, or `provider = \"openai\"` in the config file "
@@ -54,6 +55,11 @@ class Load:
 
 
 @dataclass(frozen=True)
+class Compact:
+    pass
+
+
+@dataclass(frozen=True)
 class Quit:
     pass
 
@@ -75,7 +81,8 @@ class Usage:
     text: str
 
 
-Command = Prompt | Stop | Answer | ListSessions | Load | Quit | Help | Unknown | Usage
+Command = (Prompt | Stop | Answer | ListSessions | Load | Quit | Help | Unknown | Usage
+           | Compact)
 
 
 def parse_answer(line: str) -> Decision | None:
@@ -109,4 +116,6 @@ def parse_line(line: str) -> Command | None:
         return Usage("/load needs one session id: /load ID (/sessions lists them)")
     if name == "/help":
         return Help()
+    if name == "/compact" and not rest:
+        return Compact()
     return Unknown(text)
