@@ -54,7 +54,7 @@ from runtime.agent.compaction import (
     Compaction,
     ContextSettings,
     compact,
-    compactable,
+    outgrown,
     usage_sum,
 )
 from runtime.agent.history import ModelHistory
@@ -63,7 +63,6 @@ from runtime.agent.phase import PhaseEvent, PhaseKind, PhaseMachine
 from runtime.agent.task import TaskTool
 from runtime.agent.turn import StepListener, Turn, TurnConfig, TurnEnding
 from runtime.providers.base import Provider
-from runtime.providers.usage import history_tokens
 from runtime.registry import (
     AbortController,
     AbortSignal,
@@ -187,7 +186,8 @@ class Agent:
         turn = Turn(turn_id=slot.turn_id, prompt=slot.prompt.text, journal=self.journal,
                     provider=self._provider, registry=registry,
                     definitions=[*definitions, task], config=self._config,
-                    history=self._history, on_step=self.on_step)
+                    history=self._history, on_step=self.on_step,
+                    context_window=self.context.window)
         durable: TurnEnd | None = None
         with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
             try:
@@ -228,12 +228,7 @@ class Agent:
     # -- maintenance: compaction ------------------------------------------------------
 
     def _outgrown(self) -> bool:
-        """The history would fill more than its share of the context window."""
-        threshold = self.context.threshold
-        return (threshold is not None
-                and history_tokens(self._history.current()) > threshold
-                and bool(compactable(self.journal.by_turn, self.journal.turn_order,
-                                     self._history)))
+        return outgrown(self.context, self.journal, self._history)
 
     def compact(self) -> Compaction | None:
         """Begin a compaction now (``session.compact``); None if a phase runs (busy). Its

@@ -112,6 +112,14 @@ def settings_from_meta(provider: dict[str, Any]) -> ContextSettings:
     return settings_for(config)
 
 
+def outgrown(settings: ContextSettings, journal: Journal, history: ModelHistory) -> bool:
+    """The history would fill more than its share of the window, and a compaction could
+    replace something (a single long turn cannot be: it is not tried)."""
+    threshold = settings.threshold
+    return (threshold is not None and history_tokens(history.current()) > threshold
+            and bool(compactable(journal.by_turn, journal.turn_order, history)))
+
+
 def compactable(events: dict[str, list[DurableEvent]], order: list[str],
                 history: ModelHistory) -> tuple[str, ...]:
     """The top-level turns a compaction now would replace: every ended turn since the

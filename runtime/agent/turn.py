@@ -44,7 +44,7 @@ from runtime.providers.base import (
     ToolSchema,
     UsageReport,
 )
-from runtime.providers.usage import usage_of
+from runtime.providers.usage import request_tokens, usage_of
 from runtime.registry import (
     AbortError,
     AbortSignal,
@@ -118,8 +118,10 @@ class Turn:
     def __init__(self, *, turn_id: str, prompt: str, journal: Journal, provider: Provider,
                  registry: ToolRegistry, definitions: list[ToolDefinition[Any]],
                  config: TurnConfig, history: ModelHistory,
-                 on_step: StepListener | None = None) -> None:
+                 on_step: StepListener | None = None,
+                 context_window: int | None = None) -> None:
         self.turn_id = turn_id
+        self._window = context_window
         self._on_step = on_step
         self._history = history
         self._prompt = prompt
@@ -144,6 +146,9 @@ class Turn:
                 request = ModelRequest(system, tuple(self._history.for_turn(turn_id)),
                                        self._schemas)
                 signal.raise_if_aborted()  # after prompt assembly
+                too_big = self._oversized(request)
+                if too_big is not None:
+                    return TurnEnding(TurnOutcome("error", error=too_big), "error")
                 assembler = await self._stream(request, step, signal)
                 self._record_message(assembler, step, interrupted=False)
                 if not assembler.tool_calls:
@@ -166,6 +171,18 @@ class Turn:
         except ProviderError as exc:
             log.warning("turn %s: provider failed: %s", turn_id, exc)
             return TurnEnding(TurnOutcome("error", error=str(exc)), "error")
+
+    def _oversized(self, request: ModelRequest) -> str | None:
+        """Why the request cannot fit the model's context window (None: it may): said
+        plainly, before the provider's own context-length error."""
+        if self._window is None:
+            return None
+        size = request_tokens(request)
+        if size <= self._window:
+            return None
+        return (f"the conversation (~{size:,} tokens, estimated) does not fit the model's "
+                f"context window ({self._window:,} tokens) even after compaction: start a "
+                "new session, or set the provider's contextWindow if the model's is larger")
 
     @staticmethod
     def _host_lost(calls: list[ToolCallRequest], results: tuple[ToolResult, ...]) -> TurnEnding:

@@ -121,7 +121,8 @@ async def test_anthropic_usage_counts_cache_reads_and_writes(tmp_path: pathlib.P
 
 async def test_automatic_compaction_when_a_small_window_fills(tmp_path: pathlib.Path,
                                                               marked: Marked) -> None:
-    """A 200-token window compacted at half: the long first turn outgrows it; the third
+    """History compacted past 200 tokens (a 20,000-token window, compacted at 1%: the
+    request's system prompt and tools fit beside it): the long first turn outgrows it; the third
     prompt is preceded by a compaction (the first turn summarised, the second kept), and
     the turn's request, and every request after a load, carry the summary instead."""
     server = FakeServer()
@@ -132,7 +133,8 @@ async def test_automatic_compaction_when_a_small_window_fills(tmp_path: pathlib.
     async with trio.open_nursery() as nursery:
         await server.start(nursery)
         async with agent_daemon(marked, env_extra=OPENAI_ENV) as agent:
-            await openai_session(agent, tmp_path, server, context_window=200, compact_at=0.5)
+            await openai_session(agent, tmp_path, server, context_window=20_000,
+                                 compact_at=0.01)
             with trio.fail_after(30):
                 await agent.prompt(long_prompt)
                 await agent.prompt("second")  # one ended turn: nothing to compact yet
@@ -162,4 +164,23 @@ async def test_automatic_compaction_when_a_small_window_fills(tmp_path: pathlib.
             loaded = [m.get("content") or "" for m in server.requests[4].json()["messages"]]
             assert loaded[1:] == [contents[1], "second", "second reply", "third",
                                   "third reply", "fourth"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_turn_that_cannot_fit_ends_with_a_clear_error(tmp_path: pathlib.Path,
+                                                              marked: Marked) -> None:
+    """Nothing to compact (the first turn) and the request over the window: the turn
+    ends with the runtime's own error, and the provider is never asked."""
+    server = FakeServer()
+    async with trio.open_nursery() as nursery:
+        await server.start(nursery)
+        async with agent_daemon(marked, env_extra=OPENAI_ENV) as agent:
+            await openai_session(agent, tmp_path, server, context_window=100)
+            with trio.fail_after(20):
+                result = await agent.prompt("far too long for the window " * 40)
+            assert result.stop_reason == "error"
+            (end,) = [e for e in agent.log() if isinstance(e, TurnEnd)]
+            assert end.end.error is not None
+            assert "does not fit the model's context window (100 tokens)" in end.end.error
+            assert server.requests == []
         nursery.cancel_scope.cancel()
