@@ -15,11 +15,17 @@ records again. A turn whose ``turn/start`` the log never took records nothing. A
 counted (``on_stop``) once, where its phase settles, whoever asked for it (a client, an
 operator, ``session.close``, shutdown).
 
+A compaction (``session.compact``, or a prompt arriving while the history outgrows its
+share of the context window) runs in the ``maintenance`` phase the same way: entered at
+once, run by the agent's task, shielded to its durable ``maintenance/end``, then its stops
+answered and the inbox's first prompt started (``compaction.py`` is the job itself).
+
 Why one module past ~400 lines: the turn's run, its owed end and its stops are one
 settlement (the phase table's ``END_TURN`` fires where the end is durable or owed, and
-every stop answers from it); apart, the order a reader must check (end on disk, then the
-stops answered, then the next turn) would span modules. The phases are ``phase.py``, one
-turn's steps ``turn.py``, a subagent's tool ``task.py``.
+every stop answers from it), and a maintenance phase settles the same way; apart, the
+order a reader must check (end on disk, then the stops answered, then the next turn)
+would span modules. The phases are ``phase.py``, one turn's steps ``turn.py``, a
+subagent's tool ``task.py``, the compaction job ``compaction.py``.
 """
 
 from __future__ import annotations
