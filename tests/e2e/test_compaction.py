@@ -14,10 +14,12 @@ import trio
 
 from protocol.messages.client import (
     AgentAbortResult,
+    ScriptedProviderConfig,
     SessionCompactParams,
     SessionCompactResult,
     SessionListResult,
     SessionLoadParams,
+    SessionNewParams,
 )
 from protocol.messages.common import Empty
 from protocol.messages.events import (
@@ -257,3 +259,45 @@ async def test_kill_during_compaction_then_load(tmp_path: pathlib.Path,
         with trio.fail_after(20):
             again = await compact(second)
         assert again.outcome == "compacted" and again.replaced == ("t1",)
+
+
+async def test_a_stop_of_an_automatic_compaction_and_the_prompt_behind_it(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """A prompt that finds the history too big waits in the inbox while the compaction
+    runs: a stop clears it (answered ``cancelled``, no turn), unless it keeps the inbox
+    (then the turn runs, on the history as it was)."""
+    script = [[text("long reply " * 50)], [text("short")],
+              [text("slow"), sleep(30_000)], [text("slow"), sleep(30_000)], [text("third")]]
+    async with agent_daemon(marked) as agent:
+        result = await agent.daemon.request("session.new", SessionNewParams(
+            str(tmp_path), "auto", ScriptedProviderConfig(
+                script=script, context_window=20_000, compact_at=0.01)))
+        agent.session_id = result.session_id
+        with trio.fail_after(20):
+            await agent.prompt("one " * 100)
+            await agent.prompt("two")
+        for keep in (False, True):
+            seen = len(agent.events)
+            async with trio.open_nursery() as nursery:
+                answers = agent.prompt_soon(nursery, "three")
+                await agent.wait_for(lambda e: isinstance(e, MaintenanceStart)
+                                     and agent.events.index(e) >= seen)
+                await trio.sleep(0.3)  # the summary is streaming
+                with trio.fail_after(10):
+                    stopped = await agent.abort(keep_inbox=keep)
+                log = agent.log()
+            assert stopped.outcome == "aborted" and stopped.turn_id is None
+            # The maintenance's end was on disk at the answer (a kept prompt's turn may
+            # already have followed it).
+            end = [e for e in log if isinstance(e, MaintenanceEnd)][-1]
+            assert end.end.kind == "aborted"
+            assert all(e.seq < end.seq for e in log if isinstance(e, MaintenanceStart))
+            if not keep:
+                assert answers[0].stop_reason == "cancelled" and answers[0].turn_id is None
+            else:
+                assert answers[0].stop_reason == "end_turn" and answers[0].turn_id == "t3"
+                t3 = next(e for e in agent.log() if e.turn_id == "t3")
+                assert t3.seq > end.seq  # the kept prompt ran after the maintenance ended
+        starts = [e for e in agent.log() if isinstance(e, MaintenanceStart)]
+        assert [s.trigger for s in starts] == ["auto", "auto"]
+        assert not any(isinstance(e, HistoryCompacted) for e in agent.log())
