@@ -280,8 +280,8 @@ async def test_a_stop_of_an_automatic_compaction_and_the_prompt_behind_it(
             seen = len(agent.events)
             async with trio.open_nursery() as nursery:
                 answers = agent.prompt_soon(nursery, "three")
-                await agent.wait_for(lambda e: isinstance(e, MaintenanceStart)
-                                     and agent.events.index(e) >= seen)
+                await agent.wait_for(lambda e, since=seen: isinstance(e, MaintenanceStart)
+                                     and agent.events.index(e) >= since)
                 await trio.sleep(0.3)  # the summary is streaming
                 with trio.fail_after(10):
                     stopped = await agent.abort(keep_inbox=keep)
