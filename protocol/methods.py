@@ -158,7 +158,9 @@ CLIENT_TO_RUNTIME = Direction("client → runtime", [
                "`cancelled`, never an error."),
     MethodSpec("agent.abort", AgentAbortParams, AgentAbortResult,
                "Stop the session's turn; answers only after turn/end is durable. Concurrent "
-               "and repeated aborts join the same settlement. Idle: outcome `idle`, no-op."),
+               "and repeated aborts join the same settlement. Idle: outcome `idle`, no-op. "
+               "A compaction (the `maintenance` phase) is stopped the same way: outcome "
+               "`aborted` with `turnId` null, after its maintenance/end is durable."),
     MethodSpec("session.compact", SessionCompactParams, SessionCompactResult,
                "Compact the session's history now: in the `maintenance` phase "
                "(maintenance/start, then history/compacted if it succeeds, then a durable "
