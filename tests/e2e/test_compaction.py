@@ -130,15 +130,23 @@ async def test_stop_during_the_summary_stream(tmp_path: pathlib.Path, marked: Ma
             listed: SessionListResult = await agent.daemon.request("session.list", Empty())
             assert listed.sessions[0].phase == "maintenance"
             began = time.monotonic()
+            second: list[AgentAbortResult] = []
+
+            async def later_stop() -> None:  # a second cause, right behind: it joins
+                second.append(await agent.abort("hook", reason="policy"))
+
+            nursery.start_soon(later_stop)
             with trio.fail_after(10):
                 answer: AgentAbortResult = await agent.abort()
             took = time.monotonic() - began
             log = agent.log()  # as it was when the abort answered
         assert answer.outcome == "aborted" and answer.turn_id is None
         assert answer.cause is not None and answer.cause.kind == "user"
+        assert second[0].outcome == "aborted" and second[0].cause == answer.cause  # first wins
         assert took < 5, f"the stop waited {took:.1f} s: the summary stream was not closed"
         end = log[-1]
         assert isinstance(end, MaintenanceEnd) and end.end.kind == "aborted"
+        assert end.end.reason is not None and end.end.reason.kind == "user"
         assert not end.compacted and not any(isinstance(e, HistoryCompacted) for e in log)
         assert answers[0].outcome == "aborted"
         assert queued[0].stop_reason == "cancelled" and queued[0].turn_id is None
