@@ -22,6 +22,8 @@ from protocol.messages.client import (
     DebugRunToolParams,
     DebugRunToolResult,
     SessionCloseParams,
+    SessionCompactParams,
+    SessionCompactResult,
     SessionEventParams,
     SessionListResult,
     SessionLoadParams,
@@ -164,7 +166,17 @@ CLIENT_TO_RUNTIME = Direction("client → runtime", [
                "`cancelled`, never an error."),
     MethodSpec("agent.abort", AgentAbortParams, AgentAbortResult,
                "Stop the session's turn; answers only after turn/end is durable. Concurrent "
-               "and repeated aborts join the same settlement. Idle: outcome `idle`, no-op."),
+               "and repeated aborts join the same settlement. Idle: outcome `idle`, no-op. "
+               "A compaction (the `maintenance` phase) is stopped the same way: outcome "
+               "`aborted` with `turnId` null, after its maintenance/end is durable."),
+    MethodSpec("session.compact", SessionCompactParams, SessionCompactResult,
+               "Compact the session's history now: in the `maintenance` phase "
+               "(maintenance/start, then history/compacted if it succeeds, then a durable "
+               "maintenance/end), the model summarises every top-level turn but the most "
+               "recent one and later requests carry that summary instead of them. Only while "
+               "idle (else `busy`). agent.abort stops it like a turn (outcome `aborted`, the "
+               "history unchanged) and answers once its maintenance/end is durable; prompts "
+               "sent meanwhile wait in the inbox."),
     MethodSpec("debug.runTool", DebugRunToolParams, DebugRunToolResult,
                "Run one host tool in a session, outside any turn (debugging aid)."),
     MethodSpec("shutdown", Empty, Empty,

@@ -256,7 +256,7 @@ _SESSION_REQUESTS = {
     "session.load": "session_load", "session.close": "session_close",
     "session.setMode": "session_set_mode",
     "agent.prompt": "agent_prompt", "agent.abort": "agent_abort",
-    "debug.runTool": "debug_run_tool",
+    "debug.runTool": "debug_run_tool", "session.compact": "session_compact",
 }
 
 

@@ -143,7 +143,7 @@ class DaemonOps:
                 round(current[1], 3) if current else None,
                 round(waiting, 3) if waiting is not None else None,
                 waiting is not None and waiting > agent.stuck_after,
-                len(agent.inbox), tuple(calls)))
+                len(agent.inbox), tuple(calls), agent.usage))
         # The scan session.list uses (off the event loop, shared by listings at once).
         broken = [i for i in await self._sessions.scan_disk() if i.error is not None]
         return OpsSessionsResult(os.getpid(), tuple(out), tuple(

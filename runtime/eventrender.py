@@ -22,8 +22,13 @@ from protocol.messages.events import (
     AnnouncedEvent,
     AssistantDeltaEvent,
     AssistantMessageEvent,
+    HistoryCompacted,
     HookDecisionEvent,
+    MaintenanceEnd,
+    MaintenanceStart,
+    ModelUsageEvent,
     SessionMeta,
+    TokenUsage,
     ToolAbortEvent,
     ToolCallEvent,
     ToolProgressEvent,
@@ -145,6 +150,8 @@ def render(event: AnnouncedEvent) -> EventRecord:
         return EventRecord(kind, turn, f"{event.call_id} {event.event}[{event.index}] "
                            f"{event.decision}{why}", call_id=event.call_id,
                            text=event.reason or "")
+    if isinstance(event, ModelUsageEvent | MaintenanceStart | MaintenanceEnd | HistoryCompacted):
+        return _session_record(kind, event)
     assert isinstance(event, ToolAbortEvent)
     body = "body invoked" if event.body_invoked else "body not invoked"
     return EventRecord(
@@ -152,6 +159,34 @@ def render(event: AnnouncedEvent) -> EventRecord:
         call_id=event.call_id, tool=event.tool,
         host_found=f"tools.abort {event.call_id} ({event.tool}): host found it "
                    f"{event.host_state}")
+
+
+def usage_text(usage: TokenUsage) -> str:
+    """``12,345 in (2,000 cached) / 321 out``, ``~`` before an estimate."""
+    mark = "~" if usage.estimated else ""
+    cached = f" ({usage.cached_input:,} cached)" if usage.cached_input else ""
+    return f"{mark}{usage.input:,} in{cached} / {mark}{usage.output:,} out"
+
+
+def _session_record(kind: str, event: ModelUsageEvent | MaintenanceStart | MaintenanceEnd
+                    | HistoryCompacted) -> EventRecord:
+    """Usage and maintenance (a compaction) as one line each; a summary's text whole."""
+    if isinstance(event, ModelUsageEvent):
+        where = f"step {event.step}" if event.turn_id else "compaction summary"
+        return EventRecord(kind, event.turn_id, f"{where}: {usage_text(event.usage)}")
+    if isinstance(event, MaintenanceStart):
+        return EventRecord(kind, "", f"{event.job} ({event.trigger})", label=event.job)
+    if isinstance(event, MaintenanceEnd):
+        reason = event.end.reason
+        label = event.end.kind + (f" ({reason.kind})" if reason is not None else "")
+        error = f": {one_line(event.end.error, LINE_WIDTH)}" if event.end.error else ""
+        done = ", history compacted" if event.compacted else ", history unchanged"
+        return EventRecord(kind, "", f"{label}{error}{done}", label=label,
+                           text=event.end.error or "",
+                           cause=reason.kind if reason is not None else "?")
+    return EventRecord(kind, "", f"replaced {', '.join(event.replaced)}: ~{event.tokens_before:,}"
+                       f" -> ~{event.tokens_after:,} tokens; summary "
+                       f"{_snippet(event.summary)}", text=event.summary)
 
 
 def _result(kind: str, event: ToolResultEvent) -> EventRecord:

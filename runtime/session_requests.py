@@ -34,6 +34,8 @@ from protocol.messages.client import (
     DebugRunToolResult,
     ProviderConfig,
     SessionCloseParams,
+    SessionCompactParams,
+    SessionCompactResult,
     SessionListResult,
     SessionLoadParams,
     SessionLoadResult,
@@ -299,6 +301,20 @@ class SessionRequests:
             agent = self.sessions.get(params.session_id).agent
             return await agent.cancel(params.cause, keep_inbox=params.keep_inbox,
                                       task_status=place)
+
+    async def session_compact(self, params: SessionCompactParams) -> SessionCompactResult:
+        """Compact the session's history now, in its maintenance phase (a stop stops it)."""
+        self._require_initialized()
+        async with self.order.place(params.session_id):
+            session = self.sessions.get(params.session_id)
+            if session.closing:
+                raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")
+            job = session.agent.compact()
+        # Begun (its phase entered: a stop after this stops it); its end follows.
+        if job is None:
+            return SessionCompactResult("busy", error="a turn or maintenance is running")
+        await job.done.wait()
+        return job.result()
 
     async def debug_run_tool(self, params: DebugRunToolParams) -> DebugRunToolResult:
         self._require_initialized()

@@ -25,6 +25,9 @@ from protocol.messages.client import PermissionMode, ProviderConfig, SessionInfo
 from protocol.messages.common import McpServerConfig
 from protocol.messages.events import (
     AnnouncedEvent,
+    HistoryCompacted,
+    MaintenanceEnd,
+    MaintenanceStart,
     SessionMeta,
     ToolCallEvent,
     ToolResultEvent,
@@ -36,6 +39,7 @@ from protocol.messages.host import PluginTool
 from protocol.tools import ToolResult, aborted_result
 from runtime import logfaults
 from runtime.agent.agent import Agent, ToolsFactory
+from runtime.agent.compaction import settings_from_meta, usage_sum
 from runtime.agent.journal import Journal
 from runtime.agent.turn import TurnConfig
 from runtime.ops_view import SessionOpsView
@@ -80,7 +84,8 @@ class Session:
 
     def info(self) -> SessionInfo:
         return SessionInfo(self.session_id, self.workspace, self.permission_mode,
-                           self.created_at)
+                           self.created_at, usage=self.agent.usage,
+                           phase=self.agent.machine.phase.kind.value)
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,7 @@ class SessionStore:
             system_prompt=meta.system_prompt or self._config.system_prompt)
         agent = Agent(meta.session_id, journal, provider, tools(meta.session_id), config)
         key_env = meta.provider.get("apiKeyEnv") if isinstance(meta.provider, dict) else None
+        agent.context = settings_from_meta(meta.provider)
         session = Session(meta.session_id, meta.workspace, meta.permission_mode,  # type: ignore[arg-type]
                           meta.created_at, agent, meta.mcp_servers,
                           (key_env,) if isinstance(key_env, str) else ())
@@ -210,6 +216,12 @@ class SessionStore:
                 journal.append(functools.partial(_synthetic_result, call, result))
             await journal.append_durably(functools.partial(_interrupted_end, open_turn))
             log.info("session %s: closed interrupted turn %s", session_id, open_turn.turn_id)
+        cut = _open_maintenance(contents)
+        if cut is not None:  # a crash during a compaction: its end says so
+            recovered = True
+            await journal.append_durably(lambda seq: MaintenanceEnd(
+                seq, "", TurnOutcome("interrupted"), cut))
+            log.info("session %s: closed an interrupted maintenance", session_id)
         return journal, recovered
 
     def discard(self, session_id: str, *, forget: bool = False) -> None:
@@ -301,12 +313,27 @@ class SessionStore:
                 info = SessionInfo(meta.session_id, meta.workspace,
                                    meta.permission_mode,  # type: ignore[arg-type]
                                    meta.created_at, loaded=False,
-                                   interrupted=bool(contents.open_turns()))
+                                   interrupted=bool(contents.open_turns()),
+                                   usage=usage_sum(contents.events))
             self._listing[path] = (key, info)
         # A session open in another daemon is running there, not interrupted.
         if info.interrupted and is_live_elsewhere(path):
             info = msgspec.structs.replace(info, interrupted=False)
         return info
+
+
+def _open_maintenance(contents: LogContents) -> bool | None:
+    """Whether the log's last maintenance/start has no end (None: it has one, or there is
+    none), and if so whether its history/compacted made it to the log (True)."""
+    open_: bool | None = None
+    for event in contents.events:
+        if isinstance(event, MaintenanceStart):
+            open_ = False
+        elif isinstance(event, HistoryCompacted) and open_ is not None:
+            open_ = True
+        elif isinstance(event, MaintenanceEnd):
+            open_ = None
+    return open_
 
 
 def _why(exc: OSError | ValueError) -> str:

@@ -32,10 +32,13 @@ TIMEOUT = 30.0
 
 # ``exec``: the sleep replaces the shell, so the tree the stop kills is one process
 # whatever the shell (bash 5.2 does so by itself for a last command; older ones do not).
+# The usage chunk: the step's tokens as a provider reports them (without it the example
+# would show an estimate, which moves with every change to the tools' descriptions).
 SCRIPT: list[Any] = [
     [{"text": "Running the build."},
      {"toolCall": {"id": "bash-1", "name": "Bash",
-                   "args": {"command": "echo 'build: starting'; exec sleep 30"}}}],
+                   "args": {"command": "echo 'build: starting'; exec sleep 30"}}},
+     {"usage": {"input": 3120, "output": 38, "cachedInput": 2048}}],
     [{"text": "The build finished."}],
 ]
 

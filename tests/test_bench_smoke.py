@@ -21,6 +21,7 @@ BENCH = ROOT / "scripts" / "bench.py"
 STOPS = {"stop-read-only", "stop-tree-term", "stop-tree-ignoring", "stop-undispatched",
          "stop-50-trees", "stop-loop-lag"}
 FLOORS = {"floor-session-list", "floor-host-tool", "floor-noop-turn", "floor-bash-turn",
+          "floor-compaction",
           "floor-process-scan", "floor-fsync", "floor-log-append", "floor-log-cut",
           "floor-log-recover"}
 GROUPS = {"floor-pipe-raw", "floor-pipe-epoll", "link-host-stats", "rtt-quiesce", "rtt-mcp",

@@ -8,10 +8,12 @@ import msgspec
 
 from protocol.causes import Cause, ClientCause, UserCause
 from protocol.messages.common import McpServerConfig, PluginServerStatus, Struct
-from protocol.messages.events import AnnouncedEvent, StopReason
+from protocol.messages.events import AnnouncedEvent, StopReason, TokenUsage
 from protocol.tools import ToolResult
 
 PermissionMode = Literal["ask", "accept-edits", "auto"]
+ContextWindow = Annotated[int, msgspec.Meta(ge=1)]
+CompactAt = Annotated[float, msgspec.Meta(gt=0, le=1)]
 
 
 class ScriptedProviderConfig(Struct, frozen=True, tag_field="kind", tag="scripted"):
@@ -19,6 +21,11 @@ class ScriptedProviderConfig(Struct, frozen=True, tag_field="kind", tag="scripte
 
     script: list[list[dict[str, Any]]] | None = None
     path: str | None = None
+    context_window: ContextWindow | None = None
+    """The model's context window in tokens (default: 128000, docs/providers.md);
+    the history is compacted before a turn when it would fill more than ``compactAt`` of
+    it (default 0.8)."""
+    compact_at: CompactAt | None = None
 
 
 Temperature = Annotated[float, msgspec.Meta(ge=0, le=2)]
@@ -42,6 +49,11 @@ class OpenAIProviderConfig(Struct, frozen=True, tag_field="kind", tag="openai"):
     max_tokens: MaxTokens | None = None
     max_completion_tokens: MaxTokens | None = None
     reasoning_effort: ReasoningEffort | None = None
+    context_window: ContextWindow | None = None
+    """The model's context window in tokens (default: 128000, docs/providers.md);
+    the history is compacted before a turn when it would fill more than ``compactAt`` of
+    it (default 0.8)."""
+    compact_at: CompactAt | None = None
 
 
 class AnthropicProviderConfig(Struct, frozen=True, tag_field="kind", tag="anthropic"):
@@ -60,6 +72,11 @@ class AnthropicProviderConfig(Struct, frozen=True, tag_field="kind", tag="anthro
     max_tokens: MaxTokens | None = None
     thinking_budget: Annotated[int, msgspec.Meta(ge=1024)] | None = None
     prompt_caching: bool = True
+    context_window: ContextWindow | None = None
+    """The model's context window in tokens (default: 200000, docs/providers.md);
+    the history is compacted before a turn when it would fill more than ``compactAt`` of
+    it (default 0.8)."""
+    compact_at: CompactAt | None = None
 
 
 ProviderConfig = ScriptedProviderConfig | OpenAIProviderConfig | AnthropicProviderConfig
@@ -95,6 +112,29 @@ class SessionInfo(Struct, frozen=True):
     """Why its log cannot be read (``session.load`` fails until it is repaired; see
     docs/operations.md); null for a readable log. For a log whose first line is unreadable
     too, ``workspace`` is empty and ``createdAt`` is the file's modification time."""
+    usage: TokenUsage | None = None
+    """The session's token usage, summed over its log's ``model/usage`` records (turns and
+    compactions); null when it made no model request."""
+    phase: Literal["idle", "maintenance", "running"] | None = None
+    """The agent's phase, for a session loaded in this daemon (null otherwise)."""
+
+
+class SessionCompactParams(Struct, frozen=True):
+    session_id: str
+
+
+class SessionCompactResult(Struct, frozen=True, omit_defaults=False):
+    """How a ``session.compact`` ended: ``compacted`` (``replaced`` the turns the summary
+    replaced, ``tokensBefore``/``tokensAfter`` the history's estimated size), ``nothing``
+    (too few turns to compact: the recent turn is always kept), ``aborted`` (a stop; the
+    history unchanged), ``failed`` (``error`` says why; the history unchanged), ``busy`` (a
+    turn or another maintenance runs: nothing done). Every field is always on the wire."""
+
+    outcome: Literal["compacted", "nothing", "aborted", "failed", "busy"]
+    replaced: tuple[str, ...] = ()
+    tokens_before: int = 0
+    tokens_after: int = 0
+    error: str | None = None
 
 
 class SessionListResult(Struct, frozen=True):

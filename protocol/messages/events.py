@@ -113,12 +113,79 @@ class TurnOutcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
     error: str | None = None
 
 
+class TokenUsage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel",
+                 omit_defaults=True):
+    """Tokens one model response (or a sum of them) took: ``input`` (every prompt token,
+    cached ones included), ``output``, ``cachedInput`` (the part of ``input`` read from the
+    provider's cache, where it says). ``estimated``: the provider reported nothing for (some
+    of) it, so it was estimated from the text's length (about 4 characters a token)."""
+
+    input: int = 0
+    output: int = 0
+    cached_input: int = 0
+    estimated: bool = False
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(self.input + other.input, self.output + other.output,
+                          self.cached_input + other.cached_input,
+                          self.estimated or other.estimated)
+
+
+class ModelUsageEvent(_Event, frozen=True, tag="model/usage"):
+    """The token usage of one model response: a turn's step (``step``), or a compaction's
+    summary (``turnId`` empty, ``step`` -1). Logged when the response ends, also when a stop
+    cut it (what the provider reported by then, else the estimate)."""
+
+    step: int
+    usage: TokenUsage
+
+
 class TurnEnd(_Event, frozen=True, tag="turn/end"):
     """The turn's last event: how it ended (``end``) and ``stopReason`` as ``agent.prompt``
-    answers it. Durable before ``agent.abort`` answers."""
+    answers it; ``usage``, the sum of its steps' ``model/usage`` (absent when it made no
+    model request). Durable before ``agent.abort`` answers."""
 
     end: TurnOutcome
     stop_reason: StopReason
+    usage: TokenUsage | None = None
+
+
+MaintenanceJob = Literal["compact"]
+MaintenanceTrigger = Literal["auto", "manual"]
+
+
+class MaintenanceStart(_Event, frozen=True, tag="maintenance/start"):
+    """The agent entered the ``maintenance`` phase (``turnId`` empty) to run ``job``: a
+    history compaction, ``auto`` (the history outgrew its share of the context window
+    before a turn) or ``manual`` (``session.compact``). A stop stops it like a turn."""
+
+    job: MaintenanceJob
+    trigger: MaintenanceTrigger
+
+
+class MaintenanceEnd(_Event, frozen=True, tag="maintenance/end"):
+    """The maintenance phase's last event, durable (fsynced) before ``agent.abort`` answers:
+    ``end.kind`` ``completed`` (compacted, or nothing to compact), ``aborted`` (``reason``
+    the stop's cause; the history unchanged) or ``error`` (``error`` says why; the history
+    unchanged). ``interrupted``: written by ``session.load`` for a maintenance a crash cut
+    off."""
+
+    end: TurnOutcome
+    compacted: bool = False
+
+
+class HistoryCompacted(_Event, frozen=True, tag="history/compacted"):
+    """A compaction's one record (``turnId`` empty): the top-level turns it ``replaced``
+    (oldest first; always whole turns, so no ``tool/call`` is parted from its
+    ``tool/result``), the model's ``summary`` of them, the history's estimated size in
+    tokens ``tokensBefore`` and ``tokensAfter``, and the summary request's ``usage``. From
+    it on, model requests carry the summary and the turns after ``replaced``'s last."""
+
+    replaced: tuple[str, ...]
+    summary: str
+    tokens_before: int
+    tokens_after: int
+    usage: TokenUsage
 
 
 HookEvent = Literal["pre_tool_use", "post_tool_use"]
@@ -147,9 +214,11 @@ class HookDecisionEvent(_Event, frozen=True, tag="hook/decision"):
 
 SessionEvent = (SessionMeta | TurnStart | UserMessageEvent | AssistantMessageEvent
                 | ToolCallEvent | ToolProgressEvent | HookDecisionEvent | ToolResultEvent
-                | TurnEnd)
+                | TurnEnd | ModelUsageEvent | MaintenanceStart | MaintenanceEnd
+                | HistoryCompacted)
 DurableEvent = (SessionMeta | TurnStart | UserMessageEvent | AssistantMessageEvent
-                | ToolCallEvent | HookDecisionEvent | ToolResultEvent | TurnEnd)
+                | ToolCallEvent | HookDecisionEvent | ToolResultEvent | TurnEnd
+                | ModelUsageEvent | MaintenanceStart | MaintenanceEnd | HistoryCompacted)
 
 
 class ToolAbortEvent(_Event, frozen=True, tag="tool/abort"):

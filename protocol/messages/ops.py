@@ -7,7 +7,7 @@ from typing import Literal
 import msgspec
 
 from protocol.messages.common import Struct
-from protocol.messages.events import AnnouncedEvent
+from protocol.messages.events import AnnouncedEvent, TokenUsage
 
 OpsCallState = Literal["queued", "permission-pending", "running", "aborting", "draining",
                        "hook"]
@@ -33,6 +33,8 @@ class OpsSession(Struct, frozen=True):
     stuck: bool = False  # a stop has waited longer than the daemon's threshold
     inbox: int = 0
     calls: tuple[OpsCall, ...] = ()
+    usage: TokenUsage | None = None
+    """The session's token usage, summed over its ``model/usage`` records (null: none)."""
 
 
 class OpsUnreadableLog(Struct, frozen=True):

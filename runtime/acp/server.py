@@ -33,6 +33,8 @@ from protocol.messages.client import (
     AgentPromptParams,
     AgentPromptResult,
     PermissionMode,
+    SessionCompactParams,
+    SessionCompactResult,
     SessionEventParams,
     SessionLoadParams,
     SessionNewParams,
@@ -42,10 +44,12 @@ from protocol.messages.client import (
 )
 from protocol.messages.events import SessionMeta, TurnEnd
 from protocol.methods import RequestId
+from runtime.acp import compact
 from runtime.acp.convert import mcp_servers, prompt_text
 from runtime.acp.messages import (
     PROTOCOL_VERSION,
     AgentCapabilities,
+    AgentMessageChunk,
     CancelNotification,
     CancelRequestNotification,
     CurrentModeUpdate,
@@ -63,6 +67,7 @@ from runtime.acp.messages import (
     SetSessionModeRequest,
     SetSessionModeResponse,
     StopReason,
+    TextBlock,
     ToolCallUpdate,
 )
 from runtime.acp.modes import mode_state, permission_mode
@@ -268,6 +273,8 @@ class AcpServer:
                 return PromptResponse("cancelled")  # cancelled before its turn started
             session.active = prompt
             try:
+                if compact.is_compact(text):
+                    return await self._run_compact(session, prompt)
                 return await self._run_prompt(session, prompt, text)
             finally:
                 session.active = None
@@ -302,6 +309,26 @@ class AcpServer:
             why = session.errors.pop(answer.turn_id or "", None) or "the turn failed"
             raise RpcError(ErrorCode.INTERNAL, why, {"turnId": answer.turn_id})
         return PromptResponse(_STOP_REASONS[answer.stop_reason])
+
+    async def _run_compact(self, session: _Session, prompt: _Prompt) -> PromptResponse:
+        """``/compact``: the native session.compact, stopped by session/cancel."""
+        failure: RpcError | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._abort_when_cancelled, prompt)
+            try:
+                prompt.sent = True
+                result: SessionCompactResult = await self._native(
+                    "session.compact", SessionCompactParams(session.session_id))
+            except RpcError as exc:
+                failure = exc  # re-raised below, for the endpoint's one error mapping
+            nursery.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        self._publish(session.session_id,
+                      [AgentMessageChunk(TextBlock(compact.outcome_text(result)))])
+        if prompt.cancelled.is_set() or result.outcome == "aborted":
+            return PromptResponse("cancelled")
+        return PromptResponse("end_turn")
 
     async def _abort_when_cancelled(self, prompt: _Prompt) -> None:
         await prompt.cancelled.wait()

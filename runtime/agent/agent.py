@@ -15,11 +15,17 @@ records again. A turn whose ``turn/start`` the log never took records nothing. A
 counted (``on_stop``) once, where its phase settles, whoever asked for it (a client, an
 operator, ``session.close``, shutdown).
 
+A compaction (``session.compact``, or a prompt arriving while the history outgrows its
+share of the context window) runs in the ``maintenance`` phase the same way: entered at
+once, run by the agent's task, shielded to its durable ``maintenance/end``, then its stops
+answered and the inbox's first prompt started (``compaction.py`` is the job itself).
+
 Why one module past ~400 lines: the turn's run, its owed end and its stops are one
 settlement (the phase table's ``END_TURN`` fires where the end is durable or owed, and
-every stop answers from it); apart, the order a reader must check (end on disk, then the
-stops answered, then the next turn) would span modules. The phases are ``phase.py``, one
-turn's steps ``turn.py``, a subagent's tool ``task.py``.
+every stop answers from it), and a maintenance phase settles the same way; apart, the
+order a reader must check (end on disk, then the stops answered, then the next turn)
+would span modules. The phases are ``phase.py``, one turn's steps ``turn.py``, a
+subagent's tool ``task.py``, the compaction job ``compaction.py``.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from protocol.messages.client import AbortedCall, AgentAbortResult, AgentPromptR
 from protocol.messages.events import (
     AssistantMessageEvent,
     StopReason,
+    TokenUsage,
     ToolCallEvent,
     ToolResultEvent,
     ToolStartedEvent,
@@ -49,6 +56,13 @@ from protocol.messages.events import (
 )
 from protocol.messages.host import ToolsOutputParams, ToolsStartedParams
 from protocol.tools import error_result
+from runtime.agent.compaction import (
+    Compaction,
+    ContextSettings,
+    compact,
+    outgrown,
+    usage_sum,
+)
 from runtime.agent.history import ModelHistory
 from runtime.agent.journal import Journal
 from runtime.agent.phase import PhaseEvent, PhaseKind, PhaseMachine
@@ -123,6 +137,10 @@ class Agent:
         daemon lets its client link take the effect of the frames it has already read, so
         a stop written right behind the prompt stops the turn before it runs a tool."""
         self.turns = 0
+        self.context = ContextSettings()
+        """When the history is compacted on its own (the session's provider's window)."""
+        self._maintenance: Compaction | None = None  # the maintenance phase's job
+        self._settled_maintenance: Compaction | None = None  # the last one that ended
 
     # -- prompts ----------------------------------------------------------------------
 
@@ -134,7 +152,13 @@ class Agent:
             self.inbox.append(pending)
         return pending
 
-    def _begin(self, pending: PendingPrompt) -> None:
+    def _begin(self, pending: PendingPrompt, *, may_compact: bool = True) -> None:
+        if may_compact and self._outgrown():
+            # The history would fill too much of the window: compact first, the prompt
+            # waiting at the inbox's head (a stop clears it unless it keeps the inbox).
+            self.inbox.appendleft(pending)
+            self._enter_maintenance(Compaction("auto"))
+            return
         turn_id = ids.top_turn_id(next(self._turn_ids))
         self.machine.fire(PhaseEvent.START_TURN, turn_id=turn_id)
         self._current = _TurnSlot(turn_id, pending)
@@ -146,8 +170,12 @@ class Agent:
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            while self._current is not None:
-                await self._run_turn(self._current)
+            while self._current is not None or self._maintenance is not None:
+                if self._maintenance is not None:
+                    await self._run_maintenance(self._maintenance)
+                else:
+                    assert self._current is not None
+                    await self._run_turn(self._current)
 
     async def _run_turn(self, slot: _TurnSlot) -> None:
         controller = self.machine.phase.controller
@@ -164,7 +192,8 @@ class Agent:
         turn = Turn(turn_id=slot.turn_id, prompt=slot.prompt.text, journal=self.journal,
                     provider=self._provider, registry=registry,
                     definitions=[*definitions, task], config=self._config,
-                    history=self._history, on_step=self.on_step)
+                    history=self._history, on_step=self.on_step,
+                    context_window=self.context.window)
         durable: TurnEnd | None = None
         with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
             try:
@@ -198,9 +227,53 @@ class Agent:
         self.machine.fire(PhaseEvent.END_TURN)  # the phase has settled: its stops answer
         self._begin_queued()
 
-    def _begin_queued(self) -> None:
+    def _begin_queued(self, *, may_compact: bool = True) -> None:
         if self.inbox and self.machine.phase.kind is PhaseKind.IDLE:
-            self._begin(self.inbox.popleft())
+            self._begin(self.inbox.popleft(), may_compact=may_compact)
+
+    # -- maintenance: compaction ------------------------------------------------------
+
+    def _outgrown(self) -> bool:
+        return outgrown(self.context, self.journal, self._history)
+
+    def compact(self) -> Compaction | None:
+        """Begin a compaction now (``session.compact``); None if a phase runs (busy). Its
+        ``done`` is set once its phase has ended (its ``maintenance/end`` durable)."""
+        if self.machine.phase.kind is not PhaseKind.IDLE:
+            return None
+        job = Compaction("manual")
+        self._enter_maintenance(job)
+        return job
+
+    def _enter_maintenance(self, job: Compaction) -> None:
+        self.machine.fire(PhaseEvent.START_MAINTENANCE)  # a stop from now on stops it
+        self._maintenance = job
+        self._wake.set()
+
+    async def _run_maintenance(self, job: Compaction) -> None:
+        controller = self.machine.phase.controller
+        assert controller is not None
+        if self.before_turn is not None:  # as a turn: a stop written right behind it wins
+            await self.before_turn()
+        with trio.CancelScope(shield=True):  # it always reaches its durable end
+            try:
+                await compact(job, self.journal, self._provider, self._history,
+                              controller.signal)
+            except OSError as exc:
+                log.exception("session %s: the log failed during compaction",
+                              self.session_id)
+                job.outcome, job.error = "failed", f"the session log failed: {exc}"
+            except Exception as exc:  # the maintenance's one mapping of unexpected failures
+                log.exception("session %s: compaction failed", self.session_id)
+                job.outcome, job.error = "failed", _describe(exc)
+            finally:
+                self._maintenance, self._settled_maintenance = None, job
+                self._count_stop(job.outcome == "aborted")
+                self.machine.fire(PhaseEvent.END_MAINTENANCE)  # its stops answer
+                job.done.set()
+                self._begin_queued(may_compact=False)
+        log.info("session %s: compaction (%s) ended %s", self.session_id, job.trigger,
+                 job.outcome)
 
     async def _run_to_end(self, turn: Turn, signal: AbortSignal
                           ) -> tuple[TurnEnding, TurnEnd | None]:
@@ -222,8 +295,9 @@ class Agent:
         try:
             await self._record_owed()  # a subagent's owed end before its parent's
             self._balance(turn.turn_id)
+            usage = usage_sum(self.journal.by_turn.get(turn.turn_id, ()))
             end = await self.journal.append_durably(lambda seq: TurnEnd(
-                seq, turn.turn_id, ending.outcome, ending.stop_reason))
+                seq, turn.turn_id, ending.outcome, ending.stop_reason, usage))
         except OSError as exc:
             log.exception("session %s: the log could not record the end of %s",
                           self.session_id, turn.turn_id)
@@ -348,7 +422,7 @@ class Agent:
         if not keep_inbox:
             while self.inbox:
                 self.inbox.popleft().resolve(None, "cancelled")
-        phase, slot = self.machine.phase, self._current
+        phase, slot, job = self.machine.phase, self._current, self._maintenance
         if phase.kind is PhaseKind.IDLE:
             task_status.started()  # nothing to stop: taken (a close goes on after this)
             return AgentAbortResult("idle")
@@ -369,6 +443,11 @@ class Agent:
         settled_ms = round((time.perf_counter() - started) * 1000, 3)
         stop_cause = phase.controller.signal.cause
         if slot is None:  # maintenance: no turn, no calls
+            if job is not None and not job.durable:
+                raise RpcError(ErrorCode.INTERNAL, "the compaction ended, but its "
+                               "maintenance/end could not be made durable (see the daemon log)")
+            if job is not None and job.outcome in ("compacted", "nothing"):
+                return AgentAbortResult("idle")  # it ended on its own first
             return AgentAbortResult("aborted", None, stop_cause, settled_ms)
         if slot.end is None and slot.turn_id not in self.journal.by_turn:
             raise RpcError(ErrorCode.INTERNAL, "the turn could not start: the session log "
@@ -425,6 +504,11 @@ class Agent:
         """A stop of the current phase has been requested."""
         controller = self.machine.phase.controller
         return controller is not None and controller.signal.aborted
+
+    @property
+    def usage(self) -> TokenUsage | None:
+        """The session's token usage: its log's ``model/usage`` records summed."""
+        return usage_sum(self.journal.events)
 
     @property
     def busy(self) -> bool:

@@ -19,6 +19,7 @@ from protocol.messages.events import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
     Block,
+    ModelUsageEvent,
     StopReason,
     ToolCallEvent,
     ToolResultEvent,
@@ -41,7 +42,9 @@ from runtime.providers.base import (
     ReasoningDelta,
     TextDelta,
     ToolSchema,
+    UsageReport,
 )
+from runtime.providers.usage import request_tokens, usage_of
 from runtime.registry import (
     AbortError,
     AbortSignal,
@@ -115,8 +118,10 @@ class Turn:
     def __init__(self, *, turn_id: str, prompt: str, journal: Journal, provider: Provider,
                  registry: ToolRegistry, definitions: list[ToolDefinition[Any]],
                  config: TurnConfig, history: ModelHistory,
-                 on_step: StepListener | None = None) -> None:
+                 on_step: StepListener | None = None,
+                 context_window: int | None = None) -> None:
         self.turn_id = turn_id
+        self._window = context_window
         self._on_step = on_step
         self._history = history
         self._prompt = prompt
@@ -141,6 +146,9 @@ class Turn:
                 request = ModelRequest(system, tuple(self._history.for_turn(turn_id)),
                                        self._schemas)
                 signal.raise_if_aborted()  # after prompt assembly
+                too_big = self._oversized(request)
+                if too_big is not None:
+                    return TurnEnding(TurnOutcome("error", error=too_big), "error")
                 assembler = await self._stream(request, step, signal)
                 self._record_message(assembler, step, interrupted=False)
                 if not assembler.tool_calls:
@@ -163,6 +171,18 @@ class Turn:
         except ProviderError as exc:
             log.warning("turn %s: provider failed: %s", turn_id, exc)
             return TurnEnding(TurnOutcome("error", error=str(exc)), "error")
+
+    def _oversized(self, request: ModelRequest) -> str | None:
+        """Why the request cannot fit the model's context window (None: it may): said
+        plainly, before the provider's own context-length error."""
+        if self._window is None:
+            return None
+        size = request_tokens(request)
+        if size <= self._window:
+            return None
+        return (f"the conversation (~{size:,} tokens, estimated) does not fit the model's "
+                f"context window ({self._window:,} tokens) even after compaction: start a "
+                "new session, or set the provider's contextWindow if the model's is larger")
 
     @staticmethod
     def _host_lost(calls: list[ToolCallRequest], results: tuple[ToolResult, ...]) -> TurnEnding:
@@ -188,6 +208,7 @@ class Turn:
 
     async def _stream(self, request: ModelRequest, step: int, signal: AbortSignal) -> Assembler:
         assembler = Assembler()
+        report: UsageReport | None = None
         signal.raise_if_aborted()  # before the stream starts
         # Opening the stream (an HTTP request waiting for headers) is stoppable too.
         with cancel_on_abort(signal):
@@ -195,13 +216,25 @@ class Turn:
                 async for chunk in chunks:
                     if signal.aborted:  # on every chunk
                         break
+                    if isinstance(chunk, UsageReport):  # not content: the step's usage
+                        report = chunk
+                        continue
                     assembler.add(chunk)
                     if isinstance(chunk, TextDelta | ReasoningDelta) and chunk.text:
                         self._announce_delta(step, chunk)
+        if report is not None or assembler.chunks:
+            self._record_usage(report, request, assembler, step)
         if signal.aborted:
             self._record_message(assembler, step, interrupted=True)
             signal.raise_if_aborted()
         return assembler
+
+    def _record_usage(self, report: UsageReport | None, request: ModelRequest,
+                      assembler: Assembler, step: int) -> None:
+        """The step's usage, as reported (or estimated when the provider said nothing)."""
+        text = "".join(b.text for b in assembler.blocks)
+        usage = usage_of(report, request, text, len(assembler.tool_calls))
+        self._journal.append(lambda seq: ModelUsageEvent(seq, self.turn_id, step, usage))
 
     def _announce_delta(self, step: int, chunk: TextDelta | ReasoningDelta) -> None:
         kind: Literal["text", "reasoning"] = (

@@ -17,7 +17,8 @@ HELP = ("Type a prompt and press Enter (prompts typed while a turn runs are queu
         "A permission prompt is answered by a line of one letter and Enter: "
         "y allow once, a allow for the session, n deny, d deny for the session. "
         "/stop-keep: stop but keep queued prompts. /sessions (this workspace's; "
-        "/sessions all: every one), /load ID, /tools (the plugin servers, their state and "
+        "/sessions all: every one), /load ID, /compact (summarise the older turns; Esc "
+        "stops it), /tools (the plugin servers, their state and "
         "tools), /trust, /not-now, /never (answer whether a workspace's servers may run), "
         "/quit, /help.")
 
@@ -57,6 +58,11 @@ class Load:
 
 
 @dataclass(frozen=True)
+class Compact:
+    pass
+
+
+@dataclass(frozen=True)
 class Quit:
     pass
 
@@ -91,7 +97,7 @@ class Usage:
 
 
 Command = (Prompt | Stop | Answer | ListSessions | Load | Quit | Help | Unknown | Usage
-           | TrustAnswer | Tools)
+           | TrustAnswer | Tools | Compact)
 TRUST_COMMANDS: dict[str, TrustChoice] = {"/trust": "trust", "/not-now": "not-now",
                                           "/never": "never"}
 
@@ -131,4 +137,6 @@ def parse_line(line: str) -> Command | None:
         return TrustAnswer(TRUST_COMMANDS[name])
     if name == "/tools" and not rest:
         return Tools()
+    if name == "/compact" and not rest:
+        return Compact()
     return Unknown(text)

@@ -35,6 +35,8 @@ from protocol.messages.client import (
     ClientPermissionRequestParams,
     PermissionMode,
     ProviderConfig,
+    SessionCompactParams,
+    SessionCompactResult,
     SessionEventParams,
     SessionListResult,
     SessionLoadParams,
@@ -48,6 +50,7 @@ from runtime.chat.commands import (
     HELP,
     Answer,
     Command,
+    Compact,
     Decision,
     Help,
     ListSessions,
@@ -114,6 +117,7 @@ class Controller:
         self._asked: dict[str, _Asked] = {}
         self._stopping: trio.Event | None = None  # set when the stop in flight is answered
         self._prompts = 0  # agent.prompt requests not answered yet
+        self._compacting = 0  # session.compact requests not answered yet
         self._animate = trio.Event()
         self._quitting = False
         self._trust = TrustQuestion(self._commit)  # the workspace.trust question
@@ -128,7 +132,7 @@ class Controller:
     @property
     def busy(self) -> bool:
         """A turn runs or a prompt waits: a stop has something to stop."""
-        return self._prompts > 0 or self.view.turn_id is not None
+        return self._prompts > 0 or self.view.turn_id is not None or self._compacting > 0
 
     # -- life ------------------------------------------------------------------------------
 
@@ -239,6 +243,8 @@ class Controller:
                 nursery.start_soon(self._guarded, self._list, command)
             elif isinstance(command, Load):
                 nursery.start_soon(self._guarded, self._load, command)
+            elif isinstance(command, Compact):
+                nursery.start_soon(self._guarded, self._compact, command)
             elif isinstance(command, Help):
                 self._commit([Text(HELP, style="dim")])
             elif isinstance(command, Usage):
@@ -303,6 +309,18 @@ class Controller:
             self._commit(self.view.stop_failed())  # nothing, unless the answer never came
             self._stopping.set()
             self._stopping = None
+
+    async def _compact(self, command: Compact) -> None:
+        """``/compact``: the daemon's events show its course; the answer, what came of it."""
+        assert self._daemon is not None and self.session_id is not None
+        self._compacting += 1
+        try:
+            result: SessionCompactResult = await self._daemon.request(
+                "session.compact", SessionCompactParams(self.session_id))
+        finally:
+            self._compacting -= 1
+        if result.outcome == "busy":
+            self._commit([Text("a turn is running: /compact when it has ended", style="red")])
 
     async def _list(self, command: ListSessions) -> None:
         assert self._daemon is not None

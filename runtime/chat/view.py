@@ -34,6 +34,7 @@ from protocol.messages.events import (
     UserMessageEvent,
 )
 from runtime.chat.commands import CHOOSE_MODEL
+from runtime.chat.maintenance import maintenance_lines, turn_usage_lines
 from runtime.chat.timeline import StopTimeline, ms
 from runtime.eventrender import render
 from runtime.eventrender import summarize_args as summarize_args
@@ -160,7 +161,9 @@ class ChatView:
             return self._result(event, now)
         if isinstance(event, HookDecisionEvent):
             return self._hook(event)
-        return self._turn_end(event, now)
+        if isinstance(event, TurnEnd):
+            return self._turn_end(event, now) + turn_usage_lines(event)
+        return maintenance_lines(event)
 
     def _hook(self, event: HookDecisionEvent) -> Lines:
         """A hook that did more than allow is shown under its call."""

@@ -26,7 +26,7 @@ from protocol.messages.ops import (
     OpsStatsResult,
     OpsUnreadableLog,
 )
-from runtime.eventrender import one_line, render
+from runtime.eventrender import one_line, render, usage_text
 from runtime.ops.client import RunningDaemon
 
 SNIPPET = 60
@@ -124,6 +124,7 @@ def session_detail(pid: int, s: OpsSession) -> str:
         f"phase      {s.phase}",
         f"turn       {s.turn_id or '-'}  age {duration(s.turn_age_s)}",
         f"inbox      {s.inbox} queued prompt(s)",
+        f"tokens     {usage_text(s.usage) if s.usage is not None else 'none yet'}",
     ]
     if s.stop_waiting_s is not None:
         flag = "  STUCK: the stop has waited past the daemon's threshold" if s.stuck else ""

@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from runtime.providers import usage as usage_wire
 from runtime.providers.base import (
     ProviderError,
     ReasoningDelta,
@@ -81,6 +82,8 @@ class _Delta(msgspec.Struct, frozen=True):
 class _Usage(msgspec.Struct, frozen=True):
     input_tokens: int | None = None
     output_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
 
 
 class _Message(msgspec.Struct, frozen=True):
@@ -168,6 +171,7 @@ class MessagesStreamDecoder:
         self.stop_reason: str | None = None
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None
+        self._cache: tuple[int | None, int | None] = (None, None)  # read, created
 
     def feed(self, data: bytes) -> list[StreamChunk]:
         if self.done:
@@ -208,6 +212,8 @@ class MessagesStreamDecoder:
             usage = event.message.usage if event.message is not None else None
             if usage is not None:
                 self.input_tokens = usage.input_tokens
+                self._cache = (usage.cache_read_input_tokens,
+                               usage.cache_creation_input_tokens)
             return
         if kind == "ping":
             return
@@ -219,6 +225,9 @@ class MessagesStreamDecoder:
                 raise ProviderError(f"anthropic: message_stop with blocks still open "
                                     f"(index {', '.join(map(str, sorted(self._blocks)))})")
             self.done = True
+            if self.input_tokens is not None or self.output_tokens is not None:
+                out.append(usage_wire.from_anthropic(self.input_tokens, self.output_tokens,
+                                                     *self._cache))
             _log.debug("anthropic: message done: stop_reason=%s input_tokens=%s "
                        "output_tokens=%s", self.stop_reason, self.input_tokens,
                        self.output_tokens)

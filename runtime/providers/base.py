@@ -43,7 +43,17 @@ class ToolCallChunk:
     args: dict[str, Any]
 
 
-StreamChunk = TextDelta | ReasoningDelta | ReasoningSeal | ToolCallChunk
+@dataclass(frozen=True)
+class UsageReport:
+    """The tokens the response took, as the provider reported them (at most one per
+    stream, near its end): ``input`` counts every prompt token, cached ones included."""
+
+    input: int
+    output: int
+    cached_input: int = 0
+
+
+StreamChunk = TextDelta | ReasoningDelta | ReasoningSeal | ToolCallChunk | UsageReport
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 
+from runtime.providers import usage as usage_wire
 from runtime.providers.base import (
     AssistantMessage,
     ModelRequest,
@@ -89,6 +90,13 @@ class _WireTool(msgspec.Struct, frozen=True):
     type: str = "function"
 
 
+class _StreamOptions(msgspec.Struct, frozen=True):
+    include_usage: bool = True  # the last event before [DONE] carries the usage
+
+
+_USAGE = _StreamOptions()
+
+
 class _Body(msgspec.Struct, frozen=True, omit_defaults=True):
     model: str
     messages: list[_SystemMsg | _UserMsg | _AssistantMsg | _ToolMsg]
@@ -98,6 +106,7 @@ class _Body(msgspec.Struct, frozen=True, omit_defaults=True):
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     reasoning_effort: str | None = None
+    stream_options: _StreamOptions | None = None
 
 
 _json_encoder = msgspec.json.Encoder()
@@ -131,12 +140,13 @@ def encode_request(model: str | OpenAIConfig, request: ModelRequest) -> bytes:
     tools = [_WireTool(_WireFunction(t.name, t.description, t.parameters))
              for t in request.tools]
     if isinstance(model, str):
-        return _json_encoder.encode(_Body(model, messages, True, tools))
+        return _json_encoder.encode(_Body(model, messages, True, tools,
+                                          stream_options=_USAGE))
     config = model
     return _json_encoder.encode(_Body(
         config.model, messages, True, tools, temperature=config.temperature,
         max_tokens=config.max_tokens, max_completion_tokens=config.max_completion_tokens,
-        reasoning_effort=config.reasoning_effort))
+        reasoning_effort=config.reasoning_effort, stream_options=_USAGE))
 
 
 # --- response decoding --------------------------------------------------------------
@@ -176,6 +186,7 @@ class _ErrorBody(msgspec.Struct, frozen=True):
 class _Event(msgspec.Struct, frozen=True):
     choices: list[_Choice] = msgspec.field(default_factory=list)
     error: _ErrorBody | str | None = None
+    usage: usage_wire.OpenAIUsage | None = None
 
 
 _event_decoder = msgspec.json.Decoder(_Event)
@@ -285,6 +296,8 @@ class ChatStreamDecoder:
         for choice in event.choices:
             if choice.index == 0:
                 self._choice(choice, out)
+        if event.usage is not None:
+            out.append(usage_wire.from_openai(event.usage))
 
     def _choice(self, choice: _Choice, out: list[StreamChunk]) -> None:
         delta = choice.delta

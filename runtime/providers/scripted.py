@@ -2,7 +2,9 @@
 
 A script is a list of responses; a response is a list of chunks, each one of
 ``{"text": str}``, ``{"reasoning": str}``,
-``{"toolCall": {"id": str, "name": str, "args": {...}}}`` or ``{"sleepMs": int}``.
+``{"toolCall": {"id": str, "name": str, "args": {...}}}``, ``{"sleepMs": int}`` or
+``{"usage": {"input": int, "output": int, "cachedInput": int}}`` (what the response
+reports as its token usage; without one the runtime estimates it).
 Sleeps are real (trio) sleeps, so a stop lands mid-stream exactly as it would
 on a slow model. Every step of every turn takes the next response; running out
 is an error, never an invented answer.
@@ -25,6 +27,7 @@ from runtime.providers.base import (
     StreamChunk,
     TextDelta,
     ToolCallChunk,
+    UsageReport,
 )
 
 
@@ -34,11 +37,18 @@ class _ToolCall(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     args: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class _Usage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    input: int = 0
+    output: int = 0
+    cached_input: int = 0
+
+
 class _Chunk(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
     text: str | None = None
     reasoning: str | None = None
     tool_call: _ToolCall | None = None
     sleep_ms: int | None = None
+    usage: _Usage | None = None
 
 
 Script = list[list[_Chunk]]
@@ -56,11 +66,11 @@ def parse_script(data: bytes | list[Any]) -> list[list[StreamChunk | float]]:
     for r, response in enumerate(raw):
         items: list[StreamChunk | float] = []
         for c, chunk in enumerate(response):
-            present = [v for v in (chunk.text, chunk.reasoning, chunk.tool_call, chunk.sleep_ms)
-                       if v is not None]
+            present = [v for v in (chunk.text, chunk.reasoning, chunk.tool_call, chunk.sleep_ms,
+                                    chunk.usage) if v is not None]
             if len(present) != 1:
                 raise ValueError(f"invalid script: response {r} chunk {c} must have exactly one "
-                                 "of text, reasoning, toolCall, sleepMs")
+                                 "of text, reasoning, toolCall, sleepMs, usage")
             if chunk.text is not None:
                 items.append(TextDelta(chunk.text))
             elif chunk.reasoning is not None:
@@ -72,6 +82,9 @@ def parse_script(data: bytes | list[Any]) -> list[list[StreamChunk | float]]:
                 if chunk.sleep_ms < 0:
                     raise ValueError(f"invalid script: response {r} chunk {c}: negative sleep")
                 items.append(chunk.sleep_ms / 1000)
+            elif chunk.usage is not None:
+                u = chunk.usage
+                items.append(UsageReport(u.input, u.output, u.cached_input))
         responses.append(items)
     return responses
 

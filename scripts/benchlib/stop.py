@@ -22,7 +22,7 @@ import psutil
 import trio
 import trio.lowlevel
 
-from benchlib import logwrite
+from benchlib import compaction, logwrite
 from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms
 from benchlib.isolation import loop_lag
 from benchlib.stats import Goal, Series
@@ -442,6 +442,7 @@ SCENARIOS: dict[str, Spec] = {
     "floor-log-append": Spec(logwrite.floor_log_append, True),
     "floor-log-cut": Spec(logwrite.floor_log_cut, True),
     "floor-log-recover": Spec(logwrite.floor_log_recover, True),
+    "floor-compaction": Spec(compaction.floor_compaction, True),
     "stop-read-only": Spec(stop_read_only, False),
     "stop-tree-term": Spec(stop_term_honouring, False),
     "stop-tree-ignoring": Spec(stop_term_ignoring, False),
@@ -470,4 +471,5 @@ RATIOS: list[tuple[str, str, str]] = [
      "a failed append cut back, then appended and synced vs. the log's append + sync"),
     ("floor-noop-turn", "floor-session-list", "no-op turn vs. a bare client round trip"),
     ("floor-host-tool", "floor-session-list", "host tool round trip vs. a bare round trip"),
+    ("floor-compaction", "floor-noop-turn", "a compaction (instant model) vs. a no-op turn"),
 ]

@@ -63,9 +63,9 @@ async def test_eio_mid_turn_is_undone_and_the_end_recorded_once_it_clears(
         tmp_path: pathlib.Path, marked: Marked) -> None:
     (tmp_path / "a.txt").write_text("hello\n")
     script = [[call("r1", "Read", path="a.txt")], [text("unused")], [text("second")]]
-    # session/meta, turn/start, user/message and tool/call are written; the tool/result
-    # (half of it reaches the disk) and the result balancing it fail.
-    async with agent_daemon(marked, env_extra={ENV: "write:EIO:5:2"}) as agent:
+    # session/meta, turn/start, user/message, model/usage and tool/call are written; the
+    # tool/result (half of it reaches the disk) and the result balancing it fail.
+    async with agent_daemon(marked, env_extra={ENV: "write:EIO:6:2"}) as agent:
         session_id = await agent.new_session(tmp_path, script)
         first = await agent.prompt("one")
         assert first.stop_reason == "error" and first.turn_id == "t1"
@@ -90,7 +90,7 @@ async def test_a_torn_record_that_cannot_be_cut_stays_the_last_line(
     (tmp_path / "a.txt").write_text("hello\n")
     # (A loaded session's script starts again from its first response.)
     script = [[call("r1", "Read", path="a.txt")], [text("after")]]
-    faults = "write:EROFS:5:0,truncate:EROFS:1:0"
+    faults = "write:EROFS:6:0,truncate:EROFS:1:0"  # the 6th: the tool/result
     async with agent_daemon(marked, env_extra={ENV: faults}) as agent:
         session_id = await agent.new_session(tmp_path, script)
         path = marked.data_dir / "sessions" / f"{session_id}.jsonl"

@@ -65,8 +65,9 @@ async def test_a_completed_turn_with_tools(tmp_path: pathlib.Path, marked: Marke
             result = await agent.prompt("read a.txt")
         assert result.stop_reason == "end_turn"
         kinds = [type(e).__name__ for e in agent.log()]
-        assert kinds == ["SessionMeta", "TurnStart", "UserMessageEvent", "AssistantMessageEvent",
-                         "ToolCallEvent", "ToolCallEvent", "ToolResultEvent", "ToolResultEvent",
+        assert kinds == ["SessionMeta", "TurnStart", "UserMessageEvent", "ModelUsageEvent",
+                         "AssistantMessageEvent", "ToolCallEvent", "ToolCallEvent",
+                         "ToolResultEvent", "ToolResultEvent", "ModelUsageEvent",
                          "AssistantMessageEvent", "TurnEnd"]
         results = agent.results(result.turn_id or "")
         assert "hello" in str(results["c1"].content) and results["c2"].code is None

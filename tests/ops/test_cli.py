@@ -87,7 +87,7 @@ async def test_ls_and_show(nursery: trio.Nursery, xdg: pathlib.Path) -> None:
     idle = daemon["sessions"][1]
     assert idle == {"sessionId": "s-idle", "workspace": idle["workspace"], "phase": "idle",
                     "turnId": None, "turnAgeS": None, "stopWaitingS": None, "stuck": False,
-                    "inbox": 0, "calls": []}
+                    "inbox": 0, "calls": [], "usage": None}
     assert daemon["sessions"][0]["calls"][0] == {
         "callId": "t-7.write-1", "tool": "Write", "class": "mutating", "state": "aborting",
         "ageS": 63.5, "hook": None}

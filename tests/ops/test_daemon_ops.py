@@ -54,7 +54,7 @@ def make_ops(host: FakeHost | None = None, pending: frozenset[str] = frozenset()
     """A ``DaemonOps`` on fakes of its three collaborators: one session, running."""
     agent = SimpleNamespace(machine=SimpleNamespace(phase=SimpleNamespace(
         kind=SimpleNamespace(value="running"))), current_turn=("t1", 1.0, None),
-        stuck_after=30.0, inbox=())
+        stuck_after=30.0, inbox=(), usage=None)
     session = SimpleNamespace(session_id="s-1", workspace="/w", agent=agent,
                               ops=SessionOpsView())
     async def scan_disk() -> list[object]:

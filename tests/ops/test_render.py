@@ -10,8 +10,13 @@ from protocol.messages.events import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
     Block,
+    HistoryCompacted,
     HookDecisionEvent,
+    MaintenanceEnd,
+    MaintenanceStart,
+    ModelUsageEvent,
     SessionMeta,
+    TokenUsage,
     ToolAbortEvent,
     ToolProgressEvent,
     ToolResultEvent,
@@ -55,6 +60,16 @@ def test_every_event_kind_has_a_summary() -> None:
                                  "cancelled")) == "aborted (user), stop reason cancelled"
     assert event_summary(HookDecisionEvent(10, "t-7", "c", "pre_tool_use", 1, ("chk",), "deny",
                                            "no rm -rf")) == "c pre_tool_use[1] deny: 'no rm -rf'"
+    assert event_summary(ModelUsageEvent(11, "t-7", 2, TokenUsage(1200, 30, 1000))) == (
+        "step 2: 1,200 in (1,000 cached) / 30 out")
+    assert event_summary(ModelUsageEvent(12, "", -1, TokenUsage(90, 9, estimated=True))) == (
+        "compaction summary: ~90 in / ~9 out")
+    assert event_summary(MaintenanceStart(13, "", "compact", "auto")) == "compact (auto)"
+    assert event_summary(HistoryCompacted(14, "", ("t1", "t2"), "They fixed it.", 5000, 300,
+                                          TokenUsage(5000, 40))) == (
+        "replaced t1, t2: ~5,000 -> ~300 tokens; summary 'They fixed it.'")
+    assert event_summary(MaintenanceEnd(15, "", TurnOutcome("aborted", UserCause()))) == (
+        "aborted (user), history unchanged")
 
 
 def test_the_summary_test_covers_every_announced_kind() -> None:
@@ -62,7 +77,8 @@ def test_the_summary_test_covers_every_announced_kind() -> None:
     # an operator's tail.
     covered = {"SessionMeta", "TurnStart", "UserMessageEvent", "AssistantMessageEvent",
                "ToolCallEvent", "ToolProgressEvent", "ToolAbortEvent", "AssistantDeltaEvent",
-               "ToolResultEvent", "TurnEnd", "ToolStartedEvent", "HookDecisionEvent"}
+               "ToolResultEvent", "TurnEnd", "ToolStartedEvent", "HookDecisionEvent",
+               "ModelUsageEvent", "MaintenanceStart", "MaintenanceEnd", "HistoryCompacted"}
     assert {kind.__name__ for kind in typing.get_args(AnnouncedEvent)} == covered
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 import trio
 
-from runtime.providers.base import ModelRequest, StreamChunk
+from runtime.providers.base import ModelRequest, StreamChunk, UsageReport
 
 SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),
                ("Cache-Control", "no-cache"))
@@ -177,13 +177,16 @@ class StreamingProvider(Protocol):
 
 
 async def collect(provider: StreamingProvider, request: ModelRequest,
-                  seen: list[StreamChunk] | None = None) -> list[StreamChunk]:
-    """Every chunk of one streamed request (into ``seen`` too, if given), within 5 s."""
+                  seen: list[StreamChunk] | None = None, *,
+                  usage: bool = False) -> list[StreamChunk]:
+    """Every chunk of one streamed request (into ``seen`` too, if given), within 5 s; the
+    usage report only if ``usage``."""
     seen = [] if seen is None else seen
     with trio.fail_after(5):
         async with provider.stream(request) as stream:
             async for chunk in stream:
-                seen.append(chunk)
+                if usage or not isinstance(chunk, UsageReport):
+                    seen.append(chunk)
     return seen
 
 

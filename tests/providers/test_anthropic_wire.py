@@ -25,6 +25,7 @@ from runtime.providers.base import (
     ToolCallChunk,
     ToolMessage,
     ToolSchema,
+    UsageReport,
     UserMessage,
 )
 from tests.providers.messages_recorded import (
@@ -47,7 +48,8 @@ BODY = (start() + ping() + thinking_block(0, "Let me ", "think.", signature="c2l
         + finish("tool_use"))
 EXPECTED = [ReasoningDelta("Let me "), ReasoningDelta("think."), ReasoningSeal(signature="c2ln"),
             ReasoningSeal(redacted="EmwKAhgBEgy3va"), TextDelta("Reading "), TextDelta("it."),
-            ToolCallChunk("toolu_1", "Read", {"path": "a.txt", "limit": 5})]
+            ToolCallChunk("toolu_1", "Read", {"path": "a.txt", "limit": 5}),
+            UsageReport(25, 15)]  # at message_stop: message_start's input, the delta's output
 
 
 def decode(*pieces: bytes) -> tuple[list[StreamChunk], MessagesStreamDecoder]:
@@ -79,12 +81,12 @@ def test_unknown_events_and_deltas_are_skipped() -> None:
                                                         "citation": {}})
             + ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "ok"})
             + ev("content_block_stop", index=0) + finish())
-    assert decode(body)[0] == [TextDelta("ok")]
+    assert decode(body)[0] == [TextDelta("ok"), UsageReport(25, 15)]
 
 
 def test_nothing_after_message_stop_is_read() -> None:
     assert decode(start() + text_block(0, "a") + finish() + b"event: x\ndata: {\n\n")[0] == [
-        TextDelta("a")]
+        TextDelta("a"), UsageReport(25, 15)]
 
 
 @pytest.mark.parametrize(("body", "match"), [

@@ -84,6 +84,7 @@ async def test_request_body_and_headers(server: FakeServer) -> None:
     assert received.json() == {
         "model": "gpt-4o-mini",
         "stream": True,
+        "stream_options": {"include_usage": True},
         "messages": [
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": "read a"},

@@ -20,6 +20,7 @@ from runtime.providers.base import (
     ToolCallChunk,
     ToolMessage,
     ToolSchema,
+    UsageReport,
     UserMessage,
 )
 from runtime.providers.openai import (
@@ -45,7 +46,8 @@ def decode(*pieces: bytes) -> list[StreamChunk]:
 
 
 def test_text_reasoning_and_tool_calls() -> None:
-    assert decode(recorded.TEXT) == [TextDelta("Hel"), TextDelta("lo, wörld ✓")]
+    assert decode(recorded.TEXT) == [TextDelta("Hel"), TextDelta("lo, wörld ✓"),
+                                     UsageReport(9, 4)]  # the recorded usage event
     assert decode(recorded.REASONING) == [ReasoningDelta("The user "),
                                           ReasoningDelta("greets me."),
                                           ReasoningDelta(" Reply."), TextDelta("Hi!")]
@@ -130,6 +132,7 @@ def test_request_encoding() -> None:
     assert json.loads(encode_request("m-1", request)) == {
         "model": "m-1",
         "stream": True,
+        "stream_options": {"include_usage": True},
         "messages": [
             {"role": "system", "content": "You are terse."},
             {"role": "user", "content": "read a"},
@@ -198,7 +201,7 @@ def test_provider_from_protocol_config() -> None:
 
 def test_model_settings_are_sent_only_when_set() -> None:
     plain = json.loads(encode_request(OpenAIConfig(model="m"), ModelRequest("", ())))
-    assert set(plain) == {"model", "messages", "stream"}
+    assert set(plain) == {"model", "messages", "stream", "stream_options"}
     config = OpenAIConfig.resolve(OpenAIProviderConfig(
         model="o4-mini", temperature=0.3, max_tokens=100, max_completion_tokens=2000,
         reasoning_effort="high"), environ={})

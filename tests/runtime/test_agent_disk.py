@@ -40,9 +40,9 @@ async def test_an_end_the_log_could_not_take_is_recorded_before_the_next_turn(
         tmp_path: pathlib.Path, faults: Callable[[str], None]) -> None:
     script = [[tool_call("c1", "Echo")], [{"text": "done"}], [{"text": "second"}]]
     agent, _, announced = make_agent(tmp_path, script, tools=[ECHO])
-    # turn/start, user/message, tool/call are written; the tool/result and the balancing
-    # result are not, so neither is the turn/end.
-    faults("write:EIO:4:2")
+    # turn/start, user/message, model/usage, tool/call are written; the tool/result and the
+    # balancing result are not, so neither is the turn/end.
+    faults("write:EIO:5:2")
     async with trio.open_nursery() as nursery:
         await nursery.start(agent.run)
         with trio.fail_after(5):
@@ -117,7 +117,8 @@ async def test_a_turn_whose_start_the_log_refused_records_no_end(
     assert first.result is not None and first.result.stop_reason == "error"
     assert first.result.turn_id is None  # nothing of it in the log to look up
     assert [type(e).__name__ for e in read_log(tmp_path / "s.jsonl").events] == \
-        ["SessionMeta", "TurnStart", "UserMessageEvent", "AssistantMessageEvent", "TurnEnd"]
+        ["SessionMeta", "TurnStart", "UserMessageEvent", "ModelUsageEvent",
+         "AssistantMessageEvent", "TurnEnd"]
     assert second.result is not None and second.result.stop_reason == "end_turn"
     assert second.result.turn_id == "t2"
     assert list(ends(tmp_path / "s.jsonl")) == ["t2"]
@@ -168,7 +169,7 @@ async def test_a_parent_records_its_subagent_as_the_log_does(
 async def test_a_turn_does_not_start_while_an_earlier_end_is_still_owed(
         tmp_path: pathlib.Path, faults: Callable[[str], None]) -> None:
     agent, _, _ = make_agent(tmp_path, [[{"text": "one"}], [{"text": "two"}]])
-    faults("write:EROFS:3:0")  # from the assistant/message on, nothing is written
+    faults("write:EROFS:3:0")  # from the step's model/usage on, nothing is written
     async with trio.open_nursery() as nursery:
         await nursery.start(agent.run)
         with trio.fail_after(5):
