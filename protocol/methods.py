@@ -30,9 +30,9 @@ from protocol.messages.client import (
     SessionLoadResult,
     SessionNewParams,
     SessionNewResult,
+    SessionSetModeParams,
     WorkspaceTrustParams,
     WorkspaceTrustResult,
-    SessionSetModeParams,
 )
 from protocol.messages.common import Empty, InitializeParams, InitializeResult
 from protocol.messages.host import (

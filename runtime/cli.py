@@ -15,8 +15,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from runtime.cli_options import (
-    add_trust_options,
     PROVIDER_METAVAR,
+    add_trust_options,
     apply_config_file,
     daemon_from_args,
     host_command,

@@ -38,9 +38,9 @@ from protocol.messages.client import (
     SessionEventParams,
     SessionLoadParams,
     SessionNewParams,
+    SessionSetModeParams,
     WorkspaceTrustParams,
     WorkspaceTrustResult,
-    SessionSetModeParams,
 )
 from protocol.messages.events import SessionMeta, TurnEnd
 from protocol.methods import RequestId
