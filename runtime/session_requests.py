@@ -96,6 +96,15 @@ class SessionRequests:
         """Where the sessions' agents run: the daemon's, while it serves."""
         self._debug_ids = itertools.count(1)
         self.lives: dict[str, SessionLife] = {}  # each open (or opening) session's owner
+        self.closing = False
+        """Set by the daemon once it shuts down: an open the host's stop cut short is
+        answered ``SHUTTING_DOWN``, not ``HOST_CRASHED``."""
+
+    async def opened(self) -> None:
+        """Return once no session is opening (a ``session.new`` taken before now)."""
+        while waiting := [life.opening for life in self.lives.values()
+                          if life.opening is not None]:
+            await waiting[0].done.wait()
 
     def registrations(self) -> Iterator[SessionOpenParams]:
         """The sessions registered with the host (a fresh host is told of each, in order)."""
@@ -161,6 +170,12 @@ class SessionRequests:
         effect_taken()  # the session exists; waiting for the host and plugins follows
         try:
             listed = await life.open_new()
+        except RpcError as exc:
+            self.lives.pop(session.session_id, None)
+            if self.closing and exc.code == ErrorCode.HOST_CRASHED:
+                raise RpcError(ErrorCode.SHUTTING_DOWN,
+                               "the daemon shut down while the session opened") from exc
+            raise
         except BaseException:
             self.lives.pop(session.session_id, None)
             raise
