@@ -14,7 +14,7 @@ import pathlib
 import trio
 
 from protocol.messages.common import Empty
-from protocol.messages.events import AssistantMessageEvent, TurnEnd
+from protocol.messages.events import AssistantMessageEvent
 from runtime.percentiles import percentile
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon
