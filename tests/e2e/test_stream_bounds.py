@@ -71,3 +71,25 @@ async def test_a_long_stream_in_small_deltas_leaves_the_loop_responsive(
     # Measured on the shared 2-core machine: the old assembler held the loop for seconds
     # (p99 and max of several seconds); now well under a second.
     assert percentile(sorted(lags), 99) < 1.0, (percentile(sorted(lags), 99), max(lags))
+
+
+async def test_an_assistant_message_over_the_frame_limit_reaches_the_client_shortened(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """12 MB of text: the client used to get no ``assistant/message`` for the step."""
+    total = 12 * 1024 * 1024
+    script = tmp_path / "script.json"
+    deltas = [{"text": "x" * (1024 * 1024)} for _ in range(total // (1024 * 1024))]
+    script.write_text(json.dumps([deltas]))
+    async with agent_daemon(marked) as agent:
+        await agent.new_session(tmp_path, script)
+        with trio.fail_after(60):
+            result = await agent.prompt("write a lot")
+        assert result.stop_reason == "end_turn"
+        with trio.fail_after(10):
+            announced = await agent.wait_for(lambda e: isinstance(e, AssistantMessageEvent))
+        assert isinstance(announced, AssistantMessageEvent)
+        shown = announced.blocks[0].text
+        assert shown.startswith("x" * 1024) and "bytes left out]" in shown
+        assert len(shown) < total
+        (logged,) = [e for e in agent.log() if isinstance(e, AssistantMessageEvent)]
+        assert logged.blocks[0].text == "x" * total  # the log keeps it whole
