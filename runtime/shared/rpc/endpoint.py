@@ -137,7 +137,10 @@ class Endpoint:
         handlers: Mapping[str, Handler] | None = None,
         notification_handlers: Mapping[str, NotificationHandler] | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_read_frame_size: int | None = None,
     ) -> None:
+        """``max_frame_size``: the limit of what is written, and of what is read unless
+        ``max_read_frame_size`` gives a smaller one (the ops socket's)."""
         self.name = name
         self._receive = receive
         self._send = send
@@ -147,6 +150,7 @@ class Endpoint:
         self._instant: dict[str, InstantHandler] = {}
         self._notification_handlers = dict(notification_handlers or {})
         self._max_frame_size = max_frame_size
+        self._max_read_frame_size = max_read_frame_size or max_frame_size
         self._ids = itertools.count(1)
         self._pending: dict[RequestId, _Pending] = {}
         # Unbounded: a sender never blocks or tears a frame; producers bound their output.
@@ -302,7 +306,7 @@ class Endpoint:
                     broken = True
 
     async def _read_loop(self) -> None:
-        decoder = FrameDecoder(self._max_frame_size)
+        decoder = FrameDecoder(self._max_read_frame_size)
         while self._reading:
             self._idle.set()
             with trio.CancelScope() as self._receive_scope:
