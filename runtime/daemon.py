@@ -48,6 +48,7 @@ from runtime.ops.server import OpsServer
 from runtime.permission_relay import PermissionRelay
 from runtime.popen_process import PopenProcess
 from runtime.shared.rpc import Endpoint, Handler, effect_taken
+from runtime.shared.rpc.endpoint import MAX_QUEUED
 
 if TYPE_CHECKING:  # the session side is imported on its first use (``Daemon.requests``)
     from runtime.agent.turn import TurnConfig
@@ -157,7 +158,7 @@ class Daemon:
     async def serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
         client = Endpoint("client", receive, send, incoming=CLIENT_TO_RUNTIME,
                           outgoing=RUNTIME_TO_CLIENT, handlers=self.handlers,
-                          max_frame_size=self.max_frame_size)
+                          max_frame_size=self.max_frame_size, max_queued=MAX_QUEUED)
         self._client = self.permissions.client = client
         if self._requests is not None:
             self._requests.client = client

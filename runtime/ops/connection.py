@@ -43,6 +43,8 @@ MAX_TAIL_LAG = 1000
 MAX_OPS_FRAME = 64 * 1024
 """The longest line an operator may send (an ops request is a few hundred bytes): a
 connection holds at most this much of an unfinished line (issue 31: 8 MiB each, before)."""
+MAX_OPS_QUEUED = 16 * 1024 * 1024
+"""Output one operator connection may leave unread (see ``Endpoint``'s ``max_queued``)."""
 HANDSHAKE_TIMEOUT = 10.0
 """A connection that has not sent ``initialize`` by then is closed: an idle or hostile
 one cannot keep a place among the server's ``MAX_OPS_CONNECTIONS``."""
@@ -56,7 +58,8 @@ class OpsConnection:
         self.backend = backend
         self.endpoint = Endpoint(name, stream, stream, incoming=OPS_TO_RUNTIME,
                                  outgoing=RUNTIME_TO_OPS, handlers=self.handlers,
-                                 max_read_frame_size=MAX_OPS_FRAME)
+                                 max_read_frame_size=MAX_OPS_FRAME,
+                                 max_queued=MAX_OPS_QUEUED)
         self._handshake_timeout = handshake_timeout
         self._data_dir = data_dir
         self._max_tail_lag = max_tail_lag
