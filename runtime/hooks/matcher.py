@@ -60,6 +60,10 @@ def _equals(want: str) -> _Char:
     return lambda c: c == want
 
 
+def _within(low: int, high: int) -> _Char:
+    return lambda c: low <= ord(c) <= high
+
+
 def _word_at(text: str, pos: int) -> bool:
     return 0 <= pos < len(text) and (text[pos].isalnum() or text[pos] == "_")
 
@@ -148,7 +152,7 @@ class _Builder:
             elif name == "LITERAL":
                 tests.append(_equals(chr(av)))
             elif name == "RANGE":
-                tests.append(lambda c, lo=av[0], hi=av[1]: lo <= ord(c) <= hi)
+                tests.append(_within(av[0], av[1]))
             elif name == "CATEGORY":
                 tests.append(_category(av.name))
             else:
