@@ -25,6 +25,7 @@ import trio.lowlevel
 from benchlib import logwrite
 from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms
 from benchlib.isolation import loop_lag
+from benchlib.streamlag import stream_lag
 from benchlib.stats import Goal, Series
 from benchlib.stop_many import stop_many_trees, stop_many_trees_fallback
 from host.tools.context import HostToolConfig
@@ -449,6 +450,7 @@ SCENARIOS: dict[str, Spec] = {
     "stop-50-trees": Spec(stop_many_trees, False),
     "stop-50-trees-fallback": Spec(stop_many_trees_fallback, False),
     "stop-loop-lag": Spec(loop_lag, False),
+    "stream-loop-lag": Spec(stream_lag, False),
 }
 
 RATIOS: list[tuple[str, str, str]] = [
