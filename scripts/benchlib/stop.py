@@ -25,9 +25,9 @@ import trio.lowlevel
 from benchlib import logwrite
 from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms
 from benchlib.isolation import loop_lag
-from benchlib.streamlag import stream_lag
 from benchlib.stats import Goal, Series
 from benchlib.stop_many import stop_many_trees, stop_many_trees_fallback
+from benchlib.streamlag import stream_lag
 from host.tools.context import HostToolConfig
 from protocol.messages.client import AgentAbortResult, AgentPromptResult
 from protocol.messages.common import Empty

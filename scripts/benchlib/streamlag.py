@@ -43,28 +43,30 @@ async def stream_lag(bench: Bench, n: int, warmup: int) -> Series:
         session = opened.session_id
         for _ in range(streams):
             server.bodies.append(text_stream(TOTAL, DELTA))
-            done = trio.Event()
-            turn_ms: list[float] = []
-
-            async def turn() -> None:
-                start = now_ms()
-                result = await bench.request("agent.prompt", AgentPromptParams(
-                    session, "write a long answer"))
-                turn_ms.append(now_ms() - start)
-                if result.stop_reason != "end_turn":
-                    series.anomalies.append(f"the streaming turn ended {result.stop_reason}")
-                done.set()
-
-            async with trio.open_nursery() as load:
-                load.start_soon(turn)
-                while not done.is_set():
-                    start = now_ms()
-                    await bench.request("session.list", Empty())
-                    series.samples.append(now_ms() - start)
-                    await trio.sleep(0.01)
-            series.add_extra("turnMs", turn_ms[0])
+            await _one_stream(bench, session, series)
         nursery.cancel_scope.cancel()
     series.notes.append(f"the streaming turn took {min(series.extra['turnMs']):.0f} ms at best "
                         f"({streams} runs; {TOTAL // DELTA:,} deltas each)")
     return series
 
+
+async def _one_stream(bench: Bench, session: str, series: Series) -> None:
+    """One streaming turn, probed with ``session.list`` every 10 ms until it ends."""
+    done = trio.Event()
+
+    async def turn() -> None:
+        start = now_ms()
+        result = await bench.request("agent.prompt", AgentPromptParams(
+            session, "write a long answer"))
+        series.add_extra("turnMs", now_ms() - start)
+        if result.stop_reason != "end_turn":
+            series.anomalies.append(f"the streaming turn ended {result.stop_reason}")
+        done.set()
+
+    async with trio.open_nursery() as load:
+        load.start_soon(turn)
+        while not done.is_set():
+            start = now_ms()
+            await bench.request("session.list", Empty())
+            series.samples.append(now_ms() - start)
+            await trio.sleep(0.01)
