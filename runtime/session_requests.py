@@ -55,7 +55,7 @@ from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, open_provider
 from runtime.registry import DisposedCause
 from runtime.session_life import SessionLife
-from runtime.session_order import SessionOrder
+from runtime.session_order import STOPPING_POLL, SessionOrder
 from runtime.session_tools import SessionTools
 from runtime.sessions import Session, SessionStore
 from runtime.shared.rpc import Endpoint, effect_taken
@@ -145,7 +145,12 @@ class SessionRequests:
         """A turn's first step waits until the client link has taken every frame it read,
         and every request on the session has taken its effect (unless the turn is being
         stopped already): a stop written right behind its prompt stops it before a tool."""
-        await client.caught_up()
+        # A client that leaves its output unread holds its link's reader (backpressure):
+        # a stop from elsewhere (an operator, shutdown's dispose) must not wait for it.
+        while not session.agent.stopping:
+            with trio.move_on_after(STOPPING_POLL):
+                await client.caught_up()
+                break
         await self.order.quiet(session.session_id, lambda: session.agent.stopping)
 
     # -- client methods -------------------------------------------------------------

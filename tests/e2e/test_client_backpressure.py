@@ -93,3 +93,32 @@ async def test_a_client_that_leaves_too_much_unread_is_gone(tmp_path: pathlib.Pa
     log = read_log(marked.data_dir / "sessions" / f"{session_id}.jsonl").events
     (end,) = [e for e in log if isinstance(e, TurnEnd)]
     assert end.end.kind in ("aborted", "completed"), end
+
+
+async def test_an_operator_stop_does_not_wait_for_a_client_that_does_not_read(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """The prompt is taken, then the reader pauses with frames read and not taken: the
+    turn's first step waits for them, but an operator's stop must not."""
+    async with raw_daemon(marked.env()) as raw:
+        init = await raw.call("initialize", INIT)
+        socket = init["result"]["capabilities"]["ops"]["socket"]
+        session_id = await session_with(raw, tmp_path, [[{"text": "x" * MIB}],
+                                                        [{"sleepMs": 60_000}]])
+        assert (await raw.call("agent.prompt", {"sessionId": session_id, "text": "go"})
+                )["result"]["stopReason"] == "end_turn"
+        await raw.send_bytes(frame(1, "agent.prompt", {"sessionId": session_id, "text": "2"})
+                             + b"".join(frame(2 + i, "session.load", {"sessionId": session_id})
+                                        for i in range(40)))
+        await trio.sleep(1.0)  # the loads' replays fill the queue: the reader pauses
+        async with await trio.open_unix_socket(socket) as ops:
+            await ops.send_all(
+                msgspec.json.encode({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                     "params": INIT}) + b"\n"
+                + msgspec.json.encode({"jsonrpc": "2.0", "id": 2, "method": "ops.abort",
+                                       "params": {"sessionId": session_id}}) + b"\n")
+            data = b""
+            with trio.fail_after(10):
+                while data.count(b"\n") < 2:
+                    data += await ops.receive_some(65536)
+        answer = msgspec.json.decode(data.split(b"\n")[1])
+        assert answer["result"]["outcome"] == "aborted", answer
