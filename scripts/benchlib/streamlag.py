@@ -21,10 +21,12 @@ TOTAL = 1_000_000
 DELTA = 16
 LAG_GOAL = Goal(50.0, "p99 < 50 ms while one session streams 1 MB in 16-byte deltas "
                 "(issue 31)", 99.0)
-BEFORE = ("before issue 31's linear assembler (commit a4e1dfb, `text += delta` on the "
-          "runtime's loop; measured by tests/e2e/test_stream_bounds.py on this machine on "
-          "2026-12-05): `session.list` waited up to 5.2 s while 1 MB streamed; the issue "
-          "measured 14.6 s")
+BEFORE = ("before issue 31's linear assembler (runtime/agent/assembler.py and turn.py of "
+          "commit a4e1dfb: `text += delta`, no yield between ready chunks), side by side "
+          "with this row on 2026-12-05, load average 3.2 to 3.7: median 185 ms, p99 3,259 "
+          "ms, max 3,323 ms (n=13: the loop answered few probes); the streaming turn took "
+          "2,334 to 6,222 ms (after: median 6.9 ms, p99 17.1 ms, max 37.9 ms, n=129; turns "
+          "732 to 825 ms)")
 
 
 async def stream_lag(bench: Bench, n: int, warmup: int) -> Series:
