@@ -46,7 +46,8 @@ async def call(path: str, method: str) -> dict[str, object]:
         with trio.fail_after(10):
             while buffer.count(b"\n") < 2:
                 chunk = await stream.receive_some(65536)
-                assert chunk, buffer
+                if not chunk:  # closed at once: over the connection limit
+                    return {}
                 buffer += chunk
         answer: dict[str, object] = msgspec.json.decode(buffer.split(b"\n")[1])
         return answer
@@ -75,7 +76,10 @@ async def test_a_flood_of_unfinished_lines_is_bounded(tmp_path: pathlib.Path,
                 await stream.aclose()
         with trio.fail_after(10):
             while True:  # the daemon notices the closed connections, then serves again
-                answer = await call(path, "ops.stats")
+                try:
+                    answer = await call(path, "ops.stats")
+                except (trio.BrokenResourceError, OSError):  # still over the limit: closed
+                    answer = {}
                 if "result" in answer:
                     break
                 await trio.sleep(0.1)
