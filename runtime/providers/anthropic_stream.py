@@ -275,9 +275,11 @@ class MessagesStreamDecoder:
         block = self._blocks[index] = _OpenBlock(start.type, start.id, start.name,
                                                  start.input, data=start.data)
         if start.type == "text" and start.text:
+            self._budget.text(len(start.text))
             out.append(TextDelta(start.text))
         elif start.type == "thinking":
             if start.thinking:
+                self._budget.text(len(start.thinking))
                 out.append(ReasoningDelta(start.thinking))
             if start.signature:
                 block.parts.append(start.signature)
@@ -288,9 +290,11 @@ class MessagesStreamDecoder:
         kind = delta.type
         if kind == "text_delta" and block.type == "text":
             if delta.text:
+                self._budget.text(len(delta.text))
                 out.append(TextDelta(delta.text))
         elif kind == "thinking_delta" and block.type == "thinking":
             if delta.thinking:
+                self._budget.text(len(delta.thinking))
                 out.append(ReasoningDelta(delta.thinking))
         elif kind == "signature_delta" and block.type == "thinking":
             self._budget.take(len(delta.signature), "a thinking signature")

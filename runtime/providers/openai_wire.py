@@ -293,10 +293,13 @@ class ChatStreamDecoder:
         delta = choice.delta
         reasoning = delta.reasoning_content or delta.reasoning
         if reasoning:
+            self._budget.text(len(reasoning))
             out.append(ReasoningDelta(reasoning))
         if delta.content:
+            self._budget.text(len(delta.content))
             out.append(TextDelta(delta.content))
         if delta.refusal:
+            self._budget.text(len(delta.refusal))
             out.append(TextDelta(delta.refusal))
         for call_delta in delta.tool_calls or ():
             call = self._pending(call_delta)

@@ -1,4 +1,5 @@
-"""Issue 31 item 5: a model server that streams a tool call's fragments without end.
+"""Issue 31 item 5: a model server that streams a tool call's fragments, or text, without
+end.
 
 The runtime holds a call's fragments until the call is complete; past the bound
 (``runtime.providers.bounds``) the response is refused: the turn ends ``error`` naming the
@@ -14,12 +15,12 @@ import psutil
 import trio
 
 from protocol.messages.events import TurnEnd
-from runtime.providers.bounds import MAX_CALL_ARGUMENTS, MAX_TOOL_NAME
+from runtime.providers.bounds import MAX_CALL_ARGUMENTS, MAX_RESPONSE_TEXT, MAX_TOOL_NAME
 from tests.conftest import Marked
 from tests.e2e import test_anthropic_turns, test_openai_turns
 from tests.e2e.agent_harness import Agent, agent_daemon
 from tests.providers.fakeserver import FakeServer, Reply
-from tests.providers.messages_recorded import json_delta, start, tool_start
+from tests.providers.messages_recorded import ev, json_delta, start, tool_start
 from tests.providers.recorded import call, event, sse
 
 FRAGMENT = "a" * 65536
@@ -75,4 +76,34 @@ async def test_anthropic_input_json_without_end_is_refused(tmp_path: pathlib.Pat
         async with agent_daemon(marked, env_extra=test_anthropic_turns.ENV) as agent:
             await test_anthropic_turns.open_session(agent, tmp_path, server)
             await ends_refused(agent, server, f"exceed {MAX_CALL_ARGUMENTS} characters")
+        nursery.cancel_scope.cancel()
+
+
+async def test_openai_text_without_end_is_refused(tmp_path: pathlib.Path,
+                                                  marked: Marked) -> None:
+    """A server that never stops sending text: the turn would keep it all."""
+    server = FakeServer()
+    piece = sse(*(event({"content": FRAGMENT}) for _ in range(8)), done=False)
+    server.queue(Reply(body=(sse(event({"role": "assistant", "content": "Hi"}), done=False),),
+                       forever=piece))
+    async with trio.open_nursery() as nursery:
+        await server.start(nursery)
+        async with agent_daemon(marked, env_extra={"QUIESCE_TEST_KEY": "k"}) as agent:
+            await test_openai_turns.open_session(agent, tmp_path, server)
+            await ends_refused(agent, server, f"exceeds {MAX_RESPONSE_TEXT} characters")
+        nursery.cancel_scope.cancel()
+
+
+async def test_anthropic_text_without_end_is_refused(tmp_path: pathlib.Path,
+                                                     marked: Marked) -> None:
+    server = FakeServer()
+    text_delta = ev("content_block_delta", index=0,
+                    delta={"type": "text_delta", "text": FRAGMENT})
+    server.queue(Reply(body=(start() + ev("content_block_start", index=0, content_block={
+        "type": "text", "text": ""}),), forever=text_delta * 8))
+    async with trio.open_nursery() as nursery:
+        await server.start(nursery)
+        async with agent_daemon(marked, env_extra=test_anthropic_turns.ENV) as agent:
+            await test_anthropic_turns.open_session(agent, tmp_path, server)
+            await ends_refused(agent, server, f"exceeds {MAX_RESPONSE_TEXT} characters")
         nursery.cancel_scope.cancel()
