@@ -15,6 +15,9 @@ peer does its worst, and checks the growth against the bound the code documents
 - endless-arguments: a local model server streams one tool call's arguments without end
   (issue 31: 400 MB of fragments, 435 MB). Bound: MAX_CALL_ARGUMENTS x 4 + 32 MiB; the turn
   must end `error` and the stream be closed.
+- endless-text: a local model server streams text without end. Bound: MAX_RESPONSE_TEXT x 4
+  + 32 MiB (the turn holds the text, its deltas are announced); the turn must end `error`
+  and the stream be closed.
 
 Prints a table; --json writes every figure. Exit status 1 if a check fails. --short is the
 suite's mode (tests/test_bounds_smoke.py): smaller floods, no client-gone.
@@ -32,18 +35,18 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import psutil
 import trio
+from benchlib import sseserver
 from benchlib.harness import MARK_VAR, kill_all, marked
-from benchlib.sseserver import SSEServer, endless_call_arguments
 
 from runtime.client import serve_command
-from runtime.providers.bounds import MAX_CALL_ARGUMENTS
+from runtime.providers.bounds import MAX_CALL_ARGUMENTS, MAX_RESPONSE_TEXT
 from runtime.shared.rpc.endpoint import MAX_QUEUED
 
 MIB = 1024 * 1024
@@ -268,9 +271,21 @@ async def ops_flood(workdir: pathlib.Path, mark: str, short: bool) -> Outcome:
 
 async def endless_arguments(workdir: pathlib.Path, mark: str, short: bool) -> Outcome:
     out = Outcome("endless-arguments", bound_mib=4 * MAX_CALL_ARGUMENTS / MIB + 32)
-    daemon = Daemon(workdir, mark, "endless-arguments")
-    server = SSEServer()
-    server.bodies.append(endless_call_arguments())
+    return await _endless(workdir, mark, out, sseserver.endless_call_arguments(),
+                          "argument fragments")
+
+
+async def endless_text(workdir: pathlib.Path, mark: str, short: bool) -> Outcome:
+    out = Outcome("endless-text", bound_mib=4 * MAX_RESPONSE_TEXT / MIB + 32)
+    return await _endless(workdir, mark, out, sseserver.endless_text(), "text")
+
+
+async def _endless(workdir: pathlib.Path, mark: str, out: Outcome, body: Iterator[bytes],
+                   what: str) -> Outcome:
+    """A turn against a local model server that sends ``body`` without end."""
+    daemon = Daemon(workdir, mark, out.name)
+    server = sseserver.SSEServer()
+    server.bodies.append(body)
     async with trio.open_nursery() as nursery:
         await server.start(nursery)
         async with daemon as raw:
@@ -294,8 +309,8 @@ async def endless_arguments(workdir: pathlib.Path, mark: str, short: bool) -> Ou
                 await server.gone.wait()
             out.checks["the stream was closed"] = server.gone.is_set()
             out.growth_mib = daemon.growth_mib()
-            out.notes.append(f"{server.sent / MIB:.0f} MiB of argument fragments sent "
-                             "before the runtime closed the stream")
+            out.notes.append(f"{server.sent / MIB:.0f} MiB of {what} sent before the runtime "
+                             "closed the stream")
         nursery.cancel_scope.cancel()
     return out
 
@@ -317,7 +332,7 @@ async def _ops_call(socket: pathlib.Path, method: str) -> Any:
 Scenario = Callable[[pathlib.Path, str, bool], Awaitable[Outcome]]
 SCENARIOS: dict[str, Scenario] = {
     "client-unread": client_unread, "client-gone": client_gone, "ops-flood": ops_flood,
-    "endless-arguments": endless_arguments,
+    "endless-arguments": endless_arguments, "endless-text": endless_text,
 }
 
 

@@ -22,7 +22,8 @@ def test_short_bounds_run_passes(tmp_path: pathlib.Path, marked: Marked) -> None
     assert run.returncode == 0, run.stdout + run.stderr
     data = json.loads(raw.read_text())
     outcomes = {o["name"]: o for o in data["outcomes"]}
-    assert set(outcomes) == {"client-unread", "ops-flood", "endless-arguments"}, outcomes
+    assert set(outcomes) == {"client-unread", "ops-flood", "endless-arguments",
+                             "endless-text"}, outcomes
     for name, outcome in outcomes.items():
         assert outcome["passed"] and all(outcome["checks"].values()), (name, outcome)
         assert 0 <= outcome["growthMiB"] <= outcome["boundMiB"], (name, outcome)

@@ -49,6 +49,13 @@ def endless_call_arguments(fragment: int = 65536) -> Iterator[bytes]:
         yield piece
 
 
+def endless_text(delta: int = 65536, per_piece: int = 8) -> Iterator[bytes]:
+    """Text without end: ``per_piece`` deltas of ``delta`` characters a write, forever."""
+    piece = delta_event("t" * delta) * per_piece
+    while True:
+        yield piece
+
+
 class SSEServer:
     def __init__(self) -> None:
         self.port = 0
