@@ -129,7 +129,7 @@ def _bulky(value: Any, out: list[tuple[int, float]]) -> None:
         for key, item in value.items():
             if not (isinstance(item, str) and _kept_whole(key)):
                 _bulky(item, out)
-    elif isinstance(value, list):
+    elif isinstance(value, list | tuple):  # msgspec.to_builtins keeps a Struct's tuples
         for item in value:
             if type(item) is not str or len(item) >= BULKY:  # short strings: skip fast
                 _bulky(item, out)
@@ -144,7 +144,7 @@ def _cap(value: Any, cap: int) -> Any:
     if isinstance(value, dict):
         return {key: item if isinstance(item, str) and _kept_whole(key) else _cap(item, cap)
                 for key, item in value.items()}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):  # a tuple (an assistant message's blocks) too
         return [item if type(item) is str and len(item) <= cap else _cap(item, cap)
                 for item in value]
     return value
@@ -174,8 +174,8 @@ def _cap_for(bulky: list[tuple[int, float]], excess: float) -> int | None:
 
 
 def shorten(value: Any, budget: int, size: int | None = None) -> Any | None:
-    """``value`` (builtins: dicts, lists, strings, numbers) with its bulky strings cut so
-    that its JSON fits ``budget`` bytes, or None when cutting them is not enough.
+    """``value`` (builtins: dicts, lists or tuples, strings, numbers) with its bulky strings
+    cut so that its JSON fits ``budget`` bytes, or None when cutting them is not enough.
 
     Keys, strings under :data:`BULKY` characters and ids and tags (``type``, ``kind``,
     ``sessionId``, ``callId``, …) are never cut; the bulky strings kept are as long as the

@@ -180,7 +180,9 @@ CLIENT_TO_RUNTIME = Direction("client → runtime", [
     MethodSpec("debug.runTool", DebugRunToolParams, DebugRunToolResult,
                "Run one host tool in a session, outside any turn (debugging aid)."),
     MethodSpec("shutdown", Empty, Empty,
-               "Stop the host and exit after answering. EOF on stdin does the same."),
+               "Stop the host and exit after answering. EOF on stdin does the same. A "
+               "`session.new` written before it finishes opening first; a request written "
+               "after it is refused `SHUTTING_DOWN` (an `agent.abort` joins the stop)."),
 ])
 
 RUNTIME_TO_CLIENT = Direction("runtime → client", [

@@ -2,7 +2,10 @@
 
 ``quiesce serve`` runs :meth:`Daemon.serve` on stdin/stdout. EOF on stdin, or a
 ``shutdown`` request, stops every running turn (cause ``disposed``), stops the
-host and ends the daemon with exit status 0. The daemon wires its parts together,
+host and ends the daemon with exit status 0; a request read after a ``shutdown`` is
+refused (``SHUTTING_DOWN``; ``agent.abort`` joins the stop instead), and a
+``session.new`` read before it finishes opening before the host is stopped. The daemon
+wires its parts together,
 answers ``initialize`` and ``shutdown``, and routes the host's notifications and the
 sessions' events; the requests on sessions are ``session_requests.py``'s.
 """
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from protocol.causes import DisposedCause
-from protocol.errors import RpcError
+from protocol.errors import ErrorCode, RpcError
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from protocol.messages.client import AgentAbortResult, ProviderConfig, SessionEventParams
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
@@ -45,6 +48,7 @@ from runtime.ops.server import OpsServer
 from runtime.permission_relay import PermissionRelay
 from runtime.popen_process import PopenProcess
 from runtime.shared.rpc import Endpoint, Handler, effect_taken
+from runtime.shared.rpc.endpoint import MAX_QUEUED
 
 if TYPE_CHECKING:  # the session side is imported on its first use (``Daemon.requests``)
     from runtime.agent.turn import TurnConfig
@@ -109,6 +113,9 @@ class Daemon:
         self._client: Endpoint | None = None
         self._nursery: trio.Nursery | None = None
         self._shutdown = trio.Event()
+        self._closing = False
+        """Set by ``shutdown`` (at its effect) or the end of input: later requests are
+        refused."""
 
     @property
     def requests(self) -> SessionRequests:
@@ -117,6 +124,7 @@ class Daemon:
         if self._requests is None:
             requests = self._requests = self._session_side()
             requests.initialized = self._initialized
+            requests.closing = self._closing
             requests.client = self._client
             requests.nursery = self._nursery
         return self._requests
@@ -139,12 +147,24 @@ class Daemon:
 
     async def _on_sessions(self, attribute: str, params: Any) -> Any:
         """A request on sessions, to the session side (made by the first)."""
+        if attribute != "agent_abort":  # a stop joins the shutdown's; nothing else starts
+            self._refuse_if_closing()
         return await getattr(self.requests, attribute)(params)
+
+    def _refuse_if_closing(self) -> None:
+        if self._closing:
+            raise RpcError(ErrorCode.SHUTTING_DOWN,
+                           "the daemon is shutting down: the request came after shutdown")
+
+    def _begin_closing(self) -> None:
+        self._closing = True
+        if self._requests is not None:
+            self._requests.closing = True
 
     async def serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
         client = Endpoint("client", receive, send, incoming=CLIENT_TO_RUNTIME,
                           outgoing=RUNTIME_TO_CLIENT, handlers=self.handlers,
-                          max_frame_size=self.max_frame_size)
+                          max_frame_size=self.max_frame_size, max_queued=MAX_QUEUED)
         self._client = self.permissions.client = client
         if self._requests is not None:
             self._requests.client = client
@@ -176,23 +196,29 @@ class Daemon:
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as signals:
             async for signum in signals:
                 log.info("signal %s: shutting down", signal.Signals(signum).name)
+                self._begin_closing()
                 self._shutdown.set()
 
     async def _shutdown_on_eof(self, client: Endpoint) -> None:
         await client.closed.wait()
         log.info("client closed the link")
+        self._begin_closing()
         self._shutdown.set()
 
     async def _quiesce(self) -> None:
-        """Stop every running turn (cause ``disposed``), then the host.
+        """Let every ``session.new`` already taken finish opening, stop every running turn
+        (cause ``disposed``), then the host.
 
         A turn that has not settled within ``DISPOSE_GRACE`` (a mutating call stuck in
-        the host) does not hold the shutdown: the host is stopped under it, which ends
-        its calls ``HOST_CRASHED`` and so the turn.
+        the host), or a session still opening then, does not hold the shutdown: the host
+        is stopped under it, which ends its calls ``HOST_CRASHED`` and so the turn (an
+        open cut so is answered ``SHUTTING_DOWN``).
         """
         with trio.CancelScope(shield=True):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._stop_host_after, DISPOSE_GRACE)
+                if self._requests is not None:  # in wire order, before the shutdown
+                    await self._requests.opened()
                 async with trio.open_nursery() as disposals:
                     for session in self._loaded_sessions():
                         if session.agent.busy or session.agent.inbox:
@@ -228,6 +254,7 @@ class Daemon:
     # -- client methods -------------------------------------------------------------
 
     async def initialize(self, params: InitializeParams) -> InitializeResult:
+        self._refuse_if_closing()
         check_compatible(params.protocol_version)
         self._initialized = True
         if self._requests is not None:
@@ -245,6 +272,7 @@ class Daemon:
         return InitializeResult(PROTOCOL_VERSION, PeerInfo("quiesce", VERSION), capabilities)
 
     async def shutdown(self, params: Empty) -> Empty:
+        self._begin_closing()  # what the reader takes next is refused
         effect_taken()  # the shutdown has begun: settling the turns is waiting
         await self._quiesce()
         self._shutdown.set()

@@ -58,7 +58,7 @@ from runtime.providers.base import Provider
 from runtime.providers.factory import ProviderConfigError, open_provider
 from runtime.registry import DisposedCause
 from runtime.session_life import SessionLife
-from runtime.session_order import SessionOrder
+from runtime.session_order import STOPPING_POLL, SessionOrder
 from runtime.session_tools import SessionTools
 from runtime.sessions import Session, SessionStore
 from runtime.shared.rpc import Endpoint, effect_taken
@@ -106,6 +106,15 @@ class SessionRequests:
             timeout=DEFAULT_TRUST_TIMEOUT if trust_timeout is None else trust_timeout,
             client=lambda: self.client)
         self.lives: dict[str, SessionLife] = {}  # each open (or opening) session's owner
+        self.closing = False
+        """Set by the daemon once it shuts down: an open the host's stop cut short is
+        answered ``SHUTTING_DOWN``, not ``HOST_CRASHED``."""
+
+    async def opened(self) -> None:
+        """Return once no session is opening (a ``session.new`` taken before now)."""
+        while waiting := [life.opening for life in self.lives.values()
+                          if life.opening is not None]:
+            await waiting[0].done.wait()
 
     def registrations(self) -> Iterator[SessionOpenParams]:
         """The sessions registered with the host (a fresh host is told of each, in order)."""
@@ -146,7 +155,12 @@ class SessionRequests:
         """A turn's first step waits until the client link has taken every frame it read,
         and every request on the session has taken its effect (unless the turn is being
         stopped already): a stop written right behind its prompt stops it before a tool."""
-        await client.caught_up()
+        # A client that leaves its output unread holds its link's reader (backpressure):
+        # a stop from elsewhere (an operator, shutdown's dispose) must not wait for it.
+        while not session.agent.stopping:
+            with trio.move_on_after(STOPPING_POLL):
+                await client.caught_up()
+                break
         await self.order.quiet(session.session_id, lambda: session.agent.stopping)
 
     # -- client methods -------------------------------------------------------------
@@ -171,6 +185,12 @@ class SessionRequests:
         effect_taken()  # the session exists; waiting for the host and plugins follows
         try:
             listed = await life.open_new()
+        except RpcError as exc:
+            self.lives.pop(session.session_id, None)
+            if self.closing and exc.code == ErrorCode.HOST_CRASHED:
+                raise RpcError(ErrorCode.SHUTTING_DOWN,
+                               "the daemon shut down while the session opened") from exc
+            raise
         except BaseException:
             self.lives.pop(session.session_id, None)
             raise

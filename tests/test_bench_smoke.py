@@ -19,7 +19,7 @@ from tests.conftest import Marked
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BENCH = ROOT / "scripts" / "bench.py"
 STOPS = {"stop-read-only", "stop-tree-term", "stop-tree-ignoring", "stop-undispatched",
-         "stop-50-trees", "stop-loop-lag"}
+         "stop-50-trees", "stop-loop-lag", "stream-loop-lag"}
 FLOORS = {"floor-session-list", "floor-host-tool", "floor-noop-turn", "floor-bash-turn",
           "floor-compaction",
           "floor-process-scan", "floor-fsync", "floor-log-append", "floor-log-cut",
@@ -70,7 +70,7 @@ def test_quick_bench_reports_every_row(tmp_path: pathlib.Path, marked: Marked) -
         row = (f"| {s['title']} | {s['unit']} | {len(s['samplesMs'])} |"
                if not key.startswith("growth-") else f"| {key.rsplit('-', 1)[1]} |")
         assert row in report, f"no table row for {key}"
-    for key in STOPS - {"stop-loop-lag"}:  # its samples are probes, not repetitions
+    for key in STOPS - {"stop-loop-lag", "stream-loop-lag"}:  # samples: probes, not reps
         assert len(series[key]["samplesMs"]) == 1 and series[key]["goalMs"] is not None
     assert len(series["stop-loop-lag"]["samplesMs"]) >= 50
 

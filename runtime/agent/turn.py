@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import trio
+
 from protocol.errors import ErrorCode
 from protocol.messages.events import (
     AssistantDeltaEvent,
@@ -56,6 +58,9 @@ from runtime.registry import (
 )
 
 log = logging.getLogger(__name__)
+
+YIELD_EVERY = 64
+"""Stream chunks taken in a row before the turn lets the rest of the runtime run."""
 
 DEFAULT_MAX_STEPS = 100
 
@@ -222,6 +227,10 @@ class Turn:
                     assembler.add(chunk)
                     if isinstance(chunk, TextDelta | ReasoningDelta) and chunk.text:
                         self._announce_delta(step, chunk)
+                    if assembler.chunks % YIELD_EVERY == 0:
+                        # One network read can hold thousands of chunks, all ready: the
+                        # other sessions get the loop between batches.
+                        await trio.lowlevel.checkpoint()
         if report is not None or assembler.chunks:
             self._record_usage(report, request, assembler, step)
         if signal.aborted:

@@ -11,12 +11,15 @@ The answer, by exit:
   ``additionalContext`` (text attached to the call's result, the model sees it) and
   ``stopTurn`` (true: the turn stops, cause ``{kind: hook, reason}``).
 - 2: deny; stderr is the reason.
-- anything else, a signal, output that is not such an object, the hook's time limit, a
-  command that cannot start: deny, saying the hook failed (fail closed).
+- anything else, a signal, output that is not such an object (a key given twice, as in
+  ``{"decision": "deny", "decision": "allow"}``, is ambiguous: not such an object), the
+  hook's time limit, a command that cannot start: deny, saying the hook failed (fail
+  closed).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -80,6 +83,23 @@ def _failed(why: str) -> Verdict:
     return Verdict("deny", f"{FAILED_PREFIX}{why}", failed=True)
 
 
+def _duplicated_key(text: str) -> str | None:
+    """A key some object of the JSON ``text`` gives twice, if any (``msgspec``, like most
+    JSON readers, would take the last silently)."""
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> None:
+        keys = [key for key, _ in items]
+        if len(set(keys)) != len(keys):
+            found.extend(key for key in keys if keys.count(key) > 1)
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return None  # not JSON: the decoder says so
+    return found[0] if found else None
+
+
 def verdict(event: HookEventName, result: HooksRunResult, timeout: float) -> Verdict:
     """What a hook that ran to an end (not stopped) answered."""
     if result.outcome == "timeout":
@@ -99,6 +119,8 @@ def verdict(event: HookEventName, result: HooksRunResult, timeout: float) -> Ver
         answer = _answer_decoder.decode(result.stdout.strip())
     except msgspec.DecodeError as exc:
         return _failed(f"its output is not a valid answer ({exc})")
+    if (twice := _duplicated_key(result.stdout)) is not None:
+        return _failed(f"its output gives the key {twice!r} more than once (ambiguous)")
     if answer.decision == "ask" and event == "post_tool_use":
         return _failed("`ask` is only an answer before a call runs")
     stop = (_cut(answer.reason) or "a hook stopped the turn") if answer.stop_turn else None

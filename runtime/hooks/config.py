@@ -17,17 +17,20 @@ Grep = 30
 Only the daemon's file configures hooks: nothing of a workspace is read for them (a
 cloned repository must not run commands on its own). A matcher is matched against the
 whole tool name (``re.fullmatch``), so ``Bash`` matches only ``Bash``; ``*`` matches every
-tool. A bad regular expression, an empty command, an unknown key or a value out of range
-is refused at start-up, naming the key, as the rest of the file is.
+tool. Matching takes linear time whatever the pattern (``matcher.py``): what would need
+backtracking (backreferences, lookaround) is refused. A bad regular expression, an empty
+command, an unknown key or a value out of range is refused at start-up, naming the key,
+as the rest of the file is.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import msgspec
+
+from runtime.hooks.matcher import Matcher, MatcherError
 
 DEFAULT_HOOK_TIMEOUT = 60.0
 
@@ -58,10 +61,10 @@ class Hook:
     event: HookEventName
     index: int
     spec: HookSpec
-    pattern: re.Pattern[str] | None  # None: "*"
+    pattern: Matcher | None  # None: "*"
 
     def matches(self, tool: str) -> bool:
-        return self.pattern is None or self.pattern.fullmatch(tool) is not None
+        return self.pattern is None or self.pattern.fullmatch(tool)
 
     @property
     def label(self) -> str:
@@ -99,10 +102,9 @@ def compile_hooks(hooks: HooksTable, tools: ToolsTable) -> HookConfig:
             pattern = None
             if spec.matcher != "*":
                 try:
-                    pattern = re.compile(spec.matcher)
-                except re.error as exc:
-                    raise HookConfigError(f"hooks.{event}[{index}].matcher: not a regular "
-                                          f"expression: {exc}") from None
+                    pattern = Matcher(spec.matcher)
+                except MatcherError as exc:
+                    raise HookConfigError(f"hooks.{event}[{index}].matcher: {exc}") from None
             out.append(Hook(event, index, spec, pattern))
         return tuple(out)
 

@@ -40,15 +40,27 @@ SERVER_VERSION = "0.1.0"
 # Events a tail may have queued but not yet written before it skips (and counts) more:
 # a stalled operator terminal must not grow the daemon's memory.
 MAX_TAIL_LAG = 1000
+MAX_OPS_FRAME = 64 * 1024
+"""The longest line an operator may send (an ops request is a few hundred bytes): a
+connection holds at most this much of an unfinished line (issue 31: 8 MiB each, before)."""
+MAX_OPS_QUEUED = 16 * 1024 * 1024
+"""Output one operator connection may leave unread (see ``Endpoint``'s ``max_queued``)."""
+HANDSHAKE_TIMEOUT = 10.0
+"""A connection that has not sent ``initialize`` by then is closed: an idle or hostile
+one cannot keep a place among the server's ``MAX_OPS_CONNECTIONS``."""
 
 
 class OpsConnection:
     def __init__(self, name: str, backend: OpsBackend, stream: trio.abc.Stream, *,
                  data_dir: pathlib.Path | None = None,
-                 max_tail_lag: int = MAX_TAIL_LAG) -> None:
+                 max_tail_lag: int = MAX_TAIL_LAG,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
         self.backend = backend
         self.endpoint = Endpoint(name, stream, stream, incoming=OPS_TO_RUNTIME,
-                                 outgoing=RUNTIME_TO_OPS, handlers=self.handlers)
+                                 outgoing=RUNTIME_TO_OPS, handlers=self.handlers,
+                                 max_read_frame_size=MAX_OPS_FRAME,
+                                 max_queued=MAX_OPS_QUEUED)
+        self._handshake_timeout = handshake_timeout
         self._data_dir = data_dir
         self._max_tail_lag = max_tail_lag
         self._initialized = False
@@ -67,7 +79,18 @@ class OpsConnection:
         }
 
     async def run(self) -> None:
-        await self.endpoint.run()
+        """Serve the connection; end it if it sends no ``initialize`` in time."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._handshake_deadline, nursery.cancel_scope)
+            await self.endpoint.run()
+            nursery.cancel_scope.cancel()
+
+    async def _handshake_deadline(self, scope: trio.CancelScope) -> None:
+        await trio.sleep(self._handshake_timeout)
+        if not self._initialized:
+            log.warning("%s: no initialize within %g s; connection closed",
+                        self.endpoint.name, self._handshake_timeout)
+            scope.cancel()
 
     def _require_initialized(self) -> None:
         if not self._initialized:

@@ -22,7 +22,7 @@ import time
 import trio
 
 from runtime.ops.backend import OpsBackend
-from runtime.ops.connection import SERVER_VERSION, OpsConnection
+from runtime.ops.connection import HANDSHAKE_TIMEOUT, SERVER_VERSION, OpsConnection
 from runtime.ops.pidfile import PidFile, remove_daemon_files, socket_path, write_pid_file
 from runtime.ops.rundir import ensure_private_dir, run_dir
 from runtime.ops.unixsock import bind_unix_listener, peer_uid
@@ -30,11 +30,17 @@ from runtime.ops.unixsock import bind_unix_listener, peer_uid
 log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT = 1.0
+MAX_OPS_CONNECTIONS = 32
+"""Operator connections served at once; one more is closed at once (and counted). Each
+holds at most ``MAX_OPS_FRAME`` of an unfinished line and must shake hands within
+``HANDSHAKE_TIMEOUT``, so a flood of connections is bounded in memory and clears."""
 
 
 class OpsServer:
     def __init__(self, backend: OpsBackend, *, data_dir: pathlib.Path | None = None,
-                 directory: pathlib.Path | None = None) -> None:
+                 directory: pathlib.Path | None = None,
+                 max_connections: int = MAX_OPS_CONNECTIONS,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
         """``directory`` overrides the run directory (default: :func:`run_dir`)."""
         self.backend = backend
         self.data_dir = data_dir
@@ -43,6 +49,9 @@ class OpsServer:
         self.pid_file: pathlib.Path | None = None
         self.connections = 0  # open now
         self.refused = 0  # connections of other users
+        self.turned_away = 0  # connections over ``max_connections``
+        self._max_connections = max_connections
+        self._handshake_timeout = handshake_timeout
         self._uid = os.getuid()
         self._names = itertools.count(1)
 
@@ -85,10 +94,17 @@ class OpsServer:
                 log.warning("ops: refused a connection from uid %d (serving uid %d only)",
                             uid, self._uid)
                 return
+            if self.connections >= self._max_connections:
+                self.turned_away += 1
+                if self.turned_away % 100 == 1:  # a flood is said, not logged line by line
+                    log.warning("ops: %d connections open already; one more closed (%d so "
+                                "far)", self.connections, self.turned_away)
+                return
             self.connections += 1
             try:
                 conn = OpsConnection(f"ops#{next(self._names)}", self.backend, stream,
-                                     data_dir=self.data_dir)
+                                     data_dir=self.data_dir,
+                                     handshake_timeout=self._handshake_timeout)
                 await conn.run()
             finally:
                 self.connections -= 1

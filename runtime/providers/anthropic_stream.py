@@ -11,7 +11,9 @@ stops, so a half-streamed call never leaves the decoder); ``message_delta``
 (stop reason, output tokens); ``message_stop`` (the end); ``ping``; ``error``
 (a :class:`ProviderError` naming the error type and the HTTP status it stands
 for). Unknown events and delta types are skipped, as the API's versioning policy
-asks. A stream that ends before ``message_stop`` is an error, not a short answer.
+asks. What open blocks hold is bounded (``bounds.CallBudget``: name length, call
+count, input JSON and signatures). A stream that ends before ``message_stop`` is an
+error, not a short answer.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from runtime.providers.base import (
     TextDelta,
     ToolCallChunk,
 )
+from runtime.providers.bounds import CallBudget
 from runtime.providers.http import excerpt
 from runtime.providers.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, SSEError
 
@@ -166,6 +169,8 @@ class MessagesStreamDecoder:
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._sse = SSEDecoder(max_event_bytes)
         self._blocks: dict[int, _OpenBlock] = {}
+        self._budget = CallBudget("anthropic")
+        self._tool_uses = 0
         self._started = False
         self.done = False
         self.stop_reason: str | None = None
@@ -272,30 +277,39 @@ class MessagesStreamDecoder:
             raise ProviderError(f"anthropic: content_block_start {index} without a block")
         if index in self._blocks:
             raise ProviderError(f"anthropic: block {index} started twice")
+        if start.type == "tool_use":
+            self._tool_uses += 1
+            self._budget.calls(self._tool_uses)
+            self._budget.name(start.name, start.id or f"of block {index}")
         block = self._blocks[index] = _OpenBlock(start.type, start.id, start.name,
                                                  start.input, data=start.data)
         if start.type == "text" and start.text:
+            self._budget.text(len(start.text))
             out.append(TextDelta(start.text))
         elif start.type == "thinking":
             if start.thinking:
+                self._budget.text(len(start.thinking))
                 out.append(ReasoningDelta(start.thinking))
             if start.signature:
                 block.parts.append(start.signature)
         elif start.type not in ("tool_use", "redacted_thinking"):
             _log.debug("anthropic: skipping a %r content block", start.type)
 
-    @staticmethod
-    def _delta(block: _OpenBlock, delta: _Delta, out: list[StreamChunk]) -> None:
+    def _delta(self, block: _OpenBlock, delta: _Delta, out: list[StreamChunk]) -> None:
         kind = delta.type
         if kind == "text_delta" and block.type == "text":
             if delta.text:
+                self._budget.text(len(delta.text))
                 out.append(TextDelta(delta.text))
         elif kind == "thinking_delta" and block.type == "thinking":
             if delta.thinking:
+                self._budget.text(len(delta.thinking))
                 out.append(ReasoningDelta(delta.thinking))
         elif kind == "signature_delta" and block.type == "thinking":
+            self._budget.take(len(delta.signature), "a thinking signature")
             block.parts.append(delta.signature)
         elif kind == "input_json_delta" and block.type == "tool_use":
+            self._budget.take(len(delta.partial_json), block.id)
             block.parts.append(delta.partial_json)
         elif kind in ("text_delta", "thinking_delta", "signature_delta", "input_json_delta"):
             raise ProviderError(f"anthropic: a {kind} in a {block.type} block")

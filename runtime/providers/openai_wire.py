@@ -13,7 +13,8 @@
 
 Tool-call arguments that are not a JSON object are a :class:`ProviderError`
 naming the call: a call is never dispatched with arguments the model did not
-write (empty arguments mean ``{}``). A stream that ends before a
+write (empty arguments mean ``{}``). What the pending calls hold is bounded
+(``bounds.CallBudget``: name length, call count, arguments). A stream that ends before a
 ``finish_reason`` or ``[DONE]`` is an error, not a short answer.
 """
 
@@ -37,6 +38,7 @@ from runtime.providers.base import (
     ToolMessage,
     UserMessage,
 )
+from runtime.providers.bounds import CallBudget
 from runtime.providers.http import excerpt
 from runtime.providers.openai_config import OpenAIConfig
 from runtime.providers.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, SSEError
@@ -248,6 +250,7 @@ class ChatStreamDecoder:
     def __init__(self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._sse = SSEDecoder(max_event_bytes)
         self._calls: dict[int, _PendingCall] = {}
+        self._budget = CallBudget("openai")
         self._finished = False
         self.done = False
         self.finish_reason: str | None = None
@@ -303,13 +306,22 @@ class ChatStreamDecoder:
         delta = choice.delta
         reasoning = delta.reasoning_content or delta.reasoning
         if reasoning:
+            self._budget.text(len(reasoning))
             out.append(ReasoningDelta(reasoning))
         if delta.content:
+            self._budget.text(len(delta.content))
             out.append(TextDelta(delta.content))
         if delta.refusal:
+            self._budget.text(len(delta.refusal))
             out.append(TextDelta(delta.refusal))
         for call_delta in delta.tool_calls or ():
-            self._pending(call_delta).add(call_delta)
+            call = self._pending(call_delta)
+            call.add(call_delta)
+            label = call.id or f"at index {call.index}"
+            self._budget.name(call.name, label)
+            function = call_delta.function
+            if function is not None and function.arguments:
+                self._budget.take(len(function.arguments), label)
         if choice.finish_reason is not None:
             self._finished = True
             self.finish_reason = choice.finish_reason
@@ -332,6 +344,7 @@ class ChatStreamDecoder:
                 index = max(self._calls)
         call = self._calls.get(index)
         if call is None:
+            self._budget.calls(len(self._calls) + 1)
             call = self._calls[index] = _PendingCall(index)
         return call
 

@@ -22,6 +22,9 @@ from benchlib.report_perf import (
 )
 from benchlib.stats import Series, median_of
 
+GOAL_ROWS = ("stop-", "stream-")
+"""The rows of the stops' table: each with a goal (the loop-lag probes among them)."""
+
 _METHOD = """\
 Every figure comes from real `quiesce serve` subprocesses (one daemon, which starts its
 own host) driven as a client over stdio with the typed messages of
@@ -85,7 +88,7 @@ class Report:
 
     @property
     def stops(self) -> list[Series]:
-        return [s for s in self.series.values() if s.key.startswith("stop-")]
+        return [s for s in self.series.values() if s.key.startswith(GOAL_ROWS)]
 
     @property
     def floors(self) -> list[Series]:
@@ -190,7 +193,7 @@ class Report:
                          f"goal {s.goal.text if s.goal else ''}: "
                          f"{'met' if s.goal_met else 'NOT met'}")
         for s in self.series.values():
-            if not s.key.startswith("stop-"):
+            if not s.key.startswith(GOAL_ROWS):
                 lines.append(f"{s.key:22} n={s.n:<3} median {ms(s.median):>8} {s.unit}")
         for top, bottom, _what in self.ratios:
             value = self.ratio(top, bottom)

@@ -27,6 +27,7 @@ from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, no
 from benchlib.isolation import loop_lag
 from benchlib.stats import Goal, Series
 from benchlib.stop_many import stop_many_trees, stop_many_trees_fallback
+from benchlib.streamlag import stream_lag
 from host.tools.context import HostToolConfig
 from protocol.messages.client import AgentAbortResult, AgentPromptResult
 from protocol.messages.common import Empty
@@ -450,6 +451,7 @@ SCENARIOS: dict[str, Spec] = {
     "stop-50-trees": Spec(stop_many_trees, False),
     "stop-50-trees-fallback": Spec(stop_many_trees_fallback, False),
     "stop-loop-lag": Spec(loop_lag, False),
+    "stream-loop-lag": Spec(stream_lag, False),
 }
 
 RATIOS: list[tuple[str, str, str]] = [

@@ -284,3 +284,24 @@ async def test_refuses_a_connection_from_another_user(nursery: trio.Nursery,
     assert server.refused == 1
     async with connect(path) as client:  # its own user still gets in
         await client.sessions()
+
+
+async def test_connections_over_the_limit_or_without_a_handshake_are_closed(
+        nursery: trio.Nursery, xdg: pathlib.Path) -> None:
+    """Issue 31 item 7: a bounded number of connections, each shaking hands in time."""
+    server, _, path = await start(nursery, max_connections=2, handshake_timeout=0.5)
+    first, second = await trio.open_unix_socket(str(path)), await trio.open_unix_socket(str(path))
+    await Raw(first).send(initialize())
+    assert "result" in await Raw(first).receive()
+    third = Raw(await trio.open_unix_socket(str(path)))
+    with pytest.raises(EOFError):  # over the limit: closed at once
+        await third.receive()
+    assert server.turned_away == 1
+    with pytest.raises(EOFError):  # no initialize within its time: closed
+        await Raw(second).receive()
+    await trio.sleep(0.7)
+    ops = Raw(first)  # the one that shook hands is still served
+    await ops.send({"jsonrpc": "2.0", "id": 2, "method": "ops.stats"})
+    assert "result" in await ops.receive()
+    for stream in (first, second, third.stream):
+        await stream.aclose()

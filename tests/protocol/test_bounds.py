@@ -168,3 +168,13 @@ def test_repair_reads_as_python_does_with_lone_halves_replaced(parts: list[bytes
     frame = b'"' + b"".join(parts) + b'"'
     expected = re.sub("[\ud800-\udfff]", "\ufffd", json.loads(frame))
     assert msgspec.json.decode(repair_surrogates(frame)) == expected
+
+
+def test_strings_in_tuples_are_shortened_too() -> None:
+    """``msgspec.to_builtins`` keeps a Struct's tuple as a tuple (an assistant message's
+    blocks): its strings were never cut, and the message was dropped (issue 31 item 9)."""
+    value = {"event": {"blocks": ({"type": "text", "text": "x" * 100_000},)}}
+    short = shorten(value, 10_000)
+    assert short is not None
+    assert len(msgspec.json.encode(short)) <= 10_000
+    assert short["event"]["blocks"][0]["text"].startswith("x" * 1000)

@@ -315,3 +315,51 @@ async def test_a_batch_reply_too_large_for_one_frame_is_split() -> None:
         assert all("result" in a for a in answers), answers
         assert frames >= 2  # four answers of ~230 bytes: no one frame holds them
         nursery.cancel_scope.cancel()
+
+
+def _request(request_id: int) -> bytes:
+    return msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "method": "session.open",
+                                "params": {"sessionId": f"s{request_id}", "workspace": "/w"}}
+                               ) + b"\n"
+
+
+async def test_a_peer_that_does_not_read_gets_no_more_requests_served() -> None:
+    """Issue 31 item 6: backpressure. From a quarter of ``max_queued`` the reader takes no
+    next frame; once the peer reads, every request is answered."""
+
+    async def opened(params: SessionOpenParams) -> Empty:
+        return Empty()
+
+    ours, peer = trio.testing.lockstep_stream_pair()  # a write waits for the reader
+    host = Endpoint("host", ours, ours, incoming=RUNTIME_TO_HOST, outgoing=HOST_TO_RUNTIME,
+                    handlers={"session.open": opened}, max_queued=1600)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(host.run)
+        with trio.fail_after(5):
+            await peer.send_all(b"".join(_request(i) for i in range(1, 101)))
+        await trio.testing.wait_all_tasks_blocked()
+        assert 0 < host.frames_in < 100  # paused: the peer has not read a byte
+        assert host.queued <= 1600
+        answers = b""
+        with trio.fail_after(5):
+            while answers.count(b"\n") < 100:
+                answers += await peer.receive_some(65536)
+        assert host.frames_in == 100
+        ids = {msgspec.json.decode(line)["id"] for line in answers.splitlines()}
+        assert ids == set(range(1, 101))
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_peer_that_leaves_too_much_unread_is_dropped() -> None:
+    """Past ``max_queued`` the peer is gone: its output is dropped, the link ends."""
+    ours, _peer = trio.testing.lockstep_stream_pair()
+    host = Endpoint("host", ours, ours, incoming=RUNTIME_TO_HOST, outgoing=HOST_TO_RUNTIME,
+                    max_queued=64 * 1024)
+    with trio.fail_after(5):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(host.run)
+            for seq in range(100):
+                host.notify("tools.output", ToolsOutputParams("s", "c", seq, "stdout",
+                                                              "x" * 1024))
+            await host.closed.wait()  # and run() returns: the nursery ends
+    assert host.queued == 0  # what was queued was dropped, not kept

@@ -17,6 +17,13 @@ over several frames if one would be too large). Notifications are handled inline
 handlers, so their order on the wire is the order they are handled in
 (``tools.output`` relies on it).
 
+Output waiting for a slow peer can be bounded (``max_queued``; the client link's and the
+ops socket's are): once more than a quarter of it is queued the reader takes no next
+frame until the writer is down to an eighth (backpressure: a peer that does not read gets
+no more of its requests served), and past it the peer is taken as gone: its output is
+dropped and the link ends as if it had closed (on the daemon's stdio, the end of input:
+every turn stopped, the daemon exits).
+
 Nothing is written over the frame limit: an answer that would be is an error
 answer, a notification that would be has its longest strings shortened
 (``protocol.bounds.shorten``), and a request that would be raises
@@ -72,6 +79,9 @@ SLOW_EFFECT = 0.5
 """A handler that takes longer to take its effect (the reader waits for it) is logged."""
 WRITE_COALESCE = 65536
 """Queued frames are joined into one write up to about this many bytes."""
+MAX_QUEUED = 64 * 1024 * 1024
+"""Bytes of output a link with a bound (``max_queued``) may hold for its peer: past it
+the peer is gone; from a quarter of it the reader waits (the client link's bound)."""
 
 
 class ConnectionClosed(Exception):
@@ -137,7 +147,13 @@ class Endpoint:
         handlers: Mapping[str, Handler] | None = None,
         notification_handlers: Mapping[str, NotificationHandler] | None = None,
         max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        max_read_frame_size: int | None = None,
+        max_queued: int | None = None,
     ) -> None:
+        """``max_frame_size``: the limit of what is written, and of what is read unless
+        ``max_read_frame_size`` gives a smaller one (the ops socket's). ``max_queued``:
+        bytes of output held for the peer (None: no bound, the host link's, whose two
+        ends read each other)."""
         self.name = name
         self._receive = receive
         self._send = send
@@ -147,10 +163,18 @@ class Endpoint:
         self._instant: dict[str, InstantHandler] = {}
         self._notification_handlers = dict(notification_handlers or {})
         self._max_frame_size = max_frame_size
+        self._max_read_frame_size = max_read_frame_size or max_frame_size
         self._ids = itertools.count(1)
         self._pending: dict[RequestId, _Pending] = {}
         # Unbounded: a sender never blocks or tears a frame; producers bound their output.
         self._out_send, self._out_receive = trio.open_memory_channel[bytes](math.inf)
+        self._max_queued = max_queued
+        self.queued = 0  # bytes of output not written yet
+        self._room = trio.Event()  # set while the reader need not wait for the writer
+        self._room.set()
+        self._dropped = False  # the peer left too much unread: its output is discarded
+        self._pauses = 0
+        self._write_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         self._reading = True
         self._receive_scope: trio.CancelScope | None = None
@@ -271,17 +295,41 @@ class Endpoint:
         return encode_notification(method, short)
 
     def _enqueue(self, payload: bytes) -> None:
+        frame = encode_frame(payload)
         try:
-            self._out_send.send_nowait(encode_frame(payload))
+            self._out_send.send_nowait(frame)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             # Closed: the link drained and ended; broken: its writer was cancelled.
             raise NotSent(f"{self.name}: link closed") from None
+        self._queued(len(frame))
+
+    def _queued(self, size: int) -> None:
+        self.queued += size
+        limit = self._max_queued
+        if limit is None or self._dropped:
+            return
+        if self.queued > limit:
+            log.error("%s: the peer left %d bytes of output unread (limit %d): taken as "
+                      "gone, its output dropped", self.name, self.queued, limit)
+            self._dropped = True
+            if self._write_scope is not None:
+                self._write_scope.cancel()
+            self.stop_reading()
+        elif self.queued > limit // 4 and self._room.is_set():
+            self._room = trio.Event()
+
+    def _written(self, size: int) -> None:
+        self.queued -= size
+        if (self._max_queued is not None and self.queued <= self._max_queued // 8
+                and not self._room.is_set()):  # not at a quarter: no pause per frame
+            self._room.set()
 
     async def _write_loop(self) -> None:
         broken = False
         async with self._out_receive:
             async for frame in self._out_receive:
-                if broken:
+                if broken or self._dropped:
+                    self._written(len(frame))
                     continue
                 # Every frame already queued goes out in the same write: under load one
                 # syscall (and one wake-up of the peer) carries many answers. Frames are
@@ -295,14 +343,20 @@ class Endpoint:
                         break
                     size += len(frames[-1])
                 try:
-                    await self._send.send_all(frame if len(frames) == 1 else b"".join(frames))
-                    self.frames_out += len(frames)
+                    with trio.CancelScope() as self._write_scope:  # cancelled: dropped
+                        await self._send.send_all(
+                            frame if len(frames) == 1 else b"".join(frames))
+                    if not self._write_scope.cancelled_caught:
+                        self.frames_out += len(frames)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     log.info("%s: peer stopped reading; dropping further output", self.name)
                     broken = True
+                finally:
+                    self._write_scope = None
+                self._written(size)
 
     async def _read_loop(self) -> None:
-        decoder = FrameDecoder(self._max_frame_size)
+        decoder = FrameDecoder(self._max_read_frame_size)
         while self._reading:
             self._idle.set()
             with trio.CancelScope() as self._receive_scope:
@@ -314,6 +368,8 @@ class Endpoint:
                 return
             self._idle = trio.Event()
             for event in decoder.feed(data):
+                if not self._room.is_set():
+                    await self._wait_for_room()
                 if not self._reading:
                     return
                 if isinstance(event, Frame):
@@ -324,6 +380,18 @@ class Endpoint:
                                 event.size_at_least, event.limit)
                     self._send_error(None, ErrorCode.INVALID_REQUEST,
                                      f"frame exceeds {event.limit} bytes")
+
+    async def _wait_for_room(self) -> None:
+        """Backpressure: take no next frame until the peer has read most of its output."""
+        self._pauses += 1
+        log.log(logging.WARNING if self._pauses == 1 else logging.DEBUG,
+                "%s: %d bytes of output unread by the peer; reading paused (%d times)",
+                self.name, self.queued, self._pauses)
+        # Not idle: frames read and not taken yet wait too (a turn's first step waits for
+        # them, so a stop behind its prompt still stops it).
+        with trio.CancelScope() as self._receive_scope:  # stop_reading() ends the wait
+            await self._room.wait()
+        log.debug("%s: the peer read its output; reading resumed", self.name)
 
     async def _handle_parsed(self, parsed: Incoming | Batch) -> None:
         """Take the message's effect, in wire order; what a request then waits for runs in
@@ -396,10 +464,13 @@ class Endpoint:
         self._enqueue_quietly(encode_message(message))
 
     def _enqueue_quietly(self, payload: bytes) -> None:
+        frame = encode_frame(payload)
         try:
-            self._out_send.send_nowait(encode_frame(payload))
+            self._out_send.send_nowait(frame)
         except (trio.ClosedResourceError, trio.BrokenResourceError):
             log.debug("%s: message dropped, link closed", self.name)
+            return
+        self._queued(len(frame))
 
     def _answer_now(self, request: IncomingRequest, room: int = 0) -> bytes | None:
         """The encoded answer of the request's instant handler, if it answers."""
