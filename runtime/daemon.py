@@ -52,6 +52,8 @@ if TYPE_CHECKING:  # the session side is imported on its first use (``Daemon.req
     from runtime.hooks.config import HookConfig
     from runtime.session_requests import SessionRequests
     from runtime.sessions import Session, SessionStore
+    from runtime.socket_clients import SocketClients
+    from runtime.socketlink.listener import Listening, ServeLink
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,8 @@ class Daemon:
         self._client: Endpoint | None = None
         self._nursery: trio.Nursery | None = None
         self._shutdown = trio.Event()
+        self.socket_clients: SocketClients | None = None
+        """Set while serving a socket link (``serve_listening``) instead of stdio."""
 
     @property
     def requests(self) -> SessionRequests:
@@ -113,6 +117,8 @@ class Daemon:
             requests.initialized = self._initialized
             requests.client = self._client
             requests.nursery = self._nursery
+            if self.socket_clients is not None:
+                requests.caught_up = self.socket_clients.hub.caught_up
         return self._requests
 
     @property
@@ -165,6 +171,44 @@ class Daemon:
             nursery.cancel_scope.cancel()
         log.info("daemon stopped")
 
+    async def serve_listening(
+            self, listen: Callable[[ServeLink], Callable[..., Any]],
+            announce: Callable[[Listening], Any]) -> None:
+        """Serve a socket link (``quiesce serve --listen``) instead of stdio: any number of
+        clients, none of whose departure stops anything (``runtime/socket_clients.py``).
+        ``listen(serve_link)`` is the listener's ``run``; ``announce`` is given where it
+        listens. A signal or a client's ``shutdown`` ends it as EOF ends stdio."""
+        from runtime.socket_clients import SocketClients
+
+        clients = self.socket_clients = SocketClients(self)
+        self.permissions.hub = clients.hub
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            if self._requests is not None:
+                self._requests.nursery = nursery
+                self._requests.caught_up = clients.hub.caught_up
+            nursery.start_soon(self._shutdown_on_signal)
+            await nursery.start(self.host.run)
+            try:
+                await nursery.start(self.ops_server.serve)
+            except (UnsafeRunDir, OSError) as exc:  # raised before it listens
+                log.error("ops control socket disabled: %s", exc)
+            async with trio.open_nursery() as links:
+                listening = await links.start(listen(clients.serve_link))
+                await announce(listening)
+                links.start_soon(clients.watch_stops)
+                await self._shutdown.wait()
+                await self._quiesce()
+                # Answers still running are written (each client's link ends once they
+                # are); past the deadline they are cancelled.
+                with trio.move_on_after(DRAIN_TIMEOUT):
+                    for client in list(clients.hub.clients):
+                        client.stop_reading()
+                    await clients.hub.all_gone()
+                links.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()
+        log.info("daemon stopped")
+
     async def _shutdown_on_signal(self) -> None:
         """SIGTERM, SIGHUP (a closed terminal) or SIGINT: the same orderly shutdown as EOF."""
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP, signal.SIGINT) as signals:
@@ -212,7 +256,10 @@ class Daemon:
 
     def _announce(self, session_id: str, event: AnnouncedEvent) -> None:
         self.requests.ops.announce(session_id, event)
-        if self._client is not None:
+        if self.socket_clients is not None:
+            self.socket_clients.hub.notify_session(
+                session_id, "session.event", SessionEventParams(session_id, event))
+        elif self._client is not None:
             self._client.notify("session.event", SessionEventParams(session_id, event))
 
     def _on_tool_output(self, params: ToolsOutputParams | ToolsStartedParams) -> None:
