@@ -94,6 +94,18 @@ async def _serve_listening(args: argparse.Namespace, daemon: Daemon,
     await daemon.serve_listening(listen, announce)
 
 
+def _check_listen(serve: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from runtime.socketlink.guard import UnsafeAddress
+    from runtime.socketlink.listener import check_listen
+
+    try:
+        check_listen(args.listen, allow_remote=args.allow_remote)
+    except (ValueError, UnsafeAddress, OSError) as exc:
+        serve.error(f"--listen: {exc}")
+    if args.web and not args.listen.startswith("ws://"):
+        serve.error("--web needs --listen ws://HOST:PORT")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="quiesce", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -186,6 +198,8 @@ def main(argv: list[str] | None = None) -> int:
             args.host_command = host_command(host_config_json(config_raw))
         except ConfigError as exc:
             serve.error(str(exc))
+        if args.listen is not None:  # refused before a host is started
+            _check_listen(serve, args)
         # First, before any heavy import: the host's imports then run beside ours.
         host = _spawn_host(args.host_command)
         try:

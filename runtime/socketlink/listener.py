@@ -15,7 +15,6 @@ import logging
 import os
 import pathlib
 import socket
-import sys
 from collections.abc import Awaitable, Callable
 
 import trio
@@ -57,6 +56,17 @@ def parse_listen(text: str) -> ListenSpec:
             raise ValueError(f"{text!r}: expected ws://HOST:PORT")
         return ListenSpec("ws", host=host.strip("[]"), port=int(port))
     raise ValueError(f"{text!r}: expected ws://HOST:PORT or unix:PATH")
+
+
+def check_listen(text: str, *, allow_remote: bool) -> ListenSpec:
+    """The address parsed and checked before anything starts (ValueError, UnsafeAddress)."""
+    spec = parse_listen(text)
+    if spec.kind == "ws":
+        check_bind_host(spec.host, allow_remote=allow_remote)
+    else:
+        assert spec.path is not None
+        prepare_unix_dir(spec.path)
+    return spec
 
 
 @dataclasses.dataclass
@@ -164,9 +174,3 @@ def _unlink_stale(path: pathlib.Path) -> None:
         raise UnsafeAddress(f"{path}: a daemon is listening there already")
     finally:
         probe.close()
-
-
-def print_listening(listening: Listening) -> None:
-    """The listening line on the real stdout (no protocol runs on it in this mode)."""
-    sys.stdout.write(listening.line() + "\n")
-    sys.stdout.flush()

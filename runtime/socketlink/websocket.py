@@ -14,8 +14,6 @@ frame limit with 1009 (message too big), before any of it reaches the endpoint.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -24,13 +22,13 @@ import trio
 from wsproto.connection import Connection, ConnectionState, ConnectionType
 from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 from wsproto.frame_protocol import CloseReason
+from wsproto.utilities import generate_accept_token
 
 from runtime.socketlink.guard import SUBPROTOCOL, Guard, Refused
 from runtime.socketlink.webpage import Page, find_page
 
 log = logging.getLogger(__name__)
 
-_WS_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
 READ_CHUNK = 65536
 HANDSHAKE_TIMEOUT = 10.0
 MAX_REQUEST_HEAD = 16384
@@ -72,7 +70,7 @@ async def handle_connection(stream: trio.abc.Stream, guard: Guard, serve_link: S
         await _respond(stream, http, 400, b"text/plain", b"WebSocket version 13 only")
         await stream.aclose()
         return
-    accept = base64.b64encode(hashlib.sha1(key.encode() + _WS_GUID).digest())
+    accept = generate_accept_token(key.encode())
     reply = [(b"upgrade", b"websocket"), (b"connection", b"Upgrade"),
              (b"sec-websocket-accept", accept)]
     offered = [p.strip() for value in headers.get("sec-websocket-protocol", [])
