@@ -88,7 +88,7 @@ class SocketClients:
                      handler: Handler, params: Any) -> Any:
         if method not in _UNGATED and not state["initialized"]:
             raise RpcError(ErrorCode.NOT_INITIALIZED, "send initialize first")
-        session_id = getattr(params, "session_id", None)
+        session_id: str | None = getattr(params, "session_id", None)
         if method in _FOLLOWED_BY_PARAMS and session_id is not None \
                 and method != "session.close":
             self.hub.follow(session_id, client)  # before a load's replay
@@ -96,7 +96,7 @@ class SocketClients:
         if method == "initialize":
             state["initialized"] = True
         elif method == "session.new":
-            self.hub.follow(result.session_id, client)
+            self.hub.follow(getattr(result, "session_id"), client)  # noqa: B009 -- typed Struct
         elif method == "session.close" and session_id is not None:
             self.hub.forget_session(session_id)
         return result

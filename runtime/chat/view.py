@@ -23,6 +23,7 @@ from protocol.messages.events import (
     AssistantMessageEvent,
     HookDecisionEvent,
     SessionMeta,
+    StopWaitingEvent,
     ToolAbortEvent,
     ToolCallEvent,
     ToolProgressEvent,
@@ -156,6 +157,8 @@ class ChatView:
             return self._result(event, now)
         if isinstance(event, HookDecisionEvent):
             return self._hook(event)
+        if isinstance(event, StopWaitingEvent):  # sent on socket links only (issue 27)
+            return []
         return self._turn_end(event, now)
 
     def _hook(self, event: HookDecisionEvent) -> Lines:

@@ -108,7 +108,7 @@ class SocketListener:
         listeners = await trio.open_tcp_listeners(self.spec.port, host=self.spec.host)
         port = listeners[0].socket.getsockname()[1]
         host = self.spec.host if ":" not in self.spec.host else f"[{self.spec.host}]"
-        names = ("127.0.0.1", "localhost", "[::1]")
+        names: tuple[str, ...] = ("127.0.0.1", "localhost", "[::1]")
         if host not in names:
             names = (*names, host)
         token = make_token()

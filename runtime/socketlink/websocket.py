@@ -97,7 +97,7 @@ async def _read_request(stream: trio.abc.Stream, http: h11.Connection) -> h11.Re
             return event
         if event is h11.NEED_DATA:
             data = await stream.receive_some(READ_CHUNK)
-            http.receive_data(data)
+            http.receive_data(bytes(data))
             if not data:
                 return None
         elif isinstance(event, h11.ConnectionClosed):
@@ -169,7 +169,7 @@ class WebSocketStream(trio.abc.HalfCloseableStream):
                 if not data:
                     self._eof = True
                     break
-                self._ws.receive_data(data)
+                self._ws.receive_data(bytes(data))
         if not self._ready:
             return b""
         size = len(self._ready) if max_bytes is None else min(max_bytes, len(self._ready))

@@ -67,7 +67,7 @@ async def test_a_session_outlives_its_client_and_attach_replays_it(
         # The replay: everything durable so far, then live events to the turn's end.
         end = await second.next_matching(is_event("turn/end"), within=30)
         assert end["params"]["event"]["end"]["kind"] == "completed"
-        seen = kinds(second.seen) + ["turn/end"]
+        seen = [*kinds(second.seen), "turn/end"]
         assert seen.index("turn/start") < seen.index("tool/call") < seen.index("tool/result")
         assert (workspace / "out.txt").read_text() == "done\n"  # the turn ran on
         # A third client attaching after a seq gets only what follows it.
