@@ -93,6 +93,17 @@ class SessionInfo(Struct, frozen=True):
     """Why its log cannot be read (``session.load`` fails until it is repaired; see
     docs/operations.md); null for a readable log. For a log whose first line is unreadable
     too, ``workspace`` is empty and ``createdAt`` is the file's modification time."""
+    title: str | None = None
+    """For a session picker: the first prompt's first line, shortened to 80 characters
+    (absent before the first prompt)."""
+    last_activity: float | None = None
+    """When its log was last written (Unix seconds)."""
+    turns: int = 0
+    """Top-level turns it has begun (absent: none)."""
+    running: bool = False
+    """A turn is running or queued (absent: no)."""
+    stopping: bool = False
+    """A stop of its turn is waiting for calls to settle (absent: no)."""
 
 
 class SessionListResult(Struct, frozen=True):

@@ -186,3 +186,37 @@ async def test_stop_waiting_and_agent_force_on_a_cancel_ignoring_plugin(
         assert again["error"]["code"] == -32001 or "error" in again
         await client.aclose()
         await other.aclose()
+
+
+async def test_session_list_has_what_a_picker_shows(marked: Marked, tmp_path: pathlib.Path
+                                                    ) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    long_line = "Refactor " + "the parser " * 20
+    script = [[bash("b1", "sleep 1")], [{"text": "one"}], [{"text": "two"}]]
+    async with listening_daemon(marked.env(), "ws://127.0.0.1:0", tmp=tmp_path) as daemon:
+        client = await client_of(daemon.port, daemon.token)
+        new = await client.call("session.new", {
+            "workspace": str(workspace), "permissionMode": "auto",
+            "provider": {"kind": "scripted", "script": script}})
+        sid = new["result"]["sessionId"]
+        (fresh,) = (await client.call("session.list"))["result"]["sessions"]
+        assert "title" not in fresh and "turns" not in fresh and "running" not in fresh
+        await client.send({"jsonrpc": "2.0", "id": 700, "method": "agent.prompt",
+                           "params": {"sessionId": sid, "text": f"\n  {long_line}\nmore"}})
+        await client.next_matching(is_event("tool/started", callId="b1"))
+        (busy,) = (await client.call("session.list"))["result"]["sessions"]
+        assert busy["running"] is True and busy["turns"] == 1
+        assert busy["title"].startswith("Refactor the parser") and busy["title"].endswith("…")
+        assert len(busy["title"]) <= 80
+        await client.answer(700, within=30)
+        second = await client.call("agent.prompt", {"sessionId": sid, "text": "next one"})
+        assert "result" in second
+        (idle,) = (await client.call("session.list"))["result"]["sessions"]
+        assert idle["turns"] == 2 and "running" not in idle and idle["title"] == busy["title"]
+        assert idle["lastActivity"] >= idle["createdAt"] > 0
+        assert "result" in await client.call("session.close", {"sessionId": sid})
+        (closed,) = (await client.call("session.list"))["result"]["sessions"]
+        assert closed["loaded"] is False and closed["turns"] == 2
+        assert closed["title"] == busy["title"]
+        await client.aclose()
