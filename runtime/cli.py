@@ -146,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="allow --listen on a non-loopback address")
     serve.add_argument("--web", action="store_true",
                        help="with --listen ws://...: serve the browser client too")
+    sub.add_parser("web", add_help=False,
+                   help="serve --listen ws://127.0.0.1:0 --web: the daemon with its browser "
+                        "client; open the printed URL (other serve options apply)")
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
     sub.add_parser("ops", add_help=False,
                    help="find running daemons and act on their sessions (quiesce ops --help)")
@@ -158,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--keep", action="store_true", help="keep the workspace afterwards")
     args, rest = parser.parse_known_args(argv)
 
+    if args.command == "web":
+        return main(["serve", "--listen", "ws://127.0.0.1:0", "--web", *rest])
     if args.command == "host":
         from host.main import main as host_main
 
