@@ -179,7 +179,13 @@ class SocketClients:
             requests = self._daemon._requests
             if requests is None:
                 continue
-            for session in requests.sessions.all():
+            sessions = requests.sessions.all()
+            gone = set(self._waiting) - {s.session_id for s in sessions}
+            for sid in gone:  # closed while a stop waited: nothing left to tell
+                del self._waiting[sid]
+            for key in [k for k in self._since if k[0] in gone]:
+                del self._since[key]
+            for session in sessions:
                 sid = session.session_id
                 calls = self._waiting_calls(session)
                 if calls == self._waiting.get(sid, ()):
