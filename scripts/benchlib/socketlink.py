@@ -242,11 +242,11 @@ def socket_section(series: dict[str, Series]) -> list[str]:
     out = ["## The client link over stdio, a WebSocket and a Unix socket", "",
            "Same run, one daemon per transport, byte-level clients (issue 27: "
            "`quiesce serve --listen`).", "",
-           "| row | n | median | p90 | min | max | unit |", "|---|---:|---:|---:|---:|---:|---|"]
+           "| row | unit | n | median | p90 | min | max |", "|---|---|---:|---:|---:|---:|---:|"]
     for s in rows:
-        out.append(f"| {s.title} | {s.n} | {num(s.median, s.unit)} | "
+        out.append(f"| {s.title} | {s.unit} | {s.n} | {num(s.median, s.unit)} | "
                    f"{num(s.p(90), s.unit)} | {num(min(s.samples, default=None), s.unit)} | "
-                   f"{num(max(s.samples, default=None), s.unit)} | {s.unit} |")
+                   f"{num(max(s.samples, default=None), s.unit)} |")
     stdio, ws = series.get("socket-stop-stdio"), series.get("socket-stop-ws")
     if stdio is not None and ws is not None and stdio.n and ws.n:
         gap = ws.median - stdio.median
