@@ -10,13 +10,15 @@ import functools
 import json
 import os
 import pathlib
+import sys
 
 import pytest
 import trio
 
 from tests.conftest import Marked
 from tests.e2e.browser import CHROMIUM, Page, headless_chromium
-from tests.e2e.socketclient import listening_daemon
+from tests.e2e.socketclient import INIT, listening_daemon, ws_connect
+from tests.plugins.support import SERVER, wait_file
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(not os.path.exists(CHROMIUM),
@@ -145,3 +147,54 @@ async def test_the_browser_client_runs_stops_and_reattaches(
     log = daemon.stderr_path.read_text()
     assert "403 no token" in log
     assert f"Origin 'http://127.0.0.1:{other_port}' is not allowed" in log
+
+
+async def test_the_page_shows_what_a_stop_waits_on_and_forces_it(
+        marked: Marked, tmp_path: pathlib.Path) -> None:
+    """A plugin call that ignores the cancel: the page stays "Stopping…", lists the call
+    it waits on with its class, and its Force button settles the stop."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    script = [[{"toolCall": {"id": "w1", "name": "mcp__tools__wait_stubbornly", "args": {}}}],
+              [{"text": "never"}]]
+    env = marked.env(QUIESCE_PLUGIN_QUIET_WINDOW="0.5")
+    async with listening_daemon(env, "ws://127.0.0.1:0", "--web", tmp=tmp_path) as daemon, \
+            headless_chromium(marked.env()) as browser:
+        assert daemon.url is not None
+        # Another window (a native client) opened the session and prompted it.
+        native = await ws_connect(daemon.port, token=daemon.token)
+        assert "result" in await native.call("initialize", INIT)
+        new = await native.call("session.new", {
+            "workspace": str(workspace), "permissionMode": "auto",
+            "provider": {"kind": "scripted", "script": script},
+            "mcpServers": [{"name": "tools", "command": sys.executable,
+                            "args": [str(SERVER)]}]}, within=60)
+        sid = new["result"]["sessionId"]
+        await native.send({"jsonrpc": "2.0", "id": 900, "method": "agent.prompt",
+                           "params": {"sessionId": sid, "text": "wait for it"}})
+        await wait_file(workspace / "started-stubbornly", within=30)
+
+        page = await browser.new_page(daemon.url)
+        await page.wait_for("document.body.dataset.state === 'connected'")
+        item = f"#session-list [data-session='{sid}']"
+        await page.wait_for(f"(document.querySelector({json.dumps(item)}) || {{}})"
+                            f".textContent?.includes('wait for it')")  # the picker's title
+        await click(page, item)
+        await page.wait_for(f"document.body.dataset.attached === '{sid}'")
+        await page.wait_for("!!document.querySelector('[data-call=w1]')")
+        await click(page, "#stop")
+        waiting = await page.wait_for(
+            "(document.querySelector('#waiting-list [data-call=w1]') || {}).textContent")
+        assert "mcp__tools__wait_stubbornly" in waiting and "plugin" in waiting
+        assert await page.evaluate("document.getElementById('waiting').hidden") is False
+        await trio.sleep(1.0)  # the plugin ignores the cancel: the stop still waits
+        assert await text_of(page, "#stop") == "Stopping…"
+        assert not await page.evaluate("!!document.querySelector('.timeline')")
+        await click(page, "#waiting-list [data-call=w1] .force")
+        timeline = await page.wait_for(
+            "(document.querySelector('.timeline') || {}).textContent")
+        assert "Stop: aborted" in timeline and "w1" in timeline and "ABORTED" in timeline
+        await page.wait_for("document.getElementById('waiting').hidden")
+        answer = await native.answer(900, within=30)
+        assert answer["result"]["stopReason"] == "cancelled"
+        await native.aclose()
