@@ -52,12 +52,16 @@ class Listening:
 
 
 @asynccontextmanager
-async def listening_daemon(env: Mapping[str, str], listen: str, *extra: str,
+async def listening_daemon(env: Mapping[str, str], listen: str | None, *extra: str,
                            tmp: pathlib.Path) -> AsyncIterator[Listening]:
+    """``quiesce serve --listen LISTEN EXTRA...``; with ``listen`` None, ``quiesce EXTRA``
+    (``quiesce web ...``)."""
     stderr_path = tmp / "daemon.stderr"
+    command = (serve_command("--listen", listen, *extra) if listen is not None
+               else [*serve_command()[:-1], *extra])
     with open(stderr_path, "wb") as stderr:
         process = await trio.lowlevel.open_process(
-            serve_command("--listen", listen, *extra), stdin=subprocess.DEVNULL,
+            command, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=stderr, env=dict(env))
     try:
         assert process.stdout is not None

@@ -166,3 +166,30 @@ async def test_unix_socket_dir_open_to_others_refused(marked: Marked, tmp_path: 
     sock_dir.chmod(0o755)
     done = await serve_fails(marked.env(), "--listen", f"unix:{sock_dir}/q.sock")
     assert done.returncode == 2 and b"must be 0700" in done.stderr, done.stderr
+
+
+async def test_quiesce_web_serves_the_page_with_a_strict_csp(marked: Marked,
+                                                             tmp_path: pathlib.Path) -> None:
+    async with listening_daemon(marked.env(), None, "web", tmp=tmp_path) as daemon:
+        assert daemon.listen.startswith("ws://127.0.0.1:") and daemon.url is not None
+        pages = {}
+        for path in ("/", "/app.js", "/app.css", "/nope", "/../pyproject.toml"):
+            stream = await trio.open_tcp_stream("127.0.0.1", daemon.port)
+            await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{daemon.port}"
+                                  f"\r\n\r\n".encode())
+            reply = b""
+            with trio.fail_after(10):
+                while chunk := await stream.receive_some(65536):
+                    reply += chunk
+            await stream.aclose()
+            pages[path] = reply
+        head, _, body = pages["/"].partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and b"<script src=\"/app.js\"" in body
+        headers = head.lower()
+        assert b"content-security-policy: default-src 'none'; script-src 'self';" in headers
+        assert b"frame-ancestors 'none'" in headers and b"set-cookie" not in headers
+        assert b"<script>" not in body and b"http" not in body.split(b"<body>")[1]  # no CDN
+        assert pages["/app.js"].startswith(b"HTTP/1.1 200")
+        assert b"text/javascript" in pages["/app.js"].split(b"\r\n\r\n")[0]
+        assert pages["/nope"].startswith(b"HTTP/1.1 404")
+        assert pages["/../pyproject.toml"].startswith(b"HTTP/1.1 404")
