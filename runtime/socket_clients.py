@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from protocol.errors import ErrorCode, RpcError
-from protocol.messages.client import SessionEventParams
+from protocol.messages.client import SessionEventParams, SessionLoadResult
 from protocol.messages.events import StopWaitingEvent, WaitingCall
 from protocol.messages.renderer import (
     AgentForceParams,
@@ -89,6 +89,10 @@ class SocketClients:
         if method not in _UNGATED and not state["initialized"]:
             raise RpcError(ErrorCode.NOT_INITIALIZED, "send initialize first")
         session_id: str | None = getattr(params, "session_id", None)
+        if method == "session.load" and session_id is not None:
+            loaded = self._replay_loaded(client, session_id)
+            if loaded is not None:
+                return loaded
         if method in _FOLLOWED_BY_PARAMS and session_id is not None \
                 and method != "session.close":
             self.hub.follow(session_id, client)  # before a load's replay
@@ -100,6 +104,18 @@ class SocketClients:
         elif method == "session.close" and session_id is not None:
             self.hub.forget_session(session_id)
         return result
+
+    def _replay_loaded(self, client: Endpoint, session_id: str) -> SessionLoadResult | None:
+        """``session.load`` of a session loaded already and not busy loading or closing:
+        its replay goes to this client only (the daemon's own replay would go to every
+        client following it). None: the daemon's ``session.load`` does it."""
+        requests = self._daemon.requests
+        session = requests.sessions.find(session_id)
+        if session is None or session.closing or requests.sessions.lock(session_id).locked():
+            return None
+        self.attach(client, SessionAttachParams(session_id))
+        return SessionLoadResult(session_id, session.workspace,
+                                 len(session.agent.journal.events), False)
 
     def _attach_for(self, client: Endpoint) -> Callable[[SessionAttachParams], Any]:
         async def attach(params: SessionAttachParams) -> SessionAttachResult:

@@ -128,6 +128,19 @@ async def test_two_clients_one_permission_prompt(marked: Marked, tmp_path: pathl
         result = await two.next_matching(is_event("tool/result", callId="b1"))
         assert result["params"]["event"]["isError"] is False
         assert (workspace / "allowed.txt").read_text() == "allowed\n"
+        # A session.load of the loaded session replays it to that client only.
+        for quiet in (one, two):  # whatever of the turn is still unread
+            with trio.move_on_after(0.3):
+                while True:
+                    await quiet.receive()
+            quiet.seen.clear()
+            quiet.messages.clear()
+        loaded = await two.call("session.load", {"sessionId": sid})
+        replayed = kinds(two.seen)
+        assert loaded["result"]["events"] == len(replayed) and "turn/end" in replayed
+        with trio.move_on_after(0.5):
+            extra = await one.receive()
+            raise AssertionError(f"the other client was sent the replay: {extra}")
         await one.aclose()
         await two.aclose()
 
