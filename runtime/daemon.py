@@ -31,6 +31,7 @@ from protocol.messages.ops import (
     OpsSessionsResult,
     OpsStatsResult,
 )
+from protocol.messages.renderer import AgentForceParams, AgentForceResult
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.version import PROTOCOL_VERSION, check_compatible
 from runtime.config_file import default_data_dir
@@ -135,7 +136,14 @@ class Daemon:
     def handlers(self) -> dict[str, Handler]:
         on_sessions = {name: functools.partial(self._on_sessions, attribute)
                        for name, attribute in _SESSION_REQUESTS.items()}
-        return {"initialize": self.initialize, **on_sessions, "shutdown": self.shutdown}
+        return {"initialize": self.initialize, **on_sessions, "agent.force": self._agent_force,
+                "shutdown": self.shutdown}
+
+    async def _agent_force(self, params: AgentForceParams) -> AgentForceResult:
+        from runtime.client_force import agent_force  # the session side's, on first use
+
+        self.requests._require_initialized()
+        return await agent_force(self.requests, params)
 
     async def _on_sessions(self, attribute: str, params: Any) -> Any:
         """A request on sessions, to the session side (made by the first)."""

@@ -11,8 +11,7 @@ one ``Endpoint`` with the daemon's handlers, plus what a renderer needs beside s
   two: the replay and the start of following happen with no await between them).
 - ``stop/waiting``: while a stop waits on calls, the session announces them (checked
   every ``WATCH_INTERVAL``; sent when the list changes, an empty list once it is over).
-- ``agent.force {sessionId, callId?}``: ``quiesce ops force`` on the calls a stop waits
-  on (one, or all of them).
+- ``agent.force`` is the daemon's, on every client link (``runtime/client_force.py``).
 """
 
 from __future__ import annotations
@@ -28,14 +27,9 @@ import trio
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import SessionEventParams, SessionLoadResult
 from protocol.messages.events import StopWaitingEvent, WaitingCall
-from protocol.messages.renderer import (
-    AgentForceParams,
-    AgentForceResult,
-    ForcedCall,
-    SessionAttachParams,
-    SessionAttachResult,
-)
+from protocol.messages.renderer import SessionAttachParams, SessionAttachResult
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
+from runtime.client_force import WaitingRow, waiting_calls
 from runtime.client_hub import ClientHub
 from runtime.shared.rpc import Endpoint, Handler
 
@@ -57,7 +51,7 @@ class SocketClients:
         self._daemon = daemon
         self.hub = ClientHub()
         self._counter = 0
-        self._waiting: dict[str, tuple[tuple[str, str, str, str], ...]] = {}
+        self._waiting: dict[str, tuple[WaitingRow, ...]] = {}
         self._since: dict[tuple[str, str], float] = {}
 
     async def serve_link(self, receive: trio.abc.ReceiveStream,
@@ -74,8 +68,6 @@ class SocketClients:
                 self._gated, client, state, method, handler))
         client.add_handler("session.attach", functools.partial(
             self._gated, client, state, "session.attach", self._attach_for(client)))
-        client.add_handler("agent.force", functools.partial(
-            self._gated, client, state, "agent.force", self.agent_force))
         self.hub.add(client)
         log.info("%s connected", client.name)
         try:
@@ -146,40 +138,10 @@ class SocketClients:
         return SessionAttachResult(session.session_id, session.workspace, journal.last_seq,
                                    agent.busy or bool(agent.inbox), agent.stopping)
 
-    async def agent_force(self, params: AgentForceParams) -> AgentForceResult:
-        session = self._session(params.session_id)
-        ops = self._daemon.requests.ops
-        waiting = [c[0] for c in self._waiting_calls(session)]
-        if params.call_id is not None:
-            targets = [params.call_id]
-        elif not waiting:
-            raise RpcError(ErrorCode.NOT_FOUND,
-                           f"no stop of session {params.session_id} waits on a call")
-        else:
-            targets = waiting
-        out = []
-        for call_id in targets:
-            result = await ops.ops_force(params.session_id, call_id)
-            log.warning("session %s: call %s forced by a client: %s", params.session_id,
-                        call_id, result.detail or result.forced)
-            out.append(ForcedCall(call_id, result.forced, result.detail))
-        return AgentForceResult(tuple(out))
-
     # -- stop/waiting -------------------------------------------------------------
 
-    @staticmethod
-    def _waiting_calls(session: Session) -> tuple[tuple[str, str, str, str], ...]:
-        if not session.agent.stopping:
-            return ()
-        calls = []
-        for tools in session.ops.tools():
-            for call in tools.in_flight():
-                calls.append((call.call_id, call.tool, call.tool_class.value,
-                              call.state.value))
-        return tuple(sorted(calls))
-
     def _waiting_event(self, session: Session,
-                       calls: tuple[tuple[str, str, str, str], ...]) -> StopWaitingEvent:
+                       calls: tuple[WaitingRow, ...]) -> StopWaitingEvent:
         current = session.agent.current_turn
         turn_id = current[0] if current else ""
         now = time.time()
@@ -203,7 +165,7 @@ class SocketClients:
                 del self._since[key]
             for session in sessions:
                 sid = session.session_id
-                calls = self._waiting_calls(session)
+                calls = waiting_calls(session)
                 if calls == self._waiting.get(sid, ()):
                     continue
                 now = time.time()
