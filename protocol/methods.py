@@ -67,6 +67,12 @@ from protocol.messages.ops import (
     OpsTailParams,
     OpsTailResult,
 )
+from protocol.messages.renderer import (
+    AgentForceParams,
+    AgentForceResult,
+    SessionAttachParams,
+    SessionAttachResult,
+)
 from protocol.tools import ToolResult
 
 RequestId = int | str
@@ -177,6 +183,16 @@ CLIENT_TO_RUNTIME = Direction("client → runtime", [
                "idle (else `busy`). agent.abort stops it like a turn (outcome `aborted`, the "
                "history unchanged) and answers once its maintenance/end is durable; prompts "
                "sent meanwhile wait in the inbox."),
+    MethodSpec("session.attach", SessionAttachParams, SessionAttachResult,
+               "Socket link only: replay the session's durable events after `afterSeq` to "
+               "this client as session.event notifications, then stream its live events and "
+               "permission prompts to it (every attached client is asked; the first answer "
+               "wins, the others get permission.withdrawn). The session must be loaded "
+               "(session.load first): NOT_FOUND otherwise. docs/renderers.md."),
+    MethodSpec("agent.force", AgentForceParams, AgentForceResult,
+               "Force the calls a stop of the session waits on (the one named by `callId`, "
+               "else every one): as `quiesce ops force`, each is recorded `forced`, its "
+               "effects unknown. The pending agent.abort then answers."),
     MethodSpec("debug.runTool", DebugRunToolParams, DebugRunToolResult,
                "Run one host tool in a session, outside any turn (debugging aid)."),
     MethodSpec("shutdown", Empty, Empty,

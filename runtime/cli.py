@@ -24,7 +24,14 @@ from runtime.cli_options import (
 from runtime.config_file import positive_float, positive_int
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    import trio
+
+    from runtime.daemon import Daemon
     from runtime.popen_process import PopenProcess
+    from runtime.socketlink.listener import ServeLink
 
 
 def _spawn_host(command: list[str]) -> subprocess.Popen[bytes]:
@@ -87,7 +94,41 @@ async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> N
     # Orphans of a crashed host are re-parented to us and killed by their marker.
     become_subreaper(sweep_orphans=True)
     receive, send = take_stdio()
-    await daemon.serve(receive, send)
+    if args.listen is None:
+        await daemon.serve(receive, send)
+        return
+    await _serve_listening(args, daemon, send)
+
+
+async def _serve_listening(args: argparse.Namespace, daemon: Daemon,
+                           out: trio.abc.SendStream) -> None:
+    """``--listen``: the socket link instead of stdio; where it listens is one JSON line
+    on stdout (docs/renderers.md)."""
+    from runtime.socketlink.listener import Listening, SocketListener, parse_listen
+
+    spec = parse_listen(args.listen)
+
+    def listen(serve_link: ServeLink) -> Callable[..., Any]:
+        return SocketListener(spec, serve_link, max_frame_size=args.max_frame_size,
+                              token_dir=daemon.data_dir, origins=tuple(args.allow_origin),
+                              allow_remote=args.allow_remote, web=args.web).run
+
+    async def announce(listening: Listening) -> None:
+        await out.send_all(listening.line().encode() + b"\n")
+
+    await daemon.serve_listening(listen, announce)
+
+
+def _check_listen(serve: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from runtime.socketlink.guard import UnsafeAddress
+    from runtime.socketlink.listener import check_listen
+
+    try:
+        check_listen(args.listen, allow_remote=args.allow_remote)
+    except (ValueError, UnsafeAddress, OSError) as exc:
+        serve.error(f"--listen: {exc}")
+    if args.web and not args.listen.startswith("ws://"):
+        serve.error("--web needs --listen ws://HOST:PORT")
 
 
 DESCRIPTION = ("quiesce: an agent runtime in which a stop means stopped. Commands: serve "
@@ -152,6 +193,20 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--max-steps", type=positive_int,
                        help="model steps a turn may take before it ends max_steps (default 100)")
     add_trust_options(serve)
+    serve.add_argument("--listen", metavar="ADDRESS",
+                       help="serve the client link on ws://HOST:PORT (PORT 0 picks one) or "
+                            "unix:PATH instead of stdio; prints where as a JSON line "
+                            "(docs/renderers.md)")
+    serve.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                       help="a browser origin allowed on the WebSocket beside our own "
+                            "(repeatable)")
+    serve.add_argument("--allow-remote", action="store_true",
+                       help="allow --listen on a non-loopback address")
+    serve.add_argument("--web", action="store_true",
+                       help="with --listen ws://...: serve the browser client too")
+    sub.add_parser("web", add_help=False,
+                   help="serve --listen ws://127.0.0.1:0 --web: the daemon with its browser "
+                        "client; open the printed URL (other serve options apply)")
     sub.add_parser("host", help="run a host process on stdin/stdout (started by serve)")
     sub.add_parser("ops", add_help=False,
                    help="find running daemons and act on their sessions (quiesce ops --help)")
@@ -164,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--keep", action="store_true", help="keep the workspace afterwards")
     args, rest = parser.parse_known_args(argv)
 
+    if args.command == "web":
+        return main(["serve", "--listen", "ws://127.0.0.1:0", "--web", *rest])
     if args.command == "host":
         from host.main import main as host_main
 
@@ -221,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
             args.host_command = host_command(host_config_json(config_raw))
         except ConfigError as exc:
             serve.error(str(exc))
+        if args.listen is not None:  # refused before a host is started
+            _check_listen(serve, args)
         # First, before any heavy import: the host's imports then run beside ours.
         host = _spawn_host(args.host_command)
         try:

@@ -34,6 +34,7 @@ from protocol.messages.ops import (
     OpsSessionsResult,
     OpsStatsResult,
 )
+from protocol.messages.renderer import AgentForceParams, AgentForceResult
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.version import PROTOCOL_VERSION, check_compatible
 from runtime.config_file import default_data_dir
@@ -56,6 +57,8 @@ if TYPE_CHECKING:  # the session side is imported on its first use (``Daemon.req
     from runtime.hooks.config import HookConfig
     from runtime.session_requests import SessionRequests
     from runtime.sessions import Session, SessionStore
+    from runtime.socket_clients import SocketClients
+    from runtime.socketlink.listener import Listening, ServeLink
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +119,8 @@ class Daemon:
         self._closing = False
         """Set by ``shutdown`` (at its effect) or the end of input: later requests are
         refused."""
+        self.socket_clients: SocketClients | None = None
+        """Set while serving a socket link (``serve_listening``) instead of stdio."""
 
     @property
     def requests(self) -> SessionRequests:
@@ -127,6 +132,8 @@ class Daemon:
             requests.closing = self._closing
             requests.client = self._client
             requests.nursery = self._nursery
+            if self.socket_clients is not None:
+                requests.caught_up = self.socket_clients.hub.caught_up
         return self._requests
 
     @property
@@ -143,7 +150,14 @@ class Daemon:
     def handlers(self) -> dict[str, Handler]:
         on_sessions = {name: functools.partial(self._on_sessions, attribute)
                        for name, attribute in _SESSION_REQUESTS.items()}
-        return {"initialize": self.initialize, **on_sessions, "shutdown": self.shutdown}
+        return {"initialize": self.initialize, **on_sessions, "agent.force": self._agent_force,
+                "shutdown": self.shutdown}
+
+    async def _agent_force(self, params: AgentForceParams) -> AgentForceResult:
+        from runtime.client_force import agent_force  # the session side's, on first use
+
+        self.requests._require_initialized()
+        return await agent_force(self.requests, params)
 
     async def _on_sessions(self, attribute: str, params: Any) -> Any:
         """A request on sessions, to the session side (made by the first)."""
@@ -188,6 +202,44 @@ class Daemon:
                 # Running handlers answer (turns are settled, the host is gone), then
                 # the writer drains; past the deadline they are cancelled.
                 client_nursery.cancel_scope.deadline = trio.current_time() + DRAIN_TIMEOUT
+            nursery.cancel_scope.cancel()
+        log.info("daemon stopped")
+
+    async def serve_listening(
+            self, listen: Callable[[ServeLink], Callable[..., Any]],
+            announce: Callable[[Listening], Any]) -> None:
+        """Serve a socket link (``quiesce serve --listen``) instead of stdio: any number of
+        clients, none of whose departure stops anything (``runtime/socket_clients.py``).
+        ``listen(serve_link)`` is the listener's ``run``; ``announce`` is given where it
+        listens. A signal or a client's ``shutdown`` ends it as EOF ends stdio."""
+        from runtime.socket_clients import SocketClients
+
+        clients = self.socket_clients = SocketClients(self)
+        self.permissions.hub = clients.hub
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            if self._requests is not None:
+                self._requests.nursery = nursery
+                self._requests.caught_up = clients.hub.caught_up
+            nursery.start_soon(self._shutdown_on_signal)
+            await nursery.start(self.host.run)
+            try:
+                await nursery.start(self.ops_server.serve)
+            except (UnsafeRunDir, OSError) as exc:  # raised before it listens
+                log.error("ops control socket disabled: %s", exc)
+            async with trio.open_nursery() as links:
+                listening = await links.start(listen(clients.serve_link))
+                await announce(listening)
+                links.start_soon(clients.watch_stops)
+                await self._shutdown.wait()
+                await self._quiesce()
+                # Answers still running are written (each client's link ends once they
+                # are); past the deadline they are cancelled.
+                with trio.move_on_after(DRAIN_TIMEOUT):
+                    for client in list(clients.hub.clients):
+                        client.stop_reading()
+                    await clients.hub.all_gone()
+                links.cancel_scope.cancel()
             nursery.cancel_scope.cancel()
         log.info("daemon stopped")
 
@@ -244,7 +296,10 @@ class Daemon:
 
     def _announce(self, session_id: str, event: AnnouncedEvent) -> None:
         self.requests.ops.announce(session_id, event)
-        if self._client is not None:
+        if self.socket_clients is not None:
+            self.socket_clients.hub.notify_session(
+                session_id, "session.event", SessionEventParams(session_id, event))
+        elif self._client is not None:
             self._client.notify("session.event", SessionEventParams(session_id, event))
 
     def _on_tool_output(self, params: ToolsOutputParams | ToolsStartedParams) -> None:

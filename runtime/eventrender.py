@@ -28,6 +28,7 @@ from protocol.messages.events import (
     MaintenanceStart,
     ModelUsageEvent,
     SessionMeta,
+    StopWaitingEvent,
     TokenUsage,
     ToolAbortEvent,
     ToolCallEvent,
@@ -145,6 +146,11 @@ def render(event: AnnouncedEvent) -> EventRecord:
         return EventRecord(kind, turn, f"{label}{error}, stop reason {event.stop_reason}",
                            label=label, text=event.end.error or "",
                            cause=reason.kind if reason is not None else "?")
+    if isinstance(event, StopWaitingEvent):
+        waits = ", ".join(f"{c.call_id} {c.tool} ({c.tool_class}, {c.state})"
+                          for c in event.calls)
+        return EventRecord(kind, turn, f"stop waits on {waits}" if waits else
+                           "stop waits on no call")
     if isinstance(event, HookDecisionEvent):
         why = f": {_snippet(event.reason)}" if event.reason else ""
         return EventRecord(kind, turn, f"{event.call_id} {event.event}[{event.index}] "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -27,6 +28,9 @@ from protocol.messages.host import (
     PermissionWithdrawnParams,
 )
 from runtime.shared.rpc import ConnectionClosed, Endpoint, effect_taken
+
+if TYPE_CHECKING:
+    from runtime.client_hub import ClientHub
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,8 @@ def client_params(params: PermissionRequestParams) -> ClientPermissionRequestPar
 class PermissionRelay:
     def __init__(self) -> None:
         self.client: Endpoint | None = None
+        self.hub: ClientHub | None = None
+        """On a socket link: the prompt goes to its session's clients, first answer wins."""
         self._pending: dict[str, trio.CancelScope] = {}
         self._calls: dict[str, str] = {}  # request id -> host call id
         # Withdrawals read before their request (the host withdrew a prompt it had not
@@ -55,7 +61,7 @@ class PermissionRelay:
         client = self.client
         if self._withdrawn_early.pop(params.request_id, 0) is None:
             raise RpcError(ErrorCode.PERMISSION_WITHDRAWN, f"{params.request_id} was withdrawn")
-        if client is None:
+        if client is None and self.hub is None:
             return PermissionRequestResult("deny")
         with trio.CancelScope() as scope:
             self._pending[params.request_id] = scope
@@ -63,6 +69,9 @@ class PermissionRelay:
             # Registered, so a withdrawal now finds it: the host link may read on (its
             # reader must never wait on this prompt, which may wait for ever below).
             effect_taken()
+            if self.hub is not None:  # withdrawn (cancelled), the hub tells its clients
+                return await self.hub.ask(client_params(params))
+            assert client is not None
             try:
                 answer: PermissionRequestResult = await client.request(
                     "permission.request", client_params(params))

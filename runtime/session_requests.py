@@ -16,7 +16,7 @@ import functools
 import itertools
 import logging
 import pathlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -98,6 +98,8 @@ class SessionRequests:
         self.initialized = False
         """Set by the daemon's ``initialize``: until then every request here is refused."""
         self.client: Endpoint | None = None
+        self.caught_up: Callable[[], Awaitable[None]] | None = None
+        """Without a stdio client (a socket link): every socket client caught up."""
         self.nursery: trio.Nursery | None = None
         """Where the sessions' agents run: the daemon's, while it serves."""
         self._debug_ids = itertools.count(1)
@@ -143,15 +145,17 @@ class SessionRequests:
             return
         session = life.session
         session.agent.stuck_after = self.stuck_after
-        if self.client is not None:
-            session.agent.before_turn = functools.partial(self._before_turn, self.client,
+        caught_up = self.client.caught_up if self.client is not None else self.caught_up
+        if caught_up is not None:
+            session.agent.before_turn = functools.partial(self._before_turn, caught_up,
                                                           session)
         session.agent.on_step = session.ops.plan_step
         session.agent.hold_turn = functools.partial(self.tools.hold, session)
         session.agent.on_stop = self.ops.record_stop
         life.start_agent(self.nursery)
 
-    async def _before_turn(self, client: Endpoint, session: Session) -> None:
+    async def _before_turn(self, caught_up: Callable[[], Awaitable[None]],
+                           session: Session) -> None:
         """A turn's first step waits until the client link has taken every frame it read,
         and every request on the session has taken its effect (unless the turn is being
         stopped already): a stop written right behind its prompt stops it before a tool."""
@@ -159,7 +163,7 @@ class SessionRequests:
         # a stop from elsewhere (an operator, shutdown's dispose) must not wait for it.
         while not session.agent.stopping:
             with trio.move_on_after(STOPPING_POLL):
-                await client.caught_up()
+                await caught_up()
                 break
         await self.order.quiet(session.session_id, lambda: session.agent.stopping)
 

@@ -44,6 +44,7 @@ from runtime.agent.journal import Journal
 from runtime.agent.turn import TurnConfig
 from runtime.ops_view import SessionOpsView
 from runtime.providers.base import Provider
+from runtime.session_picker import picker_fields
 from runtime.sessionlog import (
     LogContents,
     SessionBusy,
@@ -83,9 +84,14 @@ class Session:
     subagents share: nothing of a turn reaches a host started after its own died."""
 
     def info(self) -> SessionInfo:
+        agent = self.agent
         return SessionInfo(self.session_id, self.workspace, self.permission_mode,
                            self.created_at, usage=self.agent.usage,
-                           phase=self.agent.machine.phase.kind.value)
+                           phase=self.agent.machine.phase.kind.value,
+                           **picker_fields(
+                               agent.journal.events, agent.journal.log_path,
+                               running=agent.busy or bool(agent.inbox),
+                               stopping=agent.stopping))
 
 
 @dataclass(frozen=True)
@@ -314,7 +320,8 @@ class SessionStore:
                                    meta.permission_mode,  # type: ignore[arg-type]
                                    meta.created_at, loaded=False,
                                    interrupted=bool(contents.open_turns()),
-                                   usage=usage_sum(contents.events))
+                                   usage=usage_sum(contents.events),
+                                   **picker_fields(contents.events, path))
             self._listing[path] = (key, info)
         # A session open in another daemon is running there, not interrupted.
         if info.interrupted and is_live_elsewhere(path):

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
-from benchlib import growth, link, micro, profiling
+from benchlib import growth, link, micro, profiling, socketlink
 from benchlib.harness import MARK_VAR, kill_all, marked, open_bench
 from benchlib.machine import Machine
 from benchlib.plot import plot_growth
@@ -135,6 +135,9 @@ async def run_groups(args: argparse.Namespace, workdir: pathlib.Path, mark: str,
         ("client link: debug.runTool and session.list, 64 in flight",
          lambda: linked(link.client_link, env)),
         ("MCP SDK peer: round trip, throughput, start-up", lambda: linked(link.mcp_peer)),
+        ("socket link: stdio, WebSocket and Unix socket; stops over each",
+         lambda: socketlink.socket_links(p.calls, p.warmup, p.flood_calls,
+                                         3 if args.quick else args.repeat, workdir, env)),
         ("quiesce start-up", lambda: linked(link.quiesce_startup, env)),
         ("start-up parts: interpreter and imports", lambda: linked(link.startup_parts, env)),
         ("growth: stops with 1 to 1,000 calls in flight", grown),

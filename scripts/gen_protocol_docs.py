@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write docs/protocol.md from protocol/'s types; with --check, fail if it is stale."""
+"""Write docs/protocol.md and docs/protocol.schema.json (JSON Schema) from protocol/'s
+types; with --check, fail if either is stale."""
 
 from __future__ import annotations
 
@@ -8,22 +9,26 @@ import pathlib
 import sys
 
 from protocol.docs import render
+from protocol.schema import render_schema
 
 TARGET = pathlib.Path(__file__).resolve().parent.parent / "docs" / "protocol.md"
 EXAMPLE = TARGET.with_name("protocol-example.jsonl")  # scripts/capture_protocol_example.py
+SCHEMA = TARGET.with_name("protocol.schema.json")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args()
-    text = render(EXAMPLE.read_text())
+    outputs = {TARGET: render(EXAMPLE.read_text()), SCHEMA: render_schema()}
     if args.check:
-        if not TARGET.exists() or TARGET.read_text() != text:
-            print(f"{TARGET} is stale: run scripts/gen_protocol_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    TARGET.write_text(text)
+        stale = [path for path, text in outputs.items()
+                 if not path.exists() or path.read_text() != text]
+        for path in stale:
+            print(f"{path} is stale: run scripts/gen_protocol_docs.py", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in outputs.items():
+        path.write_text(text)
     return 0
 
 

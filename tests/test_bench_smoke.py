@@ -32,7 +32,10 @@ GROUPS = {"floor-pipe-raw", "floor-pipe-epoll", "link-host-stats", "rtt-quiesce"
           "growth-all-10", "startup-python", "startup-import-runtime", "startup-import-host",
           "startup-import-jsonrpcserver", "startup-import-jsonrpcserver-whole",
           "throughput-host-stats", "throughput-runtool", "throughput-session-list",
-          "micro-reader-hop"}
+          "micro-reader-hop",
+          # the client link over stdio, a WebSocket and a Unix socket (issue 27)
+          "socket-rtt-stdio", "socket-rtt-ws", "socket-rtt-unix", "socket-rate-stdio",
+          "socket-rate-ws", "socket-rate-unix", "socket-stop-stdio", "socket-stop-ws"}
 PROFILES = {f"profile-{scenario}-{side}" for side in ("runtime", "host")
             for scenario in ("read-throughput", "client-read")} | {"profile-session-list-runtime"}
 LOAD_BLOCK = "<!-- load:begin -->\n## Load test\nkept as it was\n<!-- load:end -->"

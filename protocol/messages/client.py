@@ -118,6 +118,18 @@ class SessionInfo(Struct, frozen=True):
     phase: Literal["idle", "maintenance", "running"] | None = None
     """The agent's phase, for a session loaded in this daemon (null otherwise)."""
 
+    title: str | None = None
+    """For a session picker: the first prompt's first line, shortened to 80 characters
+    (absent before the first prompt)."""
+    last_activity: float | None = None
+    """When its log was last written (Unix seconds)."""
+    turns: int = 0
+    """Top-level turns it has begun (absent: none)."""
+    running: bool = False
+    """A turn is running or queued (absent: no)."""
+    stopping: bool = False
+    """A stop of its turn is waiting for calls to settle (absent: no)."""
+
 
 class SessionCompactParams(Struct, frozen=True):
     session_id: str

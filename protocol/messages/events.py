@@ -251,4 +251,25 @@ class AssistantDeltaEvent(_Event, frozen=True, tag="assistant/delta"):
     text: str
 
 
-AnnouncedEvent = SessionEvent | ToolAbortEvent | AssistantDeltaEvent | ToolStartedEvent
+class WaitingCall(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fields=True):
+    """One call a stop waits on."""
+
+    call_id: str
+    tool: str
+    tool_class: str = msgspec.field(name="class")
+    state: str
+    """The runtime's state of the call (``aborting``, ``draining``, ``hook``, ...)."""
+    since: float
+    """Wall-clock time (Unix seconds) the stop began waiting on it."""
+
+
+class StopWaitingEvent(_Event, frozen=True, tag="stop/waiting", omit_defaults=False):
+    """A stop waits on these calls (announced, never logged): sent when it starts waiting
+    and whenever the list changes; an empty ``calls`` means it waits on none any more.
+    ``agent.force`` forces them."""
+
+    calls: tuple[WaitingCall, ...]
+
+
+AnnouncedEvent = (SessionEvent | ToolAbortEvent | AssistantDeltaEvent | ToolStartedEvent
+                  | StopWaitingEvent)

@@ -9,6 +9,7 @@ holds exactly what the log holds.
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Callable
 
 from protocol.messages.events import AnnouncedEvent, DurableEvent
@@ -37,6 +38,10 @@ class Journal:
             turn = self.by_turn[event.turn_id] = []
             self.turn_order.append(event.turn_id)
         turn.append(event)
+
+    @property
+    def log_path(self) -> pathlib.Path:
+        return self._log.path
 
     @property
     def last_seq(self) -> int:

@@ -24,6 +24,7 @@ from protocol.messages.events import (
     AssistantMessageEvent,
     HookDecisionEvent,
     SessionMeta,
+    StopWaitingEvent,
     ToolAbortEvent,
     ToolCallEvent,
     ToolProgressEvent,
@@ -161,6 +162,8 @@ class ChatView:
             return self._result(event, now)
         if isinstance(event, HookDecisionEvent):
             return self._hook(event)
+        if isinstance(event, StopWaitingEvent):  # sent on socket links only
+            return []
         if isinstance(event, TurnEnd):
             return self._turn_end(event, now) + turn_usage_lines(event)
         return maintenance_lines(event)

@@ -20,6 +20,7 @@ from benchlib.report_perf import (
     micro_section,
     profile_section,
 )
+from benchlib.socketlink import socket_section
 from benchlib.stats import Series, median_of
 
 GOAL_ROWS = ("stop-", "stream-")
@@ -120,6 +121,7 @@ class Report:
             "",
             *goals_section(self.series),
             *link_sections(self.series),
+            *socket_section(self.series),
             "## Stop latency: `agent.abort` sent until answered",
             "",
             "| scenario | n | median | p90 | min | max | goal | met (median)? | runs within "

@@ -16,6 +16,7 @@ from protocol.messages.events import (
     MaintenanceStart,
     ModelUsageEvent,
     SessionMeta,
+    StopWaitingEvent,
     TokenUsage,
     ToolAbortEvent,
     ToolProgressEvent,
@@ -24,6 +25,7 @@ from protocol.messages.events import (
     TurnEnd,
     TurnOutcome,
     UserMessageEvent,
+    WaitingCall,
 )
 from protocol.messages.ops import OpsEventParams
 from runtime.ops.render import duration, event_line, event_summary, table
@@ -58,6 +60,10 @@ def test_every_event_kind_has_a_summary() -> None:
                                          {"forced": True})) == "c ABORTED forced"
     assert event_summary(TurnEnd(9, "t-7", TurnOutcome("aborted", UserCause()),
                                  "cancelled")) == "aborted (user), stop reason cancelled"
+    assert event_summary(StopWaitingEvent(9, "t-7", (WaitingCall(
+        "w1", "mcp__s__wait", "plugin", "aborting", 1.0),))) == (
+        "stop waits on w1 mcp__s__wait (plugin, aborting)")
+    assert event_summary(StopWaitingEvent(9, "t-7", ())) == "stop waits on no call"
     assert event_summary(HookDecisionEvent(10, "t-7", "c", "pre_tool_use", 1, ("chk",), "deny",
                                            "no rm -rf")) == "c pre_tool_use[1] deny: 'no rm -rf'"
     assert event_summary(ModelUsageEvent(11, "t-7", 2, TokenUsage(1200, 30, 1000))) == (
@@ -78,7 +84,7 @@ def test_the_summary_test_covers_every_announced_kind() -> None:
     covered = {"SessionMeta", "TurnStart", "UserMessageEvent", "AssistantMessageEvent",
                "ToolCallEvent", "ToolProgressEvent", "ToolAbortEvent", "AssistantDeltaEvent",
                "ToolResultEvent", "TurnEnd", "ToolStartedEvent", "HookDecisionEvent",
-               "ModelUsageEvent", "MaintenanceStart", "MaintenanceEnd", "HistoryCompacted"}
+               "ModelUsageEvent", "MaintenanceStart", "MaintenanceEnd", "HistoryCompacted", "StopWaitingEvent"}
     assert {kind.__name__ for kind in typing.get_args(AnnouncedEvent)} == covered
 
 

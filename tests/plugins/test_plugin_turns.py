@@ -203,3 +203,38 @@ async def test_an_embedded_resource_shows_its_text_bounded(tmp_path: pathlib.Pat
         cut = len(whole) - RESOURCE_TEXT
         assert f"[… {cut} more characters of file:///project/notes.txt cut]" in big, big[-300:]
         assert "logo.png, image/png" in big  # the next block is still there
+
+
+async def test_agent_force_on_the_stdio_client_link(tmp_path: pathlib.Path,
+                                                    marked: Marked) -> None:
+    """``agent.force`` (issue 27) does on the client link what ``quiesce ops force`` does:
+    the stop that waits on a cancel-ignoring plugin call settles, the call recorded
+    forced."""
+    from protocol.errors import RemoteError
+    from protocol.messages.renderer import AgentForceParams, AgentForceResult
+
+    script = [[call("w1", "mcp__tools__wait_stubbornly")], [text("after")]]
+    async with agent_daemon(marked, env_extra={"QUIESCE_PLUGIN_QUIET_WINDOW": "0.5"}) as agent:
+        await new_plugin_session(agent, tmp_path, script)
+        with pytest.raises(RemoteError):  # nothing is being stopped: nothing to force
+            await agent.daemon.request("agent.force", AgentForceParams(agent.session_id))
+        aborted = []
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(agent.prompt, "go")
+            server_pid = int(await wait_file(tmp_path / "started-stubbornly"))
+
+            async def abort() -> None:
+                aborted.append(await agent.stop_and_check(within=30))
+
+            nursery.start_soon(abort)
+            await trio.sleep(1.2)
+            assert aborted == [] and alive(server_pid)  # the stop waits on the plugin
+            forced: AgentForceResult = await agent.daemon.request(
+                "agent.force", AgentForceParams(agent.session_id))
+            assert [(c.call_id, c.forced) for c in forced.calls] == [("w1", True)]
+        (stop,) = aborted
+        assert stop.outcome == "aborted"
+        result = agent.results(stop.turn_id or "")["w1"]
+        assert result.code == "ABORTED" and result.details["forced"] is True
+        assert not alive(server_pid)
+        agent.assert_balanced()
