@@ -84,7 +84,8 @@ def test_the_summary_test_covers_every_announced_kind() -> None:
     covered = {"SessionMeta", "TurnStart", "UserMessageEvent", "AssistantMessageEvent",
                "ToolCallEvent", "ToolProgressEvent", "ToolAbortEvent", "AssistantDeltaEvent",
                "ToolResultEvent", "TurnEnd", "ToolStartedEvent", "HookDecisionEvent",
-               "ModelUsageEvent", "MaintenanceStart", "MaintenanceEnd", "HistoryCompacted", "StopWaitingEvent"}
+               "ModelUsageEvent", "MaintenanceStart", "MaintenanceEnd", "HistoryCompacted",
+               "StopWaitingEvent"}
     assert {kind.__name__ for kind in typing.get_args(AnnouncedEvent)} == covered
 
 
