@@ -1,5 +1,5 @@
 """The host's configuration: tool settings, permission and stop timeouts, tombstones,
-admission limits and plugin settings."""
+admission limits, plugin settings and the sandbox (``host.sandbox``)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from host.admission import AdmissionLimits
 from host.plugins import PluginSettings
+from host.sandbox.settings import SandboxSettings
 from host.tools.context import HostToolConfig
 
 
@@ -21,3 +22,5 @@ class HostConfig:
     tombstone_capacity: int = 10_000
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     plugins: PluginSettings = field(default_factory=PluginSettings)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    """The daemon's ``[sandbox]`` table (docs/sandbox.md)."""

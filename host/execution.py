@@ -219,6 +219,7 @@ class Executor:
             env_marker={ENV_MARKER: f"{self.marker_value}:{call.session_id}:{call.call_id}"},
             cgroup_name_of=lambda: call_cgroup_name(self.marker_value, call.session_id,
                                                     call.call_id),
+            sandbox=session.sandbox,
         )
         if call.tool_class in (ToolClass.MUTATING, ToolClass.PLUGIN):
             return await self._awaited(call, spec, args, ctx)

@@ -23,6 +23,7 @@ import msgspec
 import trio
 
 from host.manager import CallManager, HostConfig
+from host.sandbox import guarantees
 from host.tools import TOOLS
 from protocol.causes import DisposedCause
 from protocol.errors import ErrorCode, RemoteError, RpcError
@@ -243,7 +244,8 @@ class HostServer:
                       if c.phase is not None)
         return HostStatsResult(len(m.calls), len(m.tombstones), m.tombstones.expired,
                                m.tombstones.evicted, m.admission.waiting, m.admission.running,
-                               calls, cgroups.mechanism())
+                               calls, cgroups.mechanism(),
+                               guarantees.report(self.manager.config.sandbox))
 
     async def shutdown(self, params: Empty) -> Empty:
         effect_taken()

@@ -11,6 +11,7 @@ import trio
 
 from host.config import HostConfig
 from host.plugins import SessionPlugins, load_servers
+from host.sandbox import SessionSandbox, landlock
 from host.workspace import Workspace
 from protocol.errors import ErrorCode, RpcError
 from protocol.mcp import PluginConfigError
@@ -26,6 +27,7 @@ class HostSession:
     workspace: Workspace
     permission_mode: PermissionMode
     plugins: SessionPlugins
+    sandbox: SessionSandbox
     allowed: set[str] = field(default_factory=set)
     denied: set[str] = field(default_factory=set)
 
@@ -55,6 +57,7 @@ class HostSessions:
             raise RpcError(ErrorCode.INVALID_PARAMS,
                            "workspace must be an absolute path to a directory",
                            {"workspace": workspace})
+        self._check_sandbox()
         try:
             servers = load_servers(workspace, mcp_servers)
         except PluginConfigError as exc:
@@ -71,7 +74,31 @@ class HostSessions:
                 settings=self.config.plugins, nursery=self._nursery,
                 marker=lambda name: (ENV_MARKER,
                                      f"{self.marker_value}:{session_id}:plugin-{name}"))
-        self.by_id[session_id] = HostSession(session_id, Workspace(workspace), mode, plugins)
+        ws = Workspace(workspace)
+        if old is not None and old.sandbox.workspace == str(ws.root):
+            sandbox = old.sandbox
+        else:
+            if old is not None:
+                self._close_sandbox(old.sandbox)
+            sandbox = SessionSandbox(self.config.sandbox, str(ws.root), session_id)
+        self.by_id[session_id] = HostSession(session_id, ws, mode, plugins, sandbox)
+
+    def _check_sandbox(self) -> None:
+        """``required = true`` where the kernel has no Landlock: no session opens."""
+        settings = self.config.sandbox
+        version, why = landlock.abi()
+        if settings.required and settings.mode != "off" and version == 0:
+            raise RpcError(ErrorCode.SANDBOX_UNAVAILABLE,
+                           f"the sandbox is required but unavailable: {why}")
+
+    def _close_sandbox(self, sandbox: SessionSandbox) -> None:
+        """Its rulesets closed and temporary directory removed, on a thread (not awaited:
+        removing a tree is no part of closing a session)."""
+        background = self._background()
+        if background is not None:
+            background.start_soon(trio.to_thread.run_sync, sandbox.close)
+        else:
+            sandbox.close()
 
     async def list_plugins(self, session_id: str) -> PluginsListResult:
         session = self.by_id.get(session_id)
@@ -86,6 +113,7 @@ class HostSessions:
         session = self.by_id.pop(session_id, None)
         task_status.started()
         if session is not None:
+            self._close_sandbox(session.sandbox)
             with trio.CancelScope(shield=True):
                 await session.plugins.close("its session was closed")
 

@@ -34,6 +34,7 @@ class ErrorCode(enum.IntEnum):
     HOST_OVERLOADED = -32016
     HOST_CRASHED = -32017
     PERMISSION_WITHDRAWN = -32018
+    SANDBOX_UNAVAILABLE = -32030
 
 
 ERROR_MESSAGES: dict[ErrorCode, str] = {
@@ -56,6 +57,7 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.HOST_OVERLOADED: "Host overloaded",
     ErrorCode.HOST_CRASHED: "Host crashed",
     ErrorCode.PERMISSION_WITHDRAWN: "Permission request withdrawn",
+    ErrorCode.SANDBOX_UNAVAILABLE: "Sandbox required but unavailable",
 }
 
 

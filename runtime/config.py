@@ -44,6 +44,8 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     system_prompt: str | None = None
     system_prompt_file: str | None = None
     host: dict[str, Any] = msgspec.field(default_factory=dict)
+    sandbox: dict[str, Any] = msgspec.field(default_factory=dict)
+    """Checked by the host (``host.sandbox.settings``), like ``host``."""
     hooks: HooksTable = HooksTable()
     tools: ToolsTable = ToolsTable()
 

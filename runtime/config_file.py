@@ -53,12 +53,19 @@ def read_config_file(option: str | None) -> tuple[pathlib.Path | None, dict[str,
 
 
 def host_config_json(raw: dict[str, Any]) -> str | None:
-    """The ``[host]`` table as the host's ``--config`` argument (``None`` when absent)."""
+    """The ``[host]`` table as the host's ``--config`` argument (``None`` when absent),
+    with the ``[sandbox]`` table as its ``sandbox`` (the host enforces it)."""
     table = raw.get("host")
-    if table is None or table == {}:
+    sandbox = raw.get("sandbox")
+    if (table is None or table == {}) and not sandbox:
         return None
-    if not isinstance(table, dict):
+    if table is not None and not isinstance(table, dict):
         raise ConfigError("'host' must be a table")
+    if sandbox is not None and not isinstance(sandbox, dict):
+        raise ConfigError("'sandbox' must be a table")
+    table = dict(table or {})
+    if sandbox:
+        table["sandbox"] = sandbox
     return json.dumps(table)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import shutil
 
-from host.tools.context import ToolContext
+from host.tools.context import ToolContext, confined
 from host.tools.output import BoundedOutput, TextSink
 from host.tools.process import TreeResult, run_tree
 from protocol.errors import ErrorCode
@@ -58,11 +58,13 @@ async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
     if ctx.stop.is_set():
         return aborted_result(before_dispatch=False, details={"started": False})
     out = BoundedOutput(config.max_output_bytes, ctx.emit_output)
+    sandbox, env = confined(ctx)
     tree = await run_tree(
         [shell(), "-c", args.command], cwd=ctx.workspace.root, stop=ctx.stop,
         limit=timeout_ms / 1000, grace=config.kill_grace, marker=ctx.marker,
-        env_extra=ctx.env_marker, stdout=TextSink("stdout", out), stderr=TextSink("stderr", out),
-        cgroup_name=ctx.cgroup_name, on_stop=ctx.on_stop)
+        env_extra={**ctx.env_marker, **env}, stdout=TextSink("stdout", out),
+        stderr=TextSink("stderr", out), cgroup_name=ctx.cgroup_name, on_stop=ctx.on_stop,
+        confine=sandbox)
     details = _details(tree, out)
     output = out.text()
     if tree.outcome == "stopped":

@@ -9,6 +9,7 @@ import msgspec
 from protocol.causes import Cause, UserCause
 from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig, PluginServerStatus, Struct
+from protocol.sandbox import SandboxReport
 
 CallPhase = Literal["admission", "permission-pending", "running"]  # of a call in flight
 CallState = Literal["tombstoned", CallPhase, "settled"]
@@ -121,6 +122,8 @@ class HostStatsResult(Struct, frozen=True):
     process_isolation: Literal["cgroup", "process-tree"] = "process-tree"
     """How the host attributes processes to calls: a cgroup v2 per tree, or (where it
     cannot make cgroups) ancestry, session and its own records."""
+    sandbox: SandboxReport | None = None
+    """What the sandbox enforces on this kernel, and what it cannot (docs/sandbox.md)."""
 
 
 class ToolsForceParams(Struct, frozen=True):

@@ -8,6 +8,7 @@ import msgspec
 
 from protocol.messages.common import Struct
 from protocol.messages.events import AnnouncedEvent
+from protocol.sandbox import SandboxReport
 
 OpsCallState = Literal["queued", "permission-pending", "running", "aborting", "draining",
                        "hook"]
@@ -87,6 +88,8 @@ class OpsStatsResult(Struct, frozen=True):
     turns_running: int = 0
     """Turns running now; ``turns`` counts only finished ones."""
     process_isolation: str | None = None  # the live host's: "cgroup" or "process-tree"
+    sandbox: SandboxReport | None = None
+    """The live host's sandbox: mechanism, ABI, enforced and degraded guarantees."""
 
 
 class OpsEventParams(Struct, frozen=True):

@@ -1,0 +1,76 @@
+"""Confining a child between fork and exec: no new privileges, (as root) an empty
+capability bounding set, then the Landlock domain of a ruleset built in the parent.
+
+``Confinement`` is what ``host.spawn_start`` is handed: a ruleset descriptor (a
+duplicate the spawn owns and closes) or ``None`` (no Landlock: only no-new-privs and the
+capability drop). ``in_child`` runs in the forked child after it joined its cgroup: only
+resolved libc calls, no allocation that could deadlock.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from dataclasses import dataclass
+
+from host.sandbox import landlock
+from runtime.shared.orphans import _prctl
+
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAPBSET_DROP = 24
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_SET_DUMPABLE = 4
+
+
+@functools.cache
+def _last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as file:
+            return int(file.read())
+    except (OSError, ValueError):
+        return 40
+
+
+@dataclass
+class Confinement:
+    ruleset: int | None
+    """A Landlock ruleset's descriptor owned by this spawn, or ``None``."""
+
+    def close(self) -> None:
+        if self.ruleset is not None:
+            os.close(self.ruleset)
+            self.ruleset = None
+
+
+class ConfineError(OSError):
+    """The child could not be confined: it does not run (fail closed)."""
+
+
+def child_step(confinement: Confinement) -> tuple[object, ...]:
+    """What ``in_child`` needs, resolved in the parent: prctl, the cap range, the fd."""
+    return (_prctl(), _last_cap() if os.geteuid() == 0 else -1, confinement.ruleset)
+
+
+def in_child(prctl: object, last_cap: int, ruleset: int | None) -> None:
+    """Confine the calling (forked) process; raises ``ConfineError`` (the spawn fails)."""
+    call = prctl  # a ctypes function resolved in the parent
+    assert callable(call)
+    if call(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise ConfineError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if last_cap >= 0:  # root: nothing the command execs can hold a capability
+        call(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+        for cap in range(last_cap + 1):
+            if call(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+                raise ConfineError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap})")
+    if ruleset is not None:
+        err = landlock.restrict_self(ruleset)
+        if err:
+            raise ConfineError(err, f"landlock_restrict_self: {os.strerror(err)}")
+
+
+def host_not_dumpable() -> None:
+    """``PR_SET_DUMPABLE 0`` for the host: its ``/proc/PID/{root,cwd,mem,environ}`` are
+    then readable by root with ``CAP_SYS_PTRACE`` only (a confined child has none)."""
+    _prctl()(PR_SET_DUMPABLE, 0, 0, 0, 0)
