@@ -20,6 +20,7 @@ from host.admission import Admission, Overloaded
 from host.calls import Call, CallEvent, CallTable
 from host.config import HostConfig
 from host.permissions import PermissionPort, Verdict, ask, evaluate
+from host.sandbox.asking import must_ask
 from host.sessions import HostSession, HostSessions
 from host.tombstones import TombstoneRegistry
 from host.tools import ToolSpec
@@ -154,6 +155,9 @@ class Executor:
                 verdict = evaluate(session.permission_mode, call.tool, call.tool_class,
                                    session.allowed, session.denied)
                 if force_ask and verdict is Verdict.ALLOW:  # a hook asked: prompt whatever the mode
+                    verdict = Verdict.ASK
+                if verdict is Verdict.ALLOW and must_ask(session.sandbox, call.tool, args,
+                                                         session.allowed):
                     verdict = Verdict.ASK
                 if verdict is Verdict.DENY:
                     return error_result(ErrorCode.TOOL_DENIED,

@@ -57,6 +57,12 @@ class SessionSandbox:
                 self._tmpdir = tempfile.mkdtemp(prefix=f"{self._session_key}-", dir=base_dir())
             return self._tmpdir
 
+    def writable_roots(self) -> list[str]:
+        """Where a confined tool may write (its mode's roots; the temporary directory as
+        ``$TMPDIR``)."""
+        return [("$TMPDIR" if root == self._tmpdir else root) for root in
+                rulesets.writable_roots(self.settings, self.workspace, self._tmpdir or "")]
+
     def env(self) -> dict[str, str]:
         """What a confined process's environment gains: its temporary directory and caches."""
         tmp = self.tmpdir()

@@ -11,13 +11,17 @@ shell exits are killed too: no process outlives its call.
 
 from __future__ import annotations
 
+import logging
 import shutil
 
+from host.sandbox.refusal import refusal
 from host.tools.context import ToolContext, confined
 from host.tools.output import BoundedOutput, TextSink
 from host.tools.process import TreeResult, run_tree
 from protocol.errors import ErrorCode
 from protocol.tools import BashArgs, ToolResult, aborted_result, error_result, ok_result
+
+log = logging.getLogger(__name__)
 
 DETAILS_TAIL_BYTES = 4096
 
@@ -59,6 +63,10 @@ async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
         return aborted_result(before_dispatch=False, details={"started": False})
     out = BoundedOutput(config.max_output_bytes, ctx.emit_output)
     sandbox, env = confined(ctx)
+    if args.sandbox == "off" and sandbox is not None:
+        log.warning("Bash call runs outside the sandbox (the user allowed it): %r",
+                    args.command[:200])
+        sandbox, env = None, {}
     tree = await run_tree(
         [shell(), "-c", args.command], cwd=ctx.workspace.root, stop=ctx.stop,
         limit=timeout_ms / 1000, grace=config.kill_grace, marker=ctx.marker,
@@ -79,5 +87,10 @@ async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
                        _notes(tree, out)))
     status = (f"[exit status {tree.exit_status}]" if tree.exit_status
               else f"[killed by {tree.signal}]" if tree.signal else "")
+    refused = (refusal(ctx.sandbox, output, bool(tree.exit_status or tree.signal))
+               if sandbox is not None and ctx.sandbox is not None else None)
+    if refused is not None:
+        details["sandbox"], line = refused
+        status = _join(status, line)
     text = _join(output, _notes(tree, out), status) or "(no output)"
     return ok_result(text, details=details)

@@ -173,6 +173,9 @@ class HooksRunParams(Struct, frozen=True):
     command: tuple[str, ...]
     input: str
     timeout: float
+    sandbox: bool = True
+    """Run it in the session's sandbox (unless the hook opted out, or the daemon's
+    ``sandbox.hooks`` is false)."""
 
 
 class HooksRunResult(Struct, frozen=True):

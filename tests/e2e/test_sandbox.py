@@ -1,0 +1,271 @@
+"""The sandbox, end to end: escape attempts as real Bash calls of a scripted model against
+the real daemon and host (root here), each expecting its refusal; real work inside
+``workspace-write``; the kernel features masked to show each degradation is reported.
+
+A probe prints ``ESCAPED`` when its attempt worked and ``refused`` (with the error) when it
+did not: every probe must say ``refused``, except the pathname UNIX socket, which Landlock
+only confines from ABI 9 (pinned as the documented degradation).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+
+from runtime.shared import cgroups
+from tests.conftest import Marked
+from tests.e2e.agent_harness import Agent, agent_daemon, call, text
+
+PY = sys.executable
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+
+def _landlock_abi() -> int:
+    from host.sandbox.landlock import kernel_abi
+    return kernel_abi()[0]
+
+
+needs_landlock = pytest.mark.skipif(_landlock_abi() < 6, reason="needs Landlock ABI 6")
+as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+
+
+def _py(code: str) -> str:
+    """A probe in Python: ``ESCAPED`` if ``code`` ran, else ``refused: <error>``."""
+    wrapped = f"try:\n    {code}\n    print('ESCAPED')\nexcept OSError as e:\n" \
+              f"    print('refused:', e)"
+    return f"{PY} -c {_quote(wrapped)}"
+
+
+def _sh(command: str) -> str:
+    """A probe in the shell: ``ESCAPED`` if ``command`` succeeded, else ``refused``."""
+    return f"if {command}; then echo ESCAPED; else echo refused; fi 2>&1"
+
+
+def _quote(s: str) -> str:
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+def _config(tmp_path: pathlib.Path, body: str) -> tuple[str, ...]:
+    path = tmp_path / "quiesce.toml"
+    path.write_text(body)
+    return ("--config", str(path))
+
+
+async def _run_calls(agent: Agent, workspace: pathlib.Path, commands: dict[str, str]
+                     ) -> dict[str, Any]:
+    script = [[call(name, "Bash", command=command) for name, command in commands.items()],
+              [text("done")]]
+    await agent.new_session(workspace, script)
+    with trio.fail_after(120):
+        await agent.prompt("go")
+    return agent.results("t1")
+
+
+def _output(result: Any) -> str:
+    return "".join(getattr(part, "text", "") for part in result.content)
+
+
+@contextlib.contextmanager
+def _listeners() -> Iterator[dict[str, Any]]:
+    """A TCP listener on loopback, an abstract UNIX socket and a pathname one, all in the
+    test (outside any sandbox)."""
+    tcp = socket.socket()
+    tcp.bind(("127.0.0.1", 0))
+    tcp.listen(8)
+    abstract = socket.socket(socket.AF_UNIX)
+    name = f"\0quiesce-sandbox-test-{os.getpid()}"
+    abstract.bind(name)
+    abstract.listen(8)
+    path_sock = socket.socket(socket.AF_UNIX)
+    sock_dir = pathlib.Path(os.environ.get("TMPDIR", "/tmp"))
+    path = str(sock_dir / f"quiesce-sbx-{os.getpid()}.sock")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    path_sock.bind(path)
+    path_sock.listen(8)
+    try:
+        yield {"port": tcp.getsockname()[1], "abstract": name[1:], "path": path}
+    finally:
+        for s in (tcp, abstract, path_sock):
+            s.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+
+@needs_landlock
+@as_root
+async def test_escape_attempts_from_a_sandboxed_bash_are_refused(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    other = tmp_path / "other-session"  # another session's workspace
+    other.mkdir()
+    secret = other / "secret"
+    secret.write_text("other session's file\n")
+    (workspace / "mine").write_text("mine\n")
+    home_probe = pathlib.Path.home() / ".quiesce-sandbox-probe"
+    etc_probe = pathlib.Path("/etc/quiesce-sandbox-probe")
+    cgroup_root = "/sys/fs/cgroup/unified" if os.path.isdir(
+        "/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
+    args = _config(tmp_path, '[sandbox]\nstrict_tmp = true\n')
+    with _listeners() as listen:
+        async with agent_daemon(marked, extra_args=args) as agent:
+            assert agent.daemon.info is not None
+            host = int(agent.daemon.info.capabilities["host"]["pid"])
+            runtime = agent.daemon.process.pid
+            victim = workspace / "victim.pid"
+            own_cgroup = os.path.join(cgroups.own_cgroup_dir() or cgroup_root, "cgroup.procs")
+            probes = {
+                "dotfile": _sh(f"echo x >> {home_probe}"),
+                "etc": _sh(f"touch {etc_probe}"),
+                "other-workspace": _sh(f"echo x >> {secret}"),
+                "rename-out": _sh(f"mv mine {other}/mine"),
+                "symlink-out": _sh(f"ln -s {secret} link && echo x >> link"),
+                "hardlink-in": _sh(f"ln {secret} hard && echo x >> hard"),
+                "mknod": _sh("mknod null2 c 1 3"),
+                "proc-root": _sh(f"ls /proc/{host}/root/ >/dev/null"),
+                "proc-cwd": _sh(f"ls /proc/{host}/cwd/ >/dev/null"),
+                "proc-environ": _sh(f"cat /proc/{host}/environ >/dev/null"),
+                "cgroup-root": _sh(f"echo $$ > {cgroup_root}/cgroup.procs"),
+                "cgroup-own": _sh(f"echo $$ > {own_cgroup}"),
+                "kill-host": _sh(f"kill -CONT {host}"),
+                "kill-runtime": _sh(f"kill -CONT {runtime}"),
+                "ptrace-host": _sh(f"strace -qq -p {host} -e trace=none -o /dev/null "
+                                   "& sleep 0.5; kill %1 2>/dev/null; wait %1"),
+                "ptrace-runtime": _py(
+                    "import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
+                    f"r = libc.ptrace(16, {runtime}, 0, 0); "
+                    "import os; e = ctypes.get_errno(); "
+                    "(_ for _ in ()).throw(OSError(e, os.strerror(e))) if r else None"),
+                "kill-other-call": (
+                    f"while [ ! -s {victim} ]; do sleep 0.02; done; "
+                    + _sh(f"kill -CONT $(cat {victim})")),
+                "victim": f"sleep 30 & echo $! > {victim}; sleep 3; kill %1",
+                "tcp-connect": _py("import socket; socket.create_connection("
+                                   f"('127.0.0.1', {listen['port']}), timeout=3)"),
+                "tcp-bind": _py("import socket; s = socket.socket(); "
+                                "s.bind(('127.0.0.1', 0)); s.listen()"),
+                "abstract-socket": _py("import socket; s = socket.socket(socket.AF_UNIX); "
+                                       f"s.connect('\\0{listen['abstract']}')"),
+                "pathname-socket": _py("import socket; s = socket.socket(socket.AF_UNIX); "
+                                       f"s.connect({listen['path']!r})"),
+                "mount": _sh("mkdir -p m && mount -t tmpfs none m"),
+                "unshare": _sh("unshare -m true"),
+                "chroot": _sh("chroot / true"),
+                "module": _py("import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+                              "r = libc.syscall(176, b'quiesce_no_such_module', 0); "
+                              "e = ctypes.get_errno(); "
+                              "(_ for _ in ()).throw(OSError(e, os.strerror(e))) "
+                              "if e == 1 else None"),  # EPERM refused; ENOENT: it could
+                "hostname": _py("import socket; socket.sethostname(socket.gethostname())"),
+                "fds": "ls /proc/$$/fd | tr '\\n' ' '; echo",
+            }
+            try:
+                results = await _run_calls(agent, workspace, probes)
+            finally:
+                for probe in (home_probe, etc_probe):
+                    with contextlib.suppress(FileNotFoundError):
+                        probe.unlink()
+    out = {name: _output(result) for name, result in results.items()}
+    pinned = {"pathname-socket"}  # reachable below Landlock ABI 9 (docs/sandbox.md)
+    for name in probes:
+        if name in ("fds", "victim", *pinned):
+            continue
+        assert "refused" in out[name] and "ESCAPED" not in out[name], (name, out[name])
+    if _landlock_abi() < 9:
+        assert "ESCAPED" in out["pathname-socket"], out["pathname-socket"]
+    assert secret.read_text() == "other session's file\n"
+    assert (workspace / "mine").exists() and not (workspace / "null2").exists()
+    fds = out["fds"].split()
+    assert set(fds) <= {"0", "1", "2", "255"}, fds  # bash's own script fd at most
+
+
+@needs_landlock
+async def test_real_work_succeeds_inside_workspace_write(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    wheel = _tiny_wheel(tmp_path / "wheels")
+    args = _config(tmp_path, '[sandbox]\nstrict_tmp = true\n')
+    git = ("git init -q . && git -c user.email=a@b -c user.name=a add -A && "
+           "git -c user.email=a@b -c user.name=a commit -qm first && "
+           "git log --oneline | wc -l && echo tmp=$TMPDIR")
+    venv = (f"{PY} -m venv v && v/bin/pip install -q --no-index {wheel} && "
+            "v/bin/python -c 'import quiesce_tiny; print(quiesce_tiny.VALUE)'")
+    async with agent_daemon(marked, extra_args=args) as agent:
+        (workspace / "a.txt").write_text("a\n")
+        results = await _run_calls(agent, workspace, {"git": git, "venv": venv})
+    git_out, venv_out = _output(results["git"]), _output(results["venv"])
+    assert results["git"].code is None and git_out.splitlines()[0].strip() == "1", git_out
+    tmp_line = next(line for line in git_out.splitlines() if line.startswith("tmp="))
+    assert "quiesce-sandbox-" in tmp_line, git_out  # the session's own temporary directory
+    assert results["venv"].code is None and "tiny-42" in venv_out, venv_out
+
+
+def _tiny_wheel(folder: pathlib.Path) -> pathlib.Path:
+    """A pure-Python wheel built by hand (no network, no build backend)."""
+    import base64
+    import hashlib
+    import zipfile
+    folder.mkdir()
+    path = folder / "quiesce_tiny-1.0-py3-none-any.whl"
+    files = {
+        "quiesce_tiny/__init__.py": "VALUE = 'tiny-42'\n",
+        "quiesce_tiny-1.0.dist-info/METADATA":
+            "Metadata-Version: 2.1\nName: quiesce-tiny\nVersion: 1.0\n",
+        "quiesce_tiny-1.0.dist-info/WHEEL":
+            "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    with zipfile.ZipFile(path, "w") as whl:
+        for name, body in files.items():
+            data = body.encode()
+            whl.writestr(name, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{name},sha256={digest.decode()},{len(data)}")
+        record.append("quiesce_tiny-1.0.dist-info/RECORD,,")
+        whl.writestr("quiesce_tiny-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("abi", [0, 3, 5])
+async def test_a_masked_kernel_feature_is_reported_and_not_claimed(
+        tmp_path: pathlib.Path, marked: Marked, abi: int) -> None:
+    if _landlock_abi() < 6:
+        pytest.skip("needs Landlock ABI 6 to mask")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    with _listeners() as listen:
+        async with agent_daemon(marked, env_extra={"QUIESCE_LANDLOCK_ABI": str(abi)}) as agent:
+            stats = await agent.daemon.request("host.stats", {}) if False else None
+            del stats
+            probes = {
+                "tcp": _py("import socket; socket.create_connection("
+                           f"('127.0.0.1', {listen['port']}), timeout=3)"),
+                "abstract": _py("import socket; s = socket.socket(socket.AF_UNIX); "
+                                f"s.connect('\\0{listen['abstract']}')"),
+            }
+            ops = subprocess.run(
+                [PY, "-m", "runtime", "ops", "stats"], capture_output=True, text=True,
+                timeout=30, env={**os.environ, **marked.env()}, check=False)
+            results = await _run_calls(agent, workspace, probes)
+    tcp, abstract = _output(results["tcp"]), _output(results["abstract"])
+    # Below ABI 4 TCP is not confined, below 6 abstract sockets are not: said, not claimed.
+    assert ("ESCAPED" in tcp) == (abi < 4), tcp
+    assert ("ESCAPED" in abstract) == (abi < 6), abstract
+    if abi == 0:
+        assert "sandbox    unavailable" in ops.stdout or "unavailable (" in ops.stdout, ops
+    else:
+        assert f"landlock ABI {abi}" in ops.stdout, ops
+        if abi < 4:
+            assert "TCP not confined" in ops.stdout, ops
+        assert "signals and abstract UNIX sockets not confined" in ops.stdout, ops
