@@ -12,6 +12,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from host.sandbox import landlock
@@ -48,15 +49,17 @@ class ConfineError(OSError):
     """The child could not be confined: it does not run (fail closed)."""
 
 
-def child_step(confinement: Confinement) -> tuple[object, ...]:
+ChildStep = tuple[Callable[..., int], int, "int | None"]
+
+
+def child_step(confinement: Confinement) -> ChildStep:
     """What ``in_child`` needs, resolved in the parent: prctl, the cap range, the fd."""
     return (_prctl(), _last_cap() if os.geteuid() == 0 else -1, confinement.ruleset)
 
 
-def in_child(prctl: object, last_cap: int, ruleset: int | None) -> None:
-    """Confine the calling (forked) process; raises ``ConfineError`` (the spawn fails)."""
-    call = prctl  # a ctypes function resolved in the parent
-    assert callable(call)
+def in_child(call: Callable[..., int], last_cap: int, ruleset: int | None) -> None:
+    """Confine the calling (forked) process; raises ``ConfineError`` (the spawn fails).
+    ``call`` is libc's ``prctl``, resolved in the parent."""
     if call(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise ConfineError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
     if last_cap >= 0:  # root: nothing the command execs can hold a capability

@@ -71,7 +71,7 @@ def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
-def _syscall(number: int, *args: int | ctypes.c_void_p) -> int:
+def _syscall(number: int, *args: object) -> int:
     result: int = _libc().syscall(ctypes.c_long(number), *args)
     return result
 
