@@ -208,7 +208,7 @@ class HostServer:
 
     async def session_open(self, params: SessionOpenParams) -> Empty:
         self.manager.open_session(params.session_id, params.workspace, params.permission_mode,
-                                  params.mcp_servers)
+                                  params.mcp_servers, params.sandbox)
         return Empty()
 
     async def session_close(self, params: SessionCloseHostParams) -> Empty:

@@ -11,7 +11,8 @@ import trio
 
 from host.config import HostConfig
 from host.plugins import SessionPlugins, load_servers
-from host.sandbox import SessionSandbox, landlock
+from host.sandbox import Mode, SessionSandbox, landlock
+from host.sandbox.settings import SandboxSettings, narrowed
 from host.workspace import Workspace
 from protocol.errors import ErrorCode, RpcError
 from protocol.mcp import PluginConfigError
@@ -19,6 +20,14 @@ from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig
 from protocol.messages.host import PluginsListResult
 from runtime.shared.proctree import ENV_MARKER
+
+
+def _check_sandbox(settings: SandboxSettings) -> None:
+    """``required = true`` where the kernel has no Landlock: no session opens."""
+    version, why = landlock.abi()
+    if settings.required and settings.mode != "off" and version == 0:
+        raise RpcError(ErrorCode.SANDBOX_UNAVAILABLE,
+                       f"the sandbox is required but unavailable: {why}")
 
 
 @dataclass
@@ -52,12 +61,18 @@ class HostSessions:
         return self.by_id.get(session_id)
 
     def open(self, session_id: str, workspace: str, mode: PermissionMode,
-             mcp_servers: tuple[McpServerConfig, ...] = ()) -> None:
+             mcp_servers: tuple[McpServerConfig, ...] = (), sandbox_mode: Mode | None = None
+             ) -> None:
         if "\x00" in workspace or not os.path.isabs(workspace) or not os.path.isdir(workspace):
             raise RpcError(ErrorCode.INVALID_PARAMS,
                            "workspace must be an absolute path to a directory",
                            {"workspace": workspace})
-        self._check_sandbox()
+        try:
+            settings = narrowed(self.config.sandbox, sandbox_mode)
+        except ValueError as exc:
+            raise RpcError(ErrorCode.INVALID_PARAMS, str(exc), {"sandbox": sandbox_mode}
+                           ) from exc
+        _check_sandbox(settings)
         try:
             servers = load_servers(workspace, mcp_servers)
         except PluginConfigError as exc:
@@ -75,21 +90,14 @@ class HostSessions:
                 marker=lambda name: (ENV_MARKER,
                                      f"{self.marker_value}:{session_id}:plugin-{name}"))
         ws = Workspace(workspace)
-        if old is not None and old.sandbox.workspace == str(ws.root):
+        if (old is not None and old.sandbox.workspace == str(ws.root)
+                and old.sandbox.settings == settings):
             sandbox = old.sandbox
         else:
             if old is not None:
                 self._close_sandbox(old.sandbox)
-            sandbox = SessionSandbox(self.config.sandbox, str(ws.root), session_id)
+            sandbox = SessionSandbox(settings, str(ws.root), session_id)
         self.by_id[session_id] = HostSession(session_id, ws, mode, plugins, sandbox)
-
-    def _check_sandbox(self) -> None:
-        """``required = true`` where the kernel has no Landlock: no session opens."""
-        settings = self.config.sandbox
-        version, why = landlock.abi()
-        if settings.required and settings.mode != "off" and version == 0:
-            raise RpcError(ErrorCode.SANDBOX_UNAVAILABLE,
-                           f"the sandbox is required but unavailable: {why}")
 
     def _close_sandbox(self, sandbox: SessionSandbox) -> None:
         """Its rulesets closed and temporary directory removed, on a thread (not awaited:

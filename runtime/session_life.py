@@ -82,7 +82,7 @@ class SessionLife:
         session = self.session
         params = self.registration = SessionOpenParams(
             session.session_id, session.workspace, session.permission_mode,
-            session.mcp_servers)
+            session.mcp_servers, session.sandbox)
         await self._host.request("session.open", params)
         return await self._list_plugins()
 

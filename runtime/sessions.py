@@ -21,7 +21,7 @@ import trio
 
 from protocol import ids
 from protocol.errors import ErrorCode, RpcError
-from protocol.messages.client import PermissionMode, ProviderConfig, SessionInfo
+from protocol.messages.client import PermissionMode, ProviderConfig, SandboxMode, SessionInfo
 from protocol.messages.common import McpServerConfig
 from protocol.messages.events import (
     AnnouncedEvent,
@@ -64,6 +64,8 @@ class Session:
     created_at: float
     agent: Agent
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    sandbox: SandboxMode | None = None
+    """The sandbox mode the session narrowed to (``session.new``), or None."""
     plugin_tools: tuple[PluginTool, ...] = ()
     """The plugin tools the host listed for this session (what the model is offered)."""
     closing: bool = False
@@ -113,7 +115,8 @@ class SessionStore:
                provider: Provider, announce: Callable[[str, AnnouncedEvent], None],
                tools: Callable[[str], ToolsFactory],
                mcp_servers: tuple[McpServerConfig, ...] = (),
-               system_prompt: str | None = None) -> Session:
+               system_prompt: str | None = None,
+               sandbox: SandboxMode | None = None) -> Session:
         if not os.path.isabs(workspace):
             raise RpcError(ErrorCode.INVALID_PARAMS, "workspace must be an absolute path",
                            {"workspace": workspace})
@@ -132,7 +135,7 @@ class SessionStore:
             meta = journal.append(lambda seq: SessionMeta(
                 seq, "", session_id, real, mode, time.time(),
                 msgspec.to_builtins(provider_config) if provider_config else {}, mcp_servers,
-                system_prompt))
+                system_prompt, sandbox))
         except OSError as exc:  # a full or failing disk: no session, and no empty log left
             slog.close()
             with contextlib.suppress(OSError):
@@ -149,7 +152,8 @@ class SessionStore:
             system_prompt=meta.system_prompt or self._config.system_prompt)
         agent = Agent(meta.session_id, journal, provider, tools(meta.session_id), config)
         session = Session(meta.session_id, meta.workspace, meta.permission_mode,  # type: ignore[arg-type]
-                          meta.created_at, agent, meta.mcp_servers)
+                          meta.created_at, agent, meta.mcp_servers,
+                          meta.sandbox)  # type: ignore[arg-type]
         self._sessions[session.session_id] = session
         return session
 

@@ -12,6 +12,7 @@ from protocol.messages.events import AnnouncedEvent, StopReason
 from protocol.tools import ToolResult
 
 PermissionMode = Literal["ask", "accept-edits", "auto"]
+SandboxMode = Literal["workspace-write", "read-only", "off"]
 
 
 class ScriptedProviderConfig(Struct, frozen=True, tag_field="kind", tag="scripted"):
@@ -73,6 +74,10 @@ class SessionNewParams(Struct, frozen=True):
     system_prompt: str | None = None
     """Replaces the daemon's system prompt for this session (docs/configuration.md);
     the workspace's ``AGENTS.md`` is still added after it."""
+    sandbox: SandboxMode | None = None
+    """Narrows the daemon's sandbox mode for this session (docs/sandbox.md): from ``off``
+    to ``workspace-write`` or ``read-only``, from ``workspace-write`` to ``read-only``. A
+    wider mode than the daemon's is refused (``INVALID_PARAMS``); null keeps the daemon's."""
 
 
 class SessionNewResult(Struct, frozen=True):

@@ -7,7 +7,7 @@ from typing import Any, Literal
 import msgspec
 
 from protocol.causes import Cause, UserCause
-from protocol.messages.client import PermissionMode
+from protocol.messages.client import PermissionMode, SandboxMode
 from protocol.messages.common import McpServerConfig, PluginServerStatus, Struct
 from protocol.sandbox import SandboxReport
 
@@ -20,6 +20,9 @@ class SessionOpenParams(Struct, frozen=True):
     workspace: str
     permission_mode: PermissionMode = "ask"
     mcp_servers: tuple[McpServerConfig, ...] = ()
+    sandbox: SandboxMode | None = None
+    """The session's narrower sandbox mode, if it asked for one (never wider than the
+    host's configuration: a wider one is refused)."""
 
 
 class ToolsExecuteParams(Struct, frozen=True):

@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 import trio
 
+from protocol.errors import ErrorCode, RemoteError
+from protocol.messages.client import ScriptedProviderConfig, SessionNewParams
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from runtime.shared import cgroups
 from tests.conftest import Marked
@@ -298,3 +300,34 @@ async def test_a_masked_kernel_feature_is_reported_and_not_claimed(
         assert ("TCP not confined" in degraded) == (abi < 4), stats
         assert "signals and abstract UNIX sockets not confined" in degraded, stats
         assert asked == [], asked
+
+
+@needs_landlock
+async def test_a_session_narrows_the_mode_and_cannot_widen_it(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """The daemon's mode is ``off``; a session asking ``read-only`` gets it (a write in its
+    workspace is refused), another with no ask stays unconfined. A daemon in
+    ``workspace-write`` refuses a session asking ``off``."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    write = [[call("w", "Bash", command=_sh("echo x > written"))], [text("done")]]
+    off = _config(tmp_path, '[sandbox]\nmode = "off"\n')
+    async with agent_daemon(marked, extra_args=off) as agent:
+        narrowed = await agent.daemon.request("session.new", SessionNewParams(
+            str(workspace), "auto", ScriptedProviderConfig(script=write),
+            sandbox="read-only"))
+        agent.session_id = narrowed.session_id
+        with trio.fail_after(60):
+            await agent.prompt("go")
+        assert "refused" in _output(agent.results("t1")["w"])
+        assert not (workspace / "written").exists()
+        plain = await _run_calls(agent, workspace, {"w": _sh("echo x > written")})
+        assert "ESCAPED" in _output(plain["w"])
+    default = tmp_path / "default"
+    default.mkdir()
+    async with agent_daemon(marked) as agent:
+        with pytest.raises(RemoteError) as refused:
+            await agent.daemon.request("session.new", SessionNewParams(
+                str(default), "auto", ScriptedProviderConfig(script=write), sandbox="off"))
+        assert refused.value.code == ErrorCode.INVALID_PARAMS
+        assert "wider" in refused.value.message
