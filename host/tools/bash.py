@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import shutil
 
+from host.sandbox import watch
 from host.sandbox.refusal import refusal
-from host.tools.context import ToolContext, confined
+from host.tools.context import ToolContext, confined, run_abandonable
 from host.tools.output import BoundedOutput, TextSink
 from host.tools.process import TreeResult, run_tree
 from protocol.errors import ErrorCode
@@ -67,6 +68,8 @@ async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
         log.warning("Bash call runs outside the sandbox (the user allowed it): %r",
                     args.command[:200])
         sandbox, env = None, {}
+    root = str(ctx.workspace.root)
+    before = await run_abandonable(lambda _: watch.snapshot(root)) if sandbox else None
     tree = await run_tree(
         [shell(), "-c", args.command], cwd=ctx.workspace.root, stop=ctx.stop,
         limit=timeout_ms / 1000, grace=config.kill_grace, marker=ctx.marker,
@@ -75,16 +78,22 @@ async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
         confine=sandbox)
     details = _details(tree, out)
     output = out.text()
+    notes = _notes(tree, out)
+    if before is not None:
+        touched = watch.changed(before, await run_abandonable(lambda _: watch.snapshot(root)))
+        if touched:
+            details["controlFiles"] = touched
+            notes = _join(notes, "[files that control later runs were changed: "
+                          f"{', '.join(touched[:10])}{' ...' if len(touched) > 10 else ''}]")
     if tree.outcome == "stopped":
         return aborted_result(before_dispatch=False, details=details, extra_text=_join(
             "Output before the stop:" if output else "No output before the stop.",
-            output, _notes(tree, out)))
+            output, notes))
     if tree.outcome == "timeout":
         message = f"command timed out after {timeout_ms / 1000:g} s"
         return error_result(
             ErrorCode.TOOL_TIMEOUT, message, body_invoked=True, details=details,
-            text=_join(f"Error: {message}; its process tree was killed.", output,
-                       _notes(tree, out)))
+            text=_join(f"Error: {message}; its process tree was killed.", output, notes))
     status = (f"[exit status {tree.exit_status}]" if tree.exit_status
               else f"[killed by {tree.signal}]" if tree.signal else "")
     refused = (refusal(ctx.sandbox, output, bool(tree.exit_status or tree.signal))
@@ -92,5 +101,5 @@ async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
     if refused is not None:
         details["sandbox"], line = refused
         status = _join(status, line)
-    text = _join(output, _notes(tree, out), status) or "(no output)"
+    text = _join(output, notes, status) or "(no output)"
     return ok_result(text, details=details)
