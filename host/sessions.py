@@ -78,7 +78,16 @@ class HostSessions:
         except PluginConfigError as exc:
             raise RpcError(ErrorCode.INVALID_PARAMS, f"plugin servers: {exc}") from exc
         old = self.by_id.get(session_id)
-        if old is not None and old.plugins.configs == servers:
+        ws = Workspace(workspace)
+        if (old is not None and old.sandbox.workspace == str(ws.root)
+                and old.sandbox.settings == settings):
+            sandbox = old.sandbox
+        else:
+            if old is not None:
+                self._close_sandbox(old.sandbox)
+            sandbox = SessionSandbox(settings, str(ws.root), session_id)
+        if (old is not None and old.plugins.configs == servers
+                and old.sandbox is sandbox):
             plugins = old.plugins  # re-opened as it was: its servers keep running
         else:
             background = self._background()
@@ -88,15 +97,8 @@ class HostSessions:
                 session_id, workspace, servers, kill_grace=self.config.tools.kill_grace,
                 settings=self.config.plugins, nursery=self._nursery,
                 marker=lambda name: (ENV_MARKER,
-                                     f"{self.marker_value}:{session_id}:plugin-{name}"))
-        ws = Workspace(workspace)
-        if (old is not None and old.sandbox.workspace == str(ws.root)
-                and old.sandbox.settings == settings):
-            sandbox = old.sandbox
-        else:
-            if old is not None:
-                self._close_sandbox(old.sandbox)
-            sandbox = SessionSandbox(settings, str(ws.root), session_id)
+                                     f"{self.marker_value}:{session_id}:plugin-{name}"),
+                confine=sandbox.confine_plugin)
         self.by_id[session_id] = HostSession(session_id, ws, mode, plugins, sandbox)
 
     def _close_sandbox(self, sandbox: SessionSandbox) -> None:

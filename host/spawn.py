@@ -228,20 +228,21 @@ def new_cgroup(name: str | None) -> cgroups.Cgroup | None:
     return None if made is None else made.new(name)
 
 
+Confine = Callable[[], Confinement | None]
+"""Makes a child's confinement (``host.sandbox``) on the spawner thread, or ``None``."""
+
+
 async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None,
-                        niceness: int = 0, **options: Any) -> subprocess.Popen[bytes]:
+                        niceness: int = 0, confine: Confine | None = None,
+                        **options: Any) -> subprocess.Popen[bytes]:
     """``subprocess.Popen(argv, **options)`` in a new session with ``close_fds``, forked by
     the spawner thread with a parent-death signal, inside ``cgroup`` if given, and
     registered as ours (never taken for an orphan); ``niceness`` lowers its CPU priority.
     With ``stdin=subprocess.DEVNULL`` (every tool process) it is started through the gate
     (``_gated``: no fork of the host), else with a ``preexec_fn``.
     Shielded: the child it started must not be lost to a cancel."""
-    popen, _ = await _start(argv, lambda: cgroup, False, niceness, options)
+    popen, _ = await _start(argv, lambda: cgroup, False, niceness, options, confine)
     return popen
-
-
-Confine = Callable[[], Confinement | None]
-"""Makes a child's confinement (``host.sandbox``) on the spawner thread, or ``None``."""
 
 
 async def _start(argv: list[str], cgroup_of: Callable[[], cgroups.Cgroup | None],

@@ -32,7 +32,7 @@ from typing import Any
 import trio
 
 from host.plugins.request import CallOutcome, PluginRequest, ProgressSink
-from host.spawn import Child, new_cgroup, start_process
+from host.spawn import Child, Confine, new_cgroup, start_process
 from protocol.errors import RemoteError
 from protocol.mcp import (
     CLIENT_TO_SERVER,
@@ -71,8 +71,8 @@ class PluginStartError(Exception):
     """The server could not be started or did not complete the MCP handshake."""
 
 
-async def _spawn(config: McpServerConfig, cwd: str, marker: tuple[str, str]
-                 ) -> tuple[Child, trio.lowlevel.FdStream]:
+async def _spawn(config: McpServerConfig, cwd: str, marker: tuple[str, str],
+                 confine: Confine | None = None) -> tuple[Child, trio.lowlevel.FdStream]:
     """``PluginStartError`` if it cannot be spawned. Started like a tool root
     (``spawn.start_process``: its own session, a parent-death signal, registered)."""
     env = {**os.environ, **config.env, marker[0]: marker[1]}
@@ -82,7 +82,8 @@ async def _spawn(config: McpServerConfig, cwd: str, marker: tuple[str, str]
     cgroup = new_cgroup(None)
     try:
         popen = await start_process([config.command, *config.args], cgroup=cgroup, cwd=cwd,
-                                    env=env, stdin=in_r, stdout=out_w, stderr=err_w)
+                                    env=env, stdin=in_r, stdout=out_w, stderr=err_w,
+                                    confine=confine)
     except BaseException as exc:
         for fd in (in_w, out_r, err_r):
             os.close(fd)
@@ -106,8 +107,10 @@ class McpConnection:
     """One process of one plugin server, from spawn and handshake to a dead, reaped tree."""
 
     def __init__(self, config: McpServerConfig, *, cwd: str, marker: tuple[str, str],
-                 kill_grace: float, start_timeout: float) -> None:
+                 kill_grace: float, start_timeout: float, confine: Confine | None = None
+                 ) -> None:
         self.config = config
+        self._confine = confine
         self._cwd = cwd
         self._marker = marker
         self._grace = kill_grace
@@ -144,7 +147,7 @@ class McpConnection:
             self.dead.set()
 
     async def _serve(self, task_status: trio.TaskStatus[None]) -> None:
-        child, stdin = await _spawn(self.config, self._cwd, self._marker)
+        child, stdin = await _spawn(self.config, self._cwd, self._marker, self._confine)
         self.pid = child.pid
         endpoint = self._endpoint = Endpoint(
             f"mcp[{self.config.name}:{child.pid}]", child.stdout, stdin,

@@ -22,6 +22,7 @@ import trio
 
 from host.plugins.connection import McpConnection, PluginStartError
 from host.plugins.results import to_tool_result
+from host.spawn import Confine
 from host.tools.context import ToolContext, ToolSpec
 from protocol.errors import ErrorCode, RemoteError
 from protocol.mcp import (
@@ -87,8 +88,10 @@ class PluginServer:
 
     def __init__(self, config: McpServerConfig, *, cwd: str, marker: tuple[str, str],
                  kill_grace: float, settings: PluginSettings,
-                 nursery: Callable[[], trio.Nursery]) -> None:
+                 nursery: Callable[[], trio.Nursery], confine: Confine | None = None) -> None:
         self.config = config
+        self._confine = confine
+        """How its process is confined (``host.sandbox``: the session's plugin ruleset)."""
         self._cwd = cwd
         self._marker = marker
         self._grace = kill_grace
@@ -112,7 +115,7 @@ class PluginServer:
             # Recorded before the handshake (up to start_timeout): kill() reaches it.
             connection = self.connection = McpConnection(
                 self.config, cwd=self._cwd, marker=self._marker, kill_grace=self._grace,
-                start_timeout=self.settings.start_timeout)
+                start_timeout=self.settings.start_timeout, confine=self._confine)
             self.starts += 1
             await self._nursery().start(connection.serve)
             if self.starts > 1:
@@ -191,11 +194,13 @@ class SessionPlugins:
 
     def __init__(self, session_id: str, workspace: str, configs: tuple[McpServerConfig, ...],
                  *, marker: Callable[[str], tuple[str, str]], kill_grace: float,
-                 settings: PluginSettings, nursery: Callable[[], trio.Nursery]) -> None:
+                 settings: PluginSettings, nursery: Callable[[], trio.Nursery],
+                 confine: Confine | None = None) -> None:
         self.configs = configs
         self.servers = {c.name: PluginServer(c, cwd=workspace, marker=marker(c.name),
                                              kill_grace=kill_grace, settings=settings,
-                                             nursery=nursery) for c in configs}
+                                             nursery=nursery, confine=confine)
+                        for c in configs}
         # Longest names first: a server named "a__b" wins over "a" for "mcp__a__b__t".
         self._prefixes = sorted(((plugin_tool_name(name, ""), server)
                                  for name, server in self.servers.items()),

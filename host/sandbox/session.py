@@ -4,6 +4,7 @@ duplicated for every confined spawn."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -85,7 +86,9 @@ class SessionSandbox:
                 else:
                     tmp = self._tmpdir
                     assert tmp is not None
-                    fd = rulesets.tool_ruleset(self.settings, self.workspace, tmp, self.abi)
+                    settings = (dataclasses.replace(self.settings, network="on")
+                                if kind == "plugin" else self.settings)
+                    fd = rulesets.tool_ruleset(settings, self.workspace, tmp, self.abi)
                 self._rulesets[kind] = fd
             return os.dup(fd)
 
@@ -96,6 +99,14 @@ class SessionSandbox:
             return None
         self.tmpdir()
         return Confinement(self._ruleset("tool", None))
+
+    def confine_plugin(self) -> Confinement | None:
+        """A plugin (MCP) server's: the session's mode with the network on (a plugin
+        server usually talks to a service). On the spawner thread."""
+        if self.off:
+            return None
+        self.tmpdir()
+        return Confinement(self._ruleset("plugin", None))
 
     def confine_search(self, rg_binary: str) -> Confinement:
         """ripgrep's, whatever the mode. On the spawner thread."""
