@@ -23,6 +23,7 @@ import trio
 
 from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.client import ScriptedProviderConfig, SessionNewParams
+from protocol.messages.common import McpServerConfig
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from runtime.shared import cgroups
 from tests.conftest import Marked
@@ -354,3 +355,25 @@ async def test_a_refusal_and_a_changed_git_hook_are_said(
     assert hook.details["controlFiles"] == [".git/hooks/pre-commit"], hook.details
     assert "files that control later runs were changed: .git/hooks/pre-commit" in _output(hook)
     assert "controlFiles" not in plain.details and "sandbox" not in plain.details
+
+
+@needs_landlock
+@as_root
+async def test_a_plugin_server_runs_confined(tmp_path: pathlib.Path, marked: Marked) -> None:
+    """A plugin (MCP) server runs in the session's mode with the network on: its write to
+    /etc is refused, its write in the workspace is not."""
+    from tests.plugins.support import SERVER, new_plugin_session, wait_file
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    probe = pathlib.Path("/etc/quiesce-plugin-probe")
+    start = (f"echo x > {probe} 2>/dev/null; echo etc=$? > {workspace}/probe.txt; "
+             f"exec {PY} {SERVER}")
+    server = McpServerConfig("probe", "/bin/sh", ("-c", start))
+    try:
+        async with agent_daemon(marked) as agent:
+            await new_plugin_session(agent, workspace, [[text("hi")]], servers=(server,))
+            written = await wait_file(workspace / "probe.txt")
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            probe.unlink()
+    assert written.strip() != "etc=0", written
