@@ -68,11 +68,12 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
         args.provider = _provider_option(parser, config.provider)
     else:
         args.provider = config.provider
-    if config.host:
+    if config.host or config.sandbox:
         from host.main import parse_config
 
         try:  # the host checks it too; here a mistake is reported before anything runs
-            parse_config(json.dumps(config.host))
+            parse_config(json.dumps({**config.host, "sandbox": config.sandbox}
+                                    if config.sandbox else config.host))
         except ValueError as exc:
             parser.error(f"configuration file {str(path)!r}: [host]: {exc}")
 

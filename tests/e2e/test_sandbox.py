@@ -377,3 +377,34 @@ async def test_a_plugin_server_runs_confined(tmp_path: pathlib.Path, marked: Mar
         with contextlib.suppress(FileNotFoundError):
             probe.unlink()
     assert written.strip() != "etc=0", written
+
+
+@pytest.mark.parametrize(("body", "named"), [
+    ('[sandbox]\nmode = "wide"\n', "sandbox.mode"),
+    ("[sandbox]\nbogus = 1\n", "sandbox.bogus"),
+])
+async def test_a_bad_sandbox_setting_is_refused_by_name_at_start(
+        tmp_path: pathlib.Path, marked: Marked, body: str, named: str) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(body)
+    with trio.fail_after(30):
+        done = await trio.run_process([PY, "-m", "runtime", "serve", "--config", str(config)],
+                                      env=marked.env(), stdin=b"", capture_stdout=True,
+                                      capture_stderr=True, check=False)
+    assert done.returncode == 2, done.stderr.decode()[-2000:]
+    assert named in done.stderr.decode()
+
+
+async def test_required_without_landlock_refuses_sessions(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """``required = true`` on a kernel without Landlock (masked): ``session.new`` fails with
+    ``SANDBOX_UNAVAILABLE``, naming why."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    args = _config(tmp_path, "[sandbox]\nrequired = true\n")
+    async with agent_daemon(marked, extra_args=args,
+                            env_extra={"QUIESCE_LANDLOCK_ABI": "0"}) as agent:
+        with pytest.raises(RemoteError) as refused:
+            await agent.new_session(workspace, [[text("hi")]])
+    assert refused.value.code == ErrorCode.SANDBOX_UNAVAILABLE, refused.value
+    assert "QUIESCE_LANDLOCK_ABI" in refused.value.message
