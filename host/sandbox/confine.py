@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from host.sandbox import landlock
+from host.sandbox import landlock, netns
 from runtime.shared.orphans import _prctl
 
 PR_SET_NO_NEW_PRIVS = 38
@@ -38,28 +38,37 @@ def _last_cap() -> int:
 class Confinement:
     ruleset: int | None
     """A Landlock ruleset's descriptor owned by this spawn, or ``None``."""
+    netns: int | None = None
+    """A network namespace to join (``host.sandbox.netns``), owned by this spawn."""
 
     def close(self) -> None:
-        if self.ruleset is not None:
-            os.close(self.ruleset)
-            self.ruleset = None
+        for fd in (self.ruleset, self.netns):
+            if fd is not None:
+                os.close(fd)
+        self.ruleset = self.netns = None
 
 
 class ConfineError(OSError):
     """The child could not be confined: it does not run (fail closed)."""
 
 
-ChildStep = tuple[Callable[..., int], int, "int | None"]
+ChildStep = tuple[Callable[..., int], int, "int | None", "int | None"]
 
 
 def child_step(confinement: Confinement) -> ChildStep:
-    """What ``in_child`` needs, resolved in the parent: prctl, the cap range, the fd."""
-    return (_prctl(), _last_cap() if os.geteuid() == 0 else -1, confinement.ruleset)
+    """What ``in_child`` needs, resolved in the parent: prctl, the cap range, the fds."""
+    return (_prctl(), _last_cap() if os.geteuid() == 0 else -1, confinement.ruleset,
+            confinement.netns)
 
 
-def in_child(call: Callable[..., int], last_cap: int, ruleset: int | None) -> None:
+def in_child(call: Callable[..., int], last_cap: int, ruleset: int | None,
+             netns_fd: int | None = None) -> None:
     """Confine the calling (forked) process; raises ``ConfineError`` (the spawn fails).
     ``call`` is libc's ``prctl``, resolved in the parent."""
+    if netns_fd is not None:  # while it still has CAP_SYS_ADMIN
+        err = netns.join(netns_fd)
+        if err:
+            raise ConfineError(err, f"setns(network): {os.strerror(err)}")
     if call(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise ConfineError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
     if last_cap >= 0:  # root: nothing the command execs can hold a capability

@@ -6,23 +6,32 @@ from __future__ import annotations
 
 import logging
 
-from host.sandbox import landlock
+from host.sandbox import landlock, netns
 from host.sandbox.settings import SandboxSettings
 from protocol.sandbox import SandboxReport
 
 log = logging.getLogger(__name__)
 
 
+PRIVATE_NETWORK = ("no network: a private network namespace per session, loopback only "
+                   "(TCP, UDP and abstract sockets stay inside it)")
+
+
 def report(settings: SandboxSettings, version: int | None = None,
-           why: str | None = None) -> SandboxReport:
-    """The guarantees of ``settings`` at ABI ``version`` (default: this kernel's)."""
+           why: str | None = None, private_network: bool | None = None) -> SandboxReport:
+    """The guarantees of ``settings`` at ABI ``version`` (default: this kernel's), with or
+    without a private network namespace (default: whether this host can make one)."""
     if version is None:
         version, why = landlock.abi()
+    if private_network is None:
+        private_network = (settings.network == "off" and settings.mode != "off"
+                           and netns.available())
     enforced: list[str] = []
     degraded: list[str] = []
     if version == 0:
         return SandboxReport(
-            "none", 0, settings.mode, settings.network, (),
+            "none", 0, settings.mode, settings.network,
+            (PRIVATE_NETWORK,) if private_network else (),
             ("no Landlock: tool and hook processes are not confined; Bash asks permission "
              "in every mode", "Grep and Glob may read outside the workspace under a "
              "symlink swap race"), why or "no Landlock")
@@ -39,7 +48,9 @@ def report(settings: SandboxSettings, version: int | None = None,
             enforced.append("no truncation outside the writable roots")
         else:
             degraded.append("below ABI 3: truncate(2) outside the writable roots not refused")
-        if settings.network == "off":
+        if settings.network == "off" and private_network:
+            enforced.append(PRIVATE_NETWORK)
+        elif settings.network == "off":
             if version >= 4:
                 enforced.append("no TCP connect or bind")
             else:

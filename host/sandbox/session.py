@@ -11,7 +11,7 @@ import shutil
 import tempfile
 import threading
 
-from host.sandbox import landlock, rulesets
+from host.sandbox import landlock, netns, rulesets
 from host.sandbox.confine import Confinement
 from host.sandbox.settings import SandboxSettings
 
@@ -44,6 +44,8 @@ class SessionSandbox:
         self._session_key = "".join(c if c.isalnum() else "_" for c in session_id)[:64]
         self._tmpdir: str | None = None
         self._rulesets: dict[str, int] = {}
+        self._netns: int | None = None
+        self._netns_tried = False
         self._lock = threading.Lock()
         self._closed = False
 
@@ -72,6 +74,17 @@ class SessionSandbox:
                 "npm_config_cache": os.path.join(tmp, "npm"),
                 "PIP_CACHE_DIR": os.path.join(tmp, "pip")}
 
+    def _private_network(self) -> int | None:
+        """The session's network namespace (made once, if the network is off and the host
+        can), duplicated for a spawn; call with the lock held."""
+        if self.settings.network == "off" and not self._netns_tried:
+            self._netns_tried = True
+            try:
+                self._netns = netns.make()
+            except OSError as exc:
+                log.warning("session without a private network namespace: %s", exc)
+        return os.dup(self._netns) if self._netns is not None else None
+
     def _ruleset(self, kind: str, rg_binary: str | None) -> int | None:
         if self.abi == 0:
             return None
@@ -86,8 +99,11 @@ class SessionSandbox:
                 else:
                     tmp = self._tmpdir
                     assert tmp is not None
+                    # A private network namespace is the boundary where there is one:
+                    # TCP stays allowed inside it (a test's local server works).
                     settings = (dataclasses.replace(self.settings, network="on")
-                                if kind == "plugin" else self.settings)
+                                if kind == "plugin" or self._netns is not None
+                                else self.settings)
                     fd = rulesets.tool_ruleset(settings, self.workspace, tmp, self.abi)
                 self._rulesets[kind] = fd
             return os.dup(fd)
@@ -98,7 +114,14 @@ class SessionSandbox:
         if self.off:
             return None
         self.tmpdir()
-        return Confinement(self._ruleset("tool", None))
+        with self._lock:
+            private = self._private_network()
+        try:
+            return Confinement(self._ruleset("tool", None), private)
+        except BaseException:
+            if private is not None:
+                os.close(private)
+            raise
 
     def confine_plugin(self) -> Confinement | None:
         """A plugin (MCP) server's: the session's mode with the network on (a plugin
@@ -119,6 +142,9 @@ class SessionSandbox:
             for fd in self._rulesets.values():
                 os.close(fd)
             self._rulesets.clear()
+            if self._netns is not None:
+                os.close(self._netns)
+                self._netns = None
             tmp, self._tmpdir = self._tmpdir, None
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -121,8 +121,10 @@ async def test_escape_attempts_from_a_sandboxed_bash_are_refused(
     cgroup_root = "/sys/fs/cgroup/unified" if os.path.isdir(
         "/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
     args = _config(tmp_path, '[sandbox]\nstrict_tmp = true\n')
+    # Landlock's TCP rules, not the private network namespace (its own test, below).
     with _listeners() as listen:
-        async with agent_daemon(marked, extra_args=args) as agent:
+        async with agent_daemon(marked, extra_args=args,
+                                env_extra={"QUIESCE_SANDBOX_NETNS": "off"}) as agent:
             assert agent.daemon.info is not None
             host = int(agent.daemon.info.capabilities["host"]["pid"])
             runtime = agent.daemon.process.pid
@@ -277,7 +279,8 @@ async def test_a_masked_kernel_feature_is_reported_and_not_claimed(
     args = _config(tmp_path, '[sandbox]\nstrict_tmp = true\n')
     with _listeners() as listen:
         async with agent_daemon(marked, answer=_allow, extra_args=args,
-                                env_extra={"QUIESCE_LANDLOCK_ABI": str(abi)}) as agent:
+                                env_extra={"QUIESCE_LANDLOCK_ABI": str(abi),
+                                           "QUIESCE_SANDBOX_NETNS": "off"}) as agent:
             probes = {
                 "tcp": _py("import socket; socket.create_connection("
                            f"('127.0.0.1', {listen['port']}), timeout=3)"),
@@ -408,3 +411,58 @@ async def test_required_without_landlock_refuses_sessions(
             await agent.new_session(workspace, [[text("hi")]])
     assert refused.value.code == ErrorCode.SANDBOX_UNAVAILABLE, refused.value
     assert "QUIESCE_LANDLOCK_ABI" in refused.value.message
+
+
+LOCAL_SERVER_TEST = """\
+import socket
+import threading
+
+
+def test_a_local_server_answers():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def answer():
+        conn, _ = server.accept()
+        conn.sendall(conn.recv(100).upper())
+        conn.close()
+
+    threading.Thread(target=answer).start()
+    client = socket.create_connection(server.getsockname(), timeout=5)
+    client.sendall(b"ping")
+    assert client.recv(100) == b"PING"
+"""
+
+
+@needs_landlock
+@as_root
+async def test_network_off_is_a_private_namespace_where_a_local_server_works(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """As root, network ``off`` is a private network namespace per session (loopback
+    only): TCP and UDP to the host's loopback get nowhere, while a pytest run whose test
+    starts a local server passes."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "test_local_server.py").write_text(LOCAL_SERVER_TEST)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.settimeout(0.5)
+    with _listeners() as listen, contextlib.closing(udp):
+        async with agent_daemon(marked) as agent:
+            results = await _run_calls(agent, workspace, {
+                "tcp": _py("import socket; socket.create_connection("
+                           f"('127.0.0.1', {listen['port']}), timeout=3)"),
+                "udp": _py("import socket; s = socket.socket(socket.AF_INET, "
+                           f"socket.SOCK_DGRAM); s.sendto(b'leak', ('127.0.0.1', "
+                           f"{udp.getsockname()[1]}))"),
+                "pytest": f"{PY} -m pytest -q -p no:cacheprovider test_local_server.py",
+            })
+            stats = (await _ops_stats(marked))["sandbox"]
+        with pytest.raises(TimeoutError):
+            udp.recvfrom(100)  # nothing arrived from the sandbox
+    assert "refused" in _output(results["tcp"]), _output(results["tcp"])
+    assert results["pytest"].code is None and "1 passed" in _output(results["pytest"]), \
+        _output(results["pytest"])
+    assert any("private network namespace" in e for e in stats["enforced"]), stats
+    assert not any("UDP" in d for d in stats["degraded"]), stats
