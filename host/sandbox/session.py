@@ -21,12 +21,44 @@ _BASE: list[str] = []
 _BASE_LOCK = threading.Lock()
 
 
+PREFIX = "quiesce-sandbox-"
+
+
 def base_dir() -> str:
-    """This host's directory of session temporary directories (0700), made once."""
+    """This host's directory of session temporary directories (0700), made once (then
+    those of dead hosts, killed before they could remove theirs, are removed)."""
     with _BASE_LOCK:
         if not _BASE:
-            _BASE.append(tempfile.mkdtemp(prefix=f"quiesce-sandbox-{os.getpid()}-"))
+            _BASE.append(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
+            _remove_stale(os.path.dirname(_BASE[0]))
         return _BASE[0]
+
+
+def _remove_stale(parent: str) -> None:
+    """``quiesce-sandbox-<pid>-*`` directories of ours whose host is gone."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(PREFIX):].split("-", 1)[0]
+        if not name.startswith(PREFIX) or not pid.isdigit():
+            continue
+        path = os.path.join(parent, name)
+        try:
+            os.kill(int(pid), 0)
+            continue  # its host (or a process that reused its pid) is alive
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        try:
+            if os.lstat(path).st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        log.info("removing a dead host's sandbox directory %s", path)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def remove_base() -> None:

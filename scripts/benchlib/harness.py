@@ -247,8 +247,12 @@ async def open_bench(workdir: pathlib.Path, extra_env: Mapping[str, str] | None 
     log = os.open(workdir / "daemon.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     # The sandbox off by default, so the rows keep measuring what they measured before it;
     # the sandboxed rows narrow their sessions to workspace-write (same run, side by side).
-    config = workdir / "bench-config.toml"
-    config.write_text('[sandbox]\nmode = "off"\n')
+    # A scenario's own file (``QUIESCE_CONFIG``) gets the table added.
+    named = (extra_env or {}).get("QUIESCE_CONFIG")
+    config = pathlib.Path(named) if named else workdir / "bench-config.toml"
+    text = config.read_text() if config.exists() else ""
+    if "[sandbox]" not in text:
+        config.write_text(text + '\n[sandbox]\nmode = "off"\n')
     try:
         async with spawn_daemon(serve_command("--config", str(config)), env=env, stderr=log,
                                 handlers={"permission.request": on_permission},
