@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import pathlib
+import shutil
 import socket
 import sys
 from collections.abc import Iterator
@@ -217,14 +218,26 @@ async def test_real_work_succeeds_inside_workspace_write(
            "git log --oneline | wc -l && echo tmp=$TMPDIR")
     venv = (f"{PY} -m venv v && v/bin/pip install -q --no-index {wheel} && "
             "v/bin/python -c 'import quiesce_tiny; print(quiesce_tiny.VALUE)'")
+    calls = {"git": git, "venv": venv}
+    if shutil.which("npm") and shutil.which("node"):  # npm's cache in $TMPDIR, offline
+        calls["npm"] = (
+            "mkdir pkg && cd pkg && printf '{\"name\":\"quiesce-tiny\",\"version\":"
+            "\"1.0.0\",\"main\":\"index.js\"}' > package.json && "
+            "echo 'module.exports = 42' > index.js && npm pack --silent && cd .. && "
+            "npm install --offline --no-audit --no-fund --silent "
+            "./pkg/quiesce-tiny-1.0.0.tgz && node -e 'console.log(require(\"quiesce-tiny\"))' "
+            "&& ls $npm_config_cache >/dev/null && echo npm-ok")
     async with agent_daemon(marked, extra_args=args) as agent:
         (workspace / "a.txt").write_text("a\n")
-        results = await _run_calls(agent, workspace, {"git": git, "venv": venv})
+        results = await _run_calls(agent, workspace, calls)
     git_out, venv_out = _output(results["git"]), _output(results["venv"])
     assert results["git"].code is None and git_out.splitlines()[0].strip() == "1", git_out
     tmp_line = next(line for line in git_out.splitlines() if line.startswith("tmp="))
     assert "quiesce-sandbox-" in tmp_line, git_out  # the session's own temporary directory
     assert results["venv"].code is None and "tiny-42" in venv_out, venv_out
+    if "npm" in calls:
+        npm_out = _output(results["npm"])
+        assert results["npm"].code is None and "42\nnpm-ok" in npm_out, npm_out
 
 
 def _tiny_wheel(folder: pathlib.Path) -> pathlib.Path:
