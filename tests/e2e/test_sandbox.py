@@ -479,3 +479,24 @@ async def test_network_off_is_a_private_namespace_where_a_local_server_works(
         _output(results["pytest"])
     assert any("private network namespace" in e for e in stats["enforced"]), stats
     assert not any("UDP" in d for d in stats["degraded"]), stats
+
+
+@needs_landlock
+async def test_hooks_run_confined_unless_one_opts_out(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """A hook runs in the session's sandbox: its write outside the workspace is refused;
+    a hook with ``sandbox = false`` in its table runs as the daemon's user."""
+    from tests.e2e.hookkit import hook_table, hooked, script
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    confined = script(tmp_path, "confined", f'echo x > "{outside}/confined" || true\n')
+    free = script(tmp_path, "free", f'echo x > "{outside}/free"\n')
+    toml = ("[sandbox]\nstrict_tmp = true\n\n" + hook_table("pre_tool_use", "Bash", confined)
+            + hook_table("pre_tool_use", "Bash", free) + "sandbox = false\n")
+    async with hooked(marked, tmp_path, toml) as agent:
+        await agent.new_session(tmp_path / "ws", [[call("b1", "Bash", command="true")],
+                                                  [text("done")]])
+        with trio.fail_after(30):
+            await agent.prompt("go")
+    assert not (outside / "confined").exists()
+    assert (outside / "free").read_text() == "x\n"
