@@ -1,5 +1,6 @@
 """The host's configuration: tool settings, permission and stop timeouts, tombstones,
-admission limits, plugin settings and the environment policy of child processes."""
+admission limits, plugin settings, the environment policy of child processes and the
+sandbox (``host.sandbox``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from host.admission import AdmissionLimits
 from host.childenv import EnvironmentPolicy
 from host.plugins import PluginSettings
+from host.sandbox.settings import SandboxSettings
 from host.tools.context import HostToolConfig
 
 
@@ -24,3 +26,5 @@ class HostConfig:
     plugins: PluginSettings = field(default_factory=PluginSettings)
     environment: EnvironmentPolicy = field(default_factory=EnvironmentPolicy)
     """What every child process's environment leaves out and adds (``host/childenv.py``)."""
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    """The daemon's ``[sandbox]`` table (docs/sandbox.md)."""

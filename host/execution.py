@@ -20,6 +20,7 @@ from host.admission import Admission, Overloaded
 from host.calls import Call, CallEvent, CallTable
 from host.config import HostConfig
 from host.permissions import PermissionPort, Verdict, ask, evaluate
+from host.sandbox.asking import must_ask
 from host.sessions import HostSession, HostSessions
 from host.tombstones import TombstoneRegistry
 from host.tools import ToolSpec
@@ -155,6 +156,9 @@ class Executor:
                                    session.allowed, session.denied)
                 if force_ask and verdict is Verdict.ALLOW:  # a hook asked: prompt whatever the mode
                     verdict = Verdict.ASK
+                if verdict is Verdict.ALLOW and must_ask(session.sandbox, call.tool, args,
+                                                         session.allowed):
+                    verdict = Verdict.ASK
                 if verdict is Verdict.DENY:
                     return error_result(ErrorCode.TOOL_DENIED,
                                         f"{call.tool} was denied for this session",
@@ -219,6 +223,7 @@ class Executor:
             env_marker={ENV_MARKER: f"{self.marker_value}:{call.session_id}:{call.call_id}"},
             cgroup_name_of=lambda: call_cgroup_name(self.marker_value, call.session_id,
                                                     call.call_id),
+            sandbox=session.sandbox,
         )
         if call.tool_class in (ToolClass.MUTATING, ToolClass.PLUGIN):
             return await self._awaited(call, spec, args, ctx)

@@ -96,14 +96,21 @@ class HookRunner:
         stdin = _sealed_input(params.input.encode("utf-8", "surrogatepass"))
         out = BoundedOutput(HOOK_ANSWER_BYTES, None)
         err = BoundedOutput(HOOK_OUTPUT_BYTES, None)
+        session = self._sessions.get(params.session_id)
+        sandbox = session.sandbox if session is not None else None
+        confined = (sandbox is not None and not sandbox.off and params.sandbox
+                    and self._config.sandbox.hooks)
+        if not confined and sandbox is not None and not sandbox.off:
+            log.info("hook %s runs outside the sandbox", params.hook_id)
         try:
             tree = await run_tree(
                 list(params.command), cwd=cwd, stop=stop, limit=params.timeout,
                 grace=self._config.tools.kill_grace,
                 marker=(ENV_MARKER, f"{marker}:{params.session_id}:{params.hook_id}"),
-                env_extra={}, stdout=TextSink("stdout", out), stderr=TextSink("stderr", err),
+                env_extra=sandbox.env() if confined and sandbox else {},
+                stdout=TextSink("stdout", out), stderr=TextSink("stderr", err),
                 cgroup_name=call_cgroup_name(marker, params.session_id, params.hook_id),
-                stdin=stdin)
+                stdin=stdin, confine=sandbox.confine_tool if confined and sandbox else None)
         # Not found, not executable, or an argument holding a NUL (ValueError).
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             log.warning("hook %s could not start: %s", params.hook_id, exc)

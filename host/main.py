@@ -19,6 +19,9 @@ import trio
 
 from host import childenv
 from host.manager import HostConfig
+from host.sandbox import guarantees
+from host.sandbox.confine import host_not_dumpable
+from host.sandbox.session import remove_base
 from host.server import HostServer
 from runtime.shared import cgroups
 from runtime.shared.logs import setup_logging
@@ -112,10 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     # switch interval keeps the event loop, and so tools.abort, answering promptly.
     sys.setswitchinterval(0.0005)
     become_subreaper(sweep_orphans=True)
+    host_not_dumpable()
+    guarantees.log_at_start(config.sandbox)
     cgroups.setup_host()
     try:
         trio.run(_serve, config)
     finally:
         cgroups.teardown_host()  # every tree is dead by now: only empty cgroups are left
+        remove_base()  # the sessions' temporary directories
     log.info("host exiting")
     return 0

@@ -38,6 +38,7 @@ from host.calls import CallTable
 from host.config import HostConfig
 from host.execution import Executor, RuntimePort
 from host.hooks import HookRunner
+from host.sandbox import Mode
 from host.sessions import HostSession, HostSessions
 from host.shutdown import stop_all
 from host.tombstones import TombstoneRegistry
@@ -86,8 +87,9 @@ class CallManager:
 
     def open_session(self, session_id: str, workspace: str, mode: PermissionMode,
                      mcp_servers: tuple[McpServerConfig, ...] = (),
-                     trusted_digest: str | None = None) -> None:
-        self.host_sessions.open(session_id, workspace, mode, mcp_servers, trusted_digest)
+                     trusted_digest: str | None = None, sandbox: Mode | None = None) -> None:
+        self.host_sessions.open(session_id, workspace, mode, mcp_servers, trusted_digest,
+                                sandbox)
 
     async def list_plugins(self, session_id: str) -> PluginsListResult:
         return await self.host_sessions.list_plugins(session_id)

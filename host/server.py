@@ -24,6 +24,7 @@ import trio
 
 from host import childenv
 from host.manager import CallManager, HostConfig
+from host.sandbox import guarantees
 from host.tools import TOOLS
 from protocol.causes import DisposedCause
 from protocol.errors import ErrorCode, RemoteError, RpcError
@@ -209,7 +210,8 @@ class HostServer:
     async def session_open(self, params: SessionOpenParams) -> Empty:
         childenv.hide(params.hidden_env)
         self.manager.open_session(params.session_id, params.workspace, params.permission_mode,
-                                  params.mcp_servers, params.trusted_digest)
+                                  params.mcp_servers, params.trusted_digest,
+                                  params.sandbox)
         return Empty()
 
     async def session_close(self, params: SessionCloseHostParams) -> Empty:
@@ -245,7 +247,8 @@ class HostServer:
                       if c.phase is not None)
         return HostStatsResult(len(m.calls), len(m.tombstones), m.tombstones.expired,
                                m.tombstones.evicted, m.admission.waiting, m.admission.running,
-                               calls, cgroups.mechanism())
+                               calls, cgroups.mechanism(),
+                               guarantees.report(self.manager.config.sandbox))
 
     async def shutdown(self, params: Empty) -> Empty:
         effect_taken()

@@ -11,6 +11,8 @@ import trio
 
 from host.config import HostConfig
 from host.plugins import SessionPlugins, load_servers
+from host.sandbox import Mode, SessionSandbox, landlock
+from host.sandbox.settings import SandboxSettings, narrowed
 from host.workspace import Workspace
 from protocol.errors import ErrorCode, RpcError
 from protocol.mcp import PluginConfigError
@@ -20,12 +22,21 @@ from protocol.messages.host import PluginsListResult
 from runtime.shared.proctree import ENV_MARKER
 
 
+def _check_sandbox(settings: SandboxSettings) -> None:
+    """``required = true`` where the kernel has no Landlock: no session opens."""
+    version, why = landlock.abi()
+    if settings.required and settings.mode != "off" and version == 0:
+        raise RpcError(ErrorCode.SANDBOX_UNAVAILABLE,
+                       f"the sandbox is required but unavailable: {why}")
+
+
 @dataclass
 class HostSession:
     session_id: str
     workspace: Workspace
     permission_mode: PermissionMode
     plugins: SessionPlugins
+    sandbox: SessionSandbox
     allowed: set[str] = field(default_factory=set)
     denied: set[str] = field(default_factory=set)
 
@@ -51,17 +62,33 @@ class HostSessions:
 
     def open(self, session_id: str, workspace: str, mode: PermissionMode,
              mcp_servers: tuple[McpServerConfig, ...] = (),
-             trusted_digest: str | None = None) -> None:
+             trusted_digest: str | None = None, sandbox_mode: Mode | None = None
+             ) -> None:
         if "\x00" in workspace or not os.path.isabs(workspace) or not os.path.isdir(workspace):
             raise RpcError(ErrorCode.INVALID_PARAMS,
                            "workspace must be an absolute path to a directory",
                            {"workspace": workspace})
         try:
+            settings = narrowed(self.config.sandbox, sandbox_mode)
+        except ValueError as exc:
+            raise RpcError(ErrorCode.INVALID_PARAMS, str(exc), {"sandbox": sandbox_mode}
+                           ) from exc
+        _check_sandbox(settings)
+        try:
             servers = load_servers(workspace, mcp_servers)
         except PluginConfigError as exc:
             raise RpcError(ErrorCode.INVALID_PARAMS, f"plugin servers: {exc}") from exc
         old = self.by_id.get(session_id)
-        if old is not None and old.plugins.loaded == servers:
+        ws = Workspace(workspace)
+        if (old is not None and old.sandbox.workspace == str(ws.root)
+                and old.sandbox.settings == settings):
+            sandbox = old.sandbox
+        else:
+            if old is not None:
+                self._close_sandbox(old.sandbox)
+            sandbox = SessionSandbox(settings, str(ws.root), session_id)
+        if (old is not None and old.plugins.loaded == servers
+                and old.sandbox is sandbox):
             plugins = old.plugins  # re-opened as it was: its servers keep running
             plugins.trust(trusted_digest)
         else:
@@ -73,12 +100,21 @@ class HostSessions:
                 settings=self.config.plugins, nursery=self._nursery,
                 trusted_digest=trusted_digest,
                 marker=lambda name: (ENV_MARKER,
-                                     f"{self.marker_value}:{session_id}:plugin-{name}"))
+                                     f"{self.marker_value}:{session_id}:plugin-{name}"),
+                confine=sandbox.confine_plugin)
         # Re-opened (a mode change, a runtime re-registering): the user's session-wide
         # answers stand.
         kept = (old.allowed, old.denied) if old is not None else (set(), set())
-        self.by_id[session_id] = HostSession(session_id, Workspace(workspace), mode, plugins,
-                                             *kept)
+        self.by_id[session_id] = HostSession(session_id, ws, mode, plugins, sandbox, *kept)
+
+    def _close_sandbox(self, sandbox: SessionSandbox) -> None:
+        """Its rulesets closed and temporary directory removed, on a thread (not awaited:
+        removing a tree is no part of closing a session)."""
+        background = self._background()
+        if background is not None:
+            background.start_soon(trio.to_thread.run_sync, sandbox.close)
+        else:
+            sandbox.close()
 
     async def list_plugins(self, session_id: str) -> PluginsListResult:
         session = self.by_id.get(session_id)
@@ -93,6 +129,7 @@ class HostSessions:
         session = self.by_id.pop(session_id, None)
         task_status.started()
         if session is not None:
+            self._close_sandbox(session.sandbox)
             with trio.CancelScope(shield=True):
                 await session.plugins.close("its session was closed")
 

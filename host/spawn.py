@@ -32,6 +32,7 @@ from typing import Any
 import trio
 
 from host.childenv import child_environment
+from host.sandbox.confine import Confinement
 from host.spawn_start import _forked, _gated, gate_tools
 from runtime.shared import cgroups, escapes
 from runtime.shared.orphans import (
@@ -228,23 +229,31 @@ def new_cgroup(name: str | None) -> cgroups.Cgroup | None:
     return None if made is None else made.new(name)
 
 
+Confine = Callable[[], Confinement | None]
+"""Makes a child's confinement (``host.sandbox``) on the spawner thread, or ``None``."""
+
+
 async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None,
-                        niceness: int = 0, **options: Any) -> subprocess.Popen[bytes]:
+                        niceness: int = 0, confine: Confine | None = None,
+                        **options: Any) -> subprocess.Popen[bytes]:
     """``subprocess.Popen(argv, **options)`` in a new session with ``close_fds``, forked by
     the spawner thread with a parent-death signal, inside ``cgroup`` if given, and
     registered as ours (never taken for an orphan); ``niceness`` lowers its CPU priority.
     With ``stdin=subprocess.DEVNULL`` (every tool process) it is started through the gate
     (``_gated``: no fork of the host), else with a ``preexec_fn``.
     Shielded: the child it started must not be lost to a cancel."""
-    popen, _ = await _start(argv, lambda: cgroup, False, niceness, options)
+    popen, _ = await _start(argv, lambda: cgroup, False, niceness, options, confine)
     return popen
 
 
 async def _start(argv: list[str], cgroup_of: Callable[[], cgroups.Cgroup | None],
-                 owned: bool, niceness: int, options: dict[str, Any]
+                 owned: bool, niceness: int, options: dict[str, Any],
+                 confine: Confine | None = None
                  ) -> tuple[subprocess.Popen[bytes], cgroups.Cgroup | None]:
     """``start_process`` with the cgroup made by ``cgroup_of`` on the spawner thread (no
-    file system work on the event loop); an ``owned`` one is removed if the start fails."""
+    file system work on the event loop); an ``owned`` one is removed if the start fails.
+    A confined child (``confine`` gives a confinement) is forked: it confines itself
+    between fork and exec."""
     token = trio.lowlevel.current_trio_token()
     done = trio.Event()
     outcome: list[tuple[subprocess.Popen[bytes], cgroups.Cgroup | None] | Exception] = []
@@ -252,15 +261,23 @@ async def _start(argv: list[str], cgroup_of: Callable[[], cgroups.Cgroup | None]
 
     def job() -> None:
         cgroup: cgroups.Cgroup | None = None
+        confinement: Confinement | None = None
         try:
+            confinement = confine() if confine is not None else None
             cgroup = cgroup_of()
-            start = _gated if gated else _forked
-            outcome.append((start(argv, cgroup, niceness, options), cgroup))
+            if confinement is not None:
+                popen = _forked(argv, cgroup, niceness, options, confinement)
+            else:
+                popen = (_gated if gated else _forked)(argv, cgroup, niceness, options)
+            outcome.append((popen, cgroup))
         except Exception as exc:  # noqa: BLE001 -- raised again in the caller; it must not
             # end this thread (its children would get their parent-death signal)
             if owned and cgroup is not None:
                 cgroup.remove()
             outcome.append(exc)
+        finally:
+            if confinement is not None:
+                confinement.close()
         try:
             token.run_sync_soon(done.set)
         except trio.RunFinishedError:
@@ -278,10 +295,10 @@ async def _start(argv: list[str], cgroup_of: Callable[[], cgroups.Cgroup | None]
 async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
                 env_extra: dict[str, str] | None = None, cgroup_name: str | None = None,
                 niceness: int = 0, stdin: int | None = None,
-                sweep_escapes: bool = True) -> Child:
+                sweep_escapes: bool = True, confine: Confine | None = None) -> Child:
     """Start ``argv`` in a new session (and cgroup, named ``cgroup_name`` if given) with
     piped stdout/stderr and stdin from /dev/null (or the descriptor ``stdin``, which the
-    caller keeps and closes)."""
+    caller keeps and closes), confined as ``confine`` says (``host.sandbox``)."""
     env = child_environment(env_extra)  # the host's, without secrets (host/childenv.py)
     if marker is not None:
         env[marker[0]] = marker[1]
@@ -292,7 +309,7 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
             argv, lambda: new_cgroup(cgroup_name), True, niceness,
             {"cwd": cwd, "env": env,
              "stdin": subprocess.DEVNULL if stdin is None else stdin,  # own stdin: forked
-             "stdout": out_w, "stderr": err_w})
+             "stdout": out_w, "stderr": err_w}, confine)
     except BaseException:
         for fd in (out_r, err_r):
             os.close(fd)
@@ -308,12 +325,12 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
 async def spawned(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker | None,
                   grace: float, env_extra: dict[str, str] | None = None,
                   cgroup_name: str | None = None, niceness: int = 0,
-                  stdin: int | None = None, sweep_escapes: bool = True
-                  ) -> AsyncIterator[Child]:
+                  stdin: int | None = None, sweep_escapes: bool = True,
+                  confine: Confine | None = None) -> AsyncIterator[Child]:
     """``spawn``, with the tree killed and the root reaped however the block ends."""
     child = await spawn(argv, cwd=cwd, marker=marker, env_extra=env_extra,
                         cgroup_name=cgroup_name, niceness=niceness, stdin=stdin,
-                        sweep_escapes=sweep_escapes)
+                        sweep_escapes=sweep_escapes, confine=confine)
     try:
         yield child
     finally:

@@ -28,24 +28,29 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from host.sandbox.confine import Confinement, child_step
+from host.sandbox.confine import in_child as confine_child
 from runtime.shared import cgroups
 from runtime.shared.orphans import PR_SET_PDEATHSIG, _prctl, _spawn_lock, _started
 
 log = logging.getLogger(__name__)
 
 
-def _die_with_parent(procs_fd: int | None = None, niceness: int = 0
-                     ) -> Callable[[], None] | None:
+def _die_with_parent(procs_fd: int | None = None, niceness: int = 0,
+                     confinement: Confinement | None = None) -> Callable[[], None] | None:
     """The ``preexec_fn`` that arms the parent-death signal (KILL) and, with ``procs_fd``
     (a cgroup's ``cgroup.procs``), moves the child into that cgroup; ``None`` off Linux.
 
     It runs in the forked child before exec: only a resolved libc call, ``getppid`` and a
     ``write``. A parent that died before the signal was armed is caught by the ``getppid``
     check; a child that cannot join its cgroup fails to start (``SubprocessError``).
+    With a ``confinement`` (``host.sandbox``) the child is then confined, last: a child
+    that cannot be fails to start too.
     """
     if not sys.platform.startswith("linux"):
         return None
     prctl, parent, sig = _prctl(), os.getpid(), int(signal.SIGKILL)
+    confine = child_step(confinement) if confinement is not None else None
 
     def in_child() -> None:
         prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
@@ -55,17 +60,21 @@ def _die_with_parent(procs_fd: int | None = None, niceness: int = 0
             os.write(procs_fd, b"0")  # "0": the writing process itself
         if niceness:
             os.nice(niceness)
+        if confine is not None:
+            confine_child(*confine)
 
     return in_child
 
 
 def _forked(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
-            options: dict[str, Any]) -> subprocess.Popen[bytes]:
+            options: dict[str, Any], confinement: Confinement | None = None
+            ) -> subprocess.Popen[bytes]:
     """Fork (the host's whole address space, holding the interpreter lock) and run
-    ``_die_with_parent`` in the child: for a child with a stdin of its own (a plugin)."""
+    ``_die_with_parent`` in the child: for a child with a stdin of its own (a plugin), or
+    one confined by the sandbox (``confinement``)."""
     procs_fd = cgroup.open_procs() if cgroup is not None else None
     try:
-        preexec = _die_with_parent(procs_fd, niceness)
+        preexec = _die_with_parent(procs_fd, niceness, confinement)
         with _spawn_lock:
             popen = subprocess.Popen(argv, start_new_session=True, close_fds=True,
                                      preexec_fn=preexec, **options)

@@ -35,6 +35,7 @@ class ErrorCode(enum.IntEnum):
     HOST_CRASHED = -32017
     PERMISSION_WITHDRAWN = -32018
     SHUTTING_DOWN = -32019
+    SANDBOX_UNAVAILABLE = -32030
 
 
 ERROR_MESSAGES: dict[ErrorCode, str] = {
@@ -58,6 +59,7 @@ ERROR_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.HOST_CRASHED: "Host crashed",
     ErrorCode.PERMISSION_WITHDRAWN: "Permission request withdrawn",
     ErrorCode.SHUTTING_DOWN: "Shutting down",
+    ErrorCode.SANDBOX_UNAVAILABLE: "Sandbox required but unavailable",
 }
 
 

@@ -113,6 +113,10 @@ class BashArgs(_Args, frozen=True, rename={"timeout_ms": "timeoutMs"}):
         f"{BASH_MAX_TIMEOUT_MS}); when it passes, the command's whole process tree is "
         "killed and the call fails with TOOL_TIMEOUT.",
         ge=1, le=BASH_MAX_TIMEOUT_MS)] | None = None
+    sandbox: Annotated[str, msgspec.Meta(pattern="^(on|off)$", description=
+        "Set to \"off\" only when the sandbox refused something the task needs (a write "
+        "outside the workspace, the network): the user is always asked first, and the "
+        "command then runs unconfined (\"on\", the default, runs it sandboxed).")] | None = None
 
 
 class GenerateImagesArgs(_Args, frozen=True):

@@ -116,7 +116,15 @@ use in a later call. Output beyond {OUTPUT_MAX_BYTES // _KIB} KiB keeps its \
 beginning and end with the middle cut; redirect big output to a file and Grep \
 or Read it. Depending on the permission mode, the user may be asked first. A \
 stop kills the command's whole process tree and returns the output collected \
-until then."""
+until then. Unless the operator turned it off, the command runs in a sandbox: \
+it may write only inside the workspace, $TMPDIR (its own temporary directory, \
+where caches go too) and /tmp, has no network (at most a loopback of its own; \
+other connections fail), and cannot signal or trace processes it did not \
+start; \
+a refused operation fails with "Permission denied" or "Operation not \
+permitted" and the result then says it may have been the sandbox. If the task \
+truly needs more, call Bash again with sandbox: "off": the user is always \
+asked first."""
 
 GENERATE_IMAGES = f"""\
 Render PNG images with the host's image backend and save them in the \

@@ -56,8 +56,9 @@ def read_config_file(option: str | None) -> tuple[pathlib.Path | None, dict[str,
 
 def host_config_json(raw: dict[str, Any]) -> str | None:
     """The ``[host]`` table as the host's ``--config`` argument (``None`` when absent), with
-    the ``[environment]`` table as its ``environment`` and the key variable a ``provider``
-    table names (``apiKeyEnv``) among the names no child process sees."""
+    the ``[environment]`` table as its ``environment``, the key variable a ``provider``
+    table names (``apiKeyEnv``) among the names no child process sees, and the ``[sandbox]``
+    table as its ``sandbox`` (the host enforces it)."""
     table = raw.get("host")
     if table is not None and not isinstance(table, dict):
         raise ConfigError("'host' must be a table")
@@ -69,6 +70,11 @@ def host_config_json(raw: dict[str, Any]) -> str | None:
         if "hidden" in environment:
             raise ConfigError("[environment]: unknown key 'hidden' (known: include, exclude, set)")
         table["environment"] = dict(environment)
+    sandbox = raw.get("sandbox")
+    if sandbox is not None and not isinstance(sandbox, dict):
+        raise ConfigError("'sandbox' must be a table")
+    if sandbox:
+        table["sandbox"] = dict(sandbox)
     provider = raw.get("provider")
     key_env = provider.get("apiKeyEnv") if isinstance(provider, dict) else None
     if isinstance(key_env, str) and key_env:

@@ -88,7 +88,7 @@ class SessionLife:
         session = self.session
         params = self.registration = SessionOpenParams(
             session.session_id, session.workspace, session.permission_mode,
-            session.mcp_servers, session.hidden_env)
+            session.mcp_servers, session.hidden_env, sandbox=session.sandbox)
         await self._host.request("session.open", params)
         listed = await self._list_plugins()
         if self._trust is None:

@@ -182,7 +182,8 @@ class SessionRequests:
             raise RpcError(ErrorCode.INVALID_PARAMS, str(exc)) from exc
         session = self.sessions.create(params.workspace, params.permission_mode, config,
                                        provider, self._announce, self.tools.factory,
-                                       params.mcp_servers, params.system_prompt)
+                                       params.mcp_servers, params.system_prompt,
+                                       params.sandbox)
         # Until it answers, session.close of it undoes the open (its servers killed).
         life = self.life(session)
         life.begin_open()

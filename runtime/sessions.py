@@ -21,7 +21,7 @@ import trio
 
 from protocol import ids
 from protocol.errors import ErrorCode, RpcError
-from protocol.messages.client import PermissionMode, ProviderConfig, SessionInfo
+from protocol.messages.client import PermissionMode, ProviderConfig, SandboxMode, SessionInfo
 from protocol.messages.common import McpServerConfig
 from protocol.messages.events import (
     AnnouncedEvent,
@@ -72,6 +72,8 @@ class Session:
     hidden_env: tuple[str, ...] = ()
     """The variable its provider configuration names for its key (``apiKeyEnv``): the
     host keeps it from every child process."""
+    sandbox: SandboxMode | None = None
+    """The sandbox mode the session narrowed to (``session.new``), or None."""
     plugin_tools: tuple[PluginTool, ...] = ()
     """The plugin tools the host listed for this session (what the model is offered)."""
     closing: bool = False
@@ -127,7 +129,8 @@ class SessionStore:
                provider: Provider, announce: Callable[[str, AnnouncedEvent], None],
                tools: Callable[[str], ToolsFactory],
                mcp_servers: tuple[McpServerConfig, ...] = (),
-               system_prompt: str | None = None) -> Session:
+               system_prompt: str | None = None,
+               sandbox: SandboxMode | None = None) -> Session:
         if not os.path.isabs(workspace):
             raise RpcError(ErrorCode.INVALID_PARAMS, "workspace must be an absolute path",
                            {"workspace": workspace})
@@ -146,7 +149,7 @@ class SessionStore:
             meta = journal.append(lambda seq: SessionMeta(
                 seq, "", session_id, real, mode, time.time(),
                 msgspec.to_builtins(provider_config) if provider_config else {}, mcp_servers,
-                system_prompt))
+                system_prompt, sandbox))
         except OSError as exc:  # a full or failing disk: no session, and no empty log left
             slog.close()
             with contextlib.suppress(OSError):
@@ -166,7 +169,8 @@ class SessionStore:
         agent.context = settings_from_meta(meta.provider)
         session = Session(meta.session_id, meta.workspace, meta.permission_mode,  # type: ignore[arg-type]
                           meta.created_at, agent, meta.mcp_servers,
-                          (key_env,) if isinstance(key_env, str) else ())
+                          (key_env,) if isinstance(key_env, str) else (),
+                          meta.sandbox)  # type: ignore[arg-type]
         self._sessions[session.session_id] = session
         return session
 

@@ -33,7 +33,7 @@ import trio
 
 from host.childenv import child_environment
 from host.plugins.request import CallOutcome, PluginRequest, ProgressSink
-from host.spawn import Child, new_cgroup, start_process
+from host.spawn import Child, Confine, new_cgroup, start_process
 from protocol.errors import RemoteError
 from protocol.mcp import (
     CLIENT_TO_SERVER,
@@ -72,8 +72,8 @@ class PluginStartError(Exception):
     """The server could not be started or did not complete the MCP handshake."""
 
 
-async def _spawn(config: McpServerConfig, cwd: str, marker: tuple[str, str]
-                 ) -> tuple[Child, trio.lowlevel.FdStream]:
+async def _spawn(config: McpServerConfig, cwd: str, marker: tuple[str, str],
+                 confine: Confine | None = None) -> tuple[Child, trio.lowlevel.FdStream]:
     """``PluginStartError`` if it cannot be spawned. Started like a tool root
     (``spawn.start_process``: its own session, a parent-death signal, registered)."""
     env = child_environment({**config.env, marker[0]: marker[1]})  # declared env as given
@@ -83,7 +83,8 @@ async def _spawn(config: McpServerConfig, cwd: str, marker: tuple[str, str]
     cgroup = new_cgroup(None)
     try:
         popen = await start_process([config.command, *config.args], cgroup=cgroup, cwd=cwd,
-                                    env=env, stdin=in_r, stdout=out_w, stderr=err_w)
+                                    env=env, stdin=in_r, stdout=out_w, stderr=err_w,
+                                    confine=confine)
     except BaseException as exc:
         for fd in (in_w, out_r, err_r):
             os.close(fd)
@@ -107,8 +108,10 @@ class McpConnection:
     """One process of one plugin server, from spawn and handshake to a dead, reaped tree."""
 
     def __init__(self, config: McpServerConfig, *, cwd: str, marker: tuple[str, str],
-                 kill_grace: float, start_timeout: float) -> None:
+                 kill_grace: float, start_timeout: float, confine: Confine | None = None
+                 ) -> None:
         self.config = config
+        self._confine = confine
         self._cwd = cwd
         self._marker = marker
         self._grace = kill_grace
@@ -145,7 +148,7 @@ class McpConnection:
             self.dead.set()
 
     async def _serve(self, task_status: trio.TaskStatus[None]) -> None:
-        child, stdin = await _spawn(self.config, self._cwd, self._marker)
+        child, stdin = await _spawn(self.config, self._cwd, self._marker, self._confine)
         self.pid = child.pid
         endpoint = self._endpoint = Endpoint(
             f"mcp[{self.config.name}:{child.pid}]", child.stdout, stdin,

@@ -24,6 +24,7 @@ import trio
 
 from host.plugins.connection import McpConnection, PluginStartError
 from host.plugins.results import to_tool_result
+from host.spawn import Confine
 from host.tools.context import ToolContext, ToolSpec
 from protocol.errors import ErrorCode, RemoteError
 from protocol.mcp import (
@@ -120,8 +121,10 @@ class PluginServer:
 
     def __init__(self, config: McpServerConfig, *, cwd: str, marker: tuple[str, str],
                  kill_grace: float, settings: PluginSettings,
-                 nursery: Callable[[], trio.Nursery]) -> None:
+                 nursery: Callable[[], trio.Nursery], confine: Confine | None = None) -> None:
         self.config = config
+        self._confine = confine
+        """How its process is confined (``host.sandbox``: the session's plugin ruleset)."""
         self._cwd = cwd
         self._marker = marker
         self._grace = kill_grace
@@ -151,7 +154,7 @@ class PluginServer:
             # Recorded before the handshake (up to start_timeout): kill() reaches it.
             connection = self.connection = McpConnection(
                 self.config, cwd=self._cwd, marker=self._marker, kill_grace=self._grace,
-                start_timeout=self.settings.start_timeout)
+                start_timeout=self.settings.start_timeout, confine=self._confine)
             self.starts += 1
             await self._nursery().start(connection.serve)
             if self.starts > 1:
@@ -231,13 +234,14 @@ class SessionPlugins:
     def __init__(self, session_id: str, workspace: str, loaded: LoadedServers,
                  *, marker: Callable[[str], tuple[str, str]], kill_grace: float,
                  settings: PluginSettings, nursery: Callable[[], trio.Nursery],
-                 trusted_digest: str | None = None) -> None:
+                 trusted_digest: str | None = None, confine: Confine | None = None) -> None:
         self.loaded = loaded
         self.configs = loaded.servers
         self.workspace = workspace
         self.servers = {c.name: PluginServer(c, cwd=workspace, marker=marker(c.name),
                                              kill_grace=kill_grace, settings=settings,
-                                             nursery=nursery) for c in self.configs}
+                                             nursery=nursery, confine=confine)
+                        for c in self.configs}
         for name in loaded.from_workspace:
             self.servers[name].untrusted = True
         self.trust(trusted_digest)

@@ -11,13 +11,18 @@ shell exits are killed too: no process outlives its call.
 
 from __future__ import annotations
 
+import logging
 import shutil
 
-from host.tools.context import ToolContext
+from host.sandbox import watch
+from host.sandbox.refusal import refusal
+from host.tools.context import ToolContext, confined, run_abandonable
 from host.tools.output import BoundedOutput, TextSink
 from host.tools.process import TreeResult, run_tree
 from protocol.errors import ErrorCode
 from protocol.tools import BashArgs, ToolResult, aborted_result, error_result, ok_result
+
+log = logging.getLogger(__name__)
 
 DETAILS_TAIL_BYTES = 4096
 
@@ -58,24 +63,43 @@ async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
     if ctx.stop.is_set():
         return aborted_result(before_dispatch=False, details={"started": False})
     out = BoundedOutput(config.max_output_bytes, ctx.emit_output)
+    sandbox, env = confined(ctx)
+    if args.sandbox == "off" and sandbox is not None:
+        log.warning("Bash call runs outside the sandbox (the user allowed it): %r",
+                    args.command[:200])
+        sandbox, env = None, {}
+    root = str(ctx.workspace.root)
+    before = await run_abandonable(lambda _: watch.snapshot(root)) if sandbox else None
     tree = await run_tree(
         [shell(), "-c", args.command], cwd=ctx.workspace.root, stop=ctx.stop,
         limit=timeout_ms / 1000, grace=config.kill_grace, marker=ctx.marker,
-        env_extra=ctx.env_marker, stdout=TextSink("stdout", out), stderr=TextSink("stderr", out),
-        cgroup_name=ctx.cgroup_name, on_stop=ctx.on_stop)
+        env_extra={**ctx.env_marker, **env}, stdout=TextSink("stdout", out),
+        stderr=TextSink("stderr", out), cgroup_name=ctx.cgroup_name, on_stop=ctx.on_stop,
+        confine=sandbox)
     details = _details(tree, out)
     output = out.text()
+    notes = _notes(tree, out)
+    if before is not None:
+        touched = watch.changed(before, await run_abandonable(lambda _: watch.snapshot(root)))
+        if touched:
+            details["controlFiles"] = touched
+            notes = _join(notes, "[files that control later runs were changed: "
+                          f"{', '.join(touched[:10])}{' ...' if len(touched) > 10 else ''}]")
     if tree.outcome == "stopped":
         return aborted_result(before_dispatch=False, details=details, extra_text=_join(
             "Output before the stop:" if output else "No output before the stop.",
-            output, _notes(tree, out)))
+            output, notes))
     if tree.outcome == "timeout":
         message = f"command timed out after {timeout_ms / 1000:g} s"
         return error_result(
             ErrorCode.TOOL_TIMEOUT, message, body_invoked=True, details=details,
-            text=_join(f"Error: {message}; its process tree was killed.", output,
-                       _notes(tree, out)))
+            text=_join(f"Error: {message}; its process tree was killed.", output, notes))
     status = (f"[exit status {tree.exit_status}]" if tree.exit_status
               else f"[killed by {tree.signal}]" if tree.signal else "")
-    text = _join(output, _notes(tree, out), status) or "(no output)"
+    refused = (refusal(ctx.sandbox, output, bool(tree.exit_status or tree.signal))
+               if sandbox is not None and ctx.sandbox is not None else None)
+    if refused is not None:
+        details["sandbox"], line = refused
+        status = _join(status, line)
+    text = _join(output, notes, status) or "(no output)"
     return ok_result(text, details=details)

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import trio
 
+from host.sandbox import SessionSandbox
 from host.tools.readers import READERS
 from host.workspace import ToolInputError, Workspace
 from protocol.toolclass import ToolClass
@@ -25,6 +26,7 @@ __all__ = [
     "ToolContext",
     "ToolInputError",
     "ToolSpec",
+    "confined",
     "run_abandonable",
 ]
 
@@ -65,6 +67,9 @@ class ToolContext:
     cgroups: the runtime can find it by the same name. Computed when a tool asks for it (a
     digest: most calls spawn nothing)."""
 
+    sandbox: SessionSandbox | None = None
+    """The session's sandbox (``host.sandbox``): what the processes a tool starts run in."""
+
     @property
     def cgroup_name(self) -> str | None:
         return self.cgroup_name_of()
@@ -75,6 +80,16 @@ class ToolContext:
         for key, value in self.env_marker.items():
             return (key, value)
         return None
+
+
+def confined(ctx: ToolContext) -> tuple[Callable[[], Any] | None, dict[str, str]]:
+    """How a process tool's tree is confined (``spawn``'s ``confine``) and what its
+    environment gains (the session's temporary directory and caches): nothing in mode
+    ``off``."""
+    sandbox = ctx.sandbox
+    if sandbox is None or sandbox.off:
+        return None, {}
+    return sandbox.confine_tool, sandbox.env()
 
 
 ToolBody = Callable[[Any, ToolContext], Awaitable[ToolResult]]

@@ -51,7 +51,7 @@ async def run(args: GlobArgs, ctx: ToolContext) -> ToolResult:
     kept: list[bytes] = []  # rg sorts (--sort path): the first ones are the ones shown
     total = 0
     async with ripgrep.run_rg(rg_args, cwd=cwd, marker=ctx.marker,
-                              cgroup_name=ctx.cgroup_name, sep=b"\0") as rg:
+                              cgroup_name=ctx.cgroup_name, sandbox=ctx.sandbox, sep=b"\0") as rg:
         while len(kept) < MAX_RESULTS and (batch := await rg.records.batch()):
             total += len(batch)
             kept += [name for name, cut in batch if not cut]

@@ -126,7 +126,7 @@ async def run(args: GrepArgs, ctx: ToolContext) -> ToolResult:
     rg_args += more
     found = _Found(ctx.config.max_output_bytes, prefix)
     async with ripgrep.run_rg(rg_args, cwd=cwd, marker=ctx.marker,
-                              cgroup_name=ctx.cgroup_name) as rg:
+                              cgroup_name=ctx.cgroup_name, sandbox=ctx.sandbox) as rg:
         while not found.full and (batch := await rg.records.batch()):
             for raw, cut in batch:
                 found.record(raw, cut)

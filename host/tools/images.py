@@ -25,7 +25,7 @@ import msgspec
 
 import host
 from host.imaging import MAX_PIXELS
-from host.tools.context import ToolContext
+from host.tools.context import ToolContext, confined
 from host.tools.output import BoundedOutput, TextSink
 from host.tools.process import TreeResult, run_tree
 from host.workspace import ToolInputError, Workspace
@@ -147,12 +147,14 @@ async def run(args: GenerateImagesArgs, ctx: ToolContext) -> ToolResult:
             "--out", str(folder), "--stem", stem]
     written = _Written(ctx, folder)
     errors = BoundedOutput(STDERR_CAP, None)
+    confine, sandbox_env = confined(ctx)
     try:
         tree = await run_tree(
             argv, cwd=ctx.workspace.root, stop=ctx.stop, limit=config.image_timeout_ms / 1000,
-            grace=config.kill_grace, marker=ctx.marker, env_extra={**ctx.env_marker, **env},
+            grace=config.kill_grace, marker=ctx.marker,
+            env_extra={**ctx.env_marker, **env, **sandbox_env},
             stdout=written, stderr=TextSink("stderr", errors), cgroup_name=ctx.cgroup_name,
-            on_stop=ctx.on_stop)
+            on_stop=ctx.on_stop, confine=confine)
     except (FileNotFoundError, PermissionError) as exc:
         raise ToolInputError(ErrorCode.TOOL_FAILED,
                              f"cannot start the image backend {backend[0]!r}: {exc.strerror}"

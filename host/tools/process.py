@@ -103,14 +103,14 @@ async def run_tree(argv: list[str], *, cwd: str | os.PathLike[str], stop: trio.E
                    limit: float, grace: float, marker: tuple[str, str] | None,
                    env_extra: dict[str, str], stdout: Sink, stderr: Sink,
                    cgroup_name: str | None = None, stdin: int | None = None,
-                   on_stop: Callable[[Callable[[], None]], None] = lambda hook: None
-                   ) -> TreeResult:
+                   on_stop: Callable[[Callable[[], None]], None] = lambda hook: None,
+                   confine: spawn.Confine | None = None) -> TreeResult:
     """``on_stop`` registers the tree's TERM to run as the stop arrives
     (``ToolContext.on_stop``)."""
     started = trio.current_time()
     async with spawn.spawned(argv, cwd=cwd, marker=marker, grace=grace,
                              env_extra=env_extra, cgroup_name=cgroup_name,
-                             stdin=stdin) as child:
+                             stdin=stdin, confine=confine) as child:
         on_stop(child.term_now)
         pumps_done = trio.Event()
 

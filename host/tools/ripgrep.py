@@ -32,6 +32,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from host import fsnames, spawn
+from host.sandbox import SessionSandbox
 from host.workspace import ToolInputError
 from protocol.errors import ErrorCode
 from runtime.shared.proctree import Marker
@@ -198,20 +199,35 @@ class RgRun:
 
 @asynccontextmanager
 async def run_rg(args: Sequence[str], *, cwd: str, marker: Marker | None,
-                 cgroup_name: str | None = None, sep: bytes = b"\n"
-                 ) -> AsyncIterator[RgRun]:
+                 cgroup_name: str | None = None, sep: bytes = b"\n",
+                 sandbox: SessionSandbox | None = None) -> AsyncIterator[RgRun]:
     """Run ``rg`` with ``args``; however the block ends (read to the end, stopped early,
-    cancelled by a stop), its process tree is killed and reaped."""
-    argv = [rg_binary(), *BASE_ARGS, *args]
+    cancelled by a stop), its process tree is killed and reaped. With the session's
+    ``sandbox`` it is confined by the kernel to reading beneath the workspace, whatever
+    the sandbox's mode (``SessionSandbox.confine_search``): a directory swapped for a
+    symlink to elsewhere while it walks cannot lead it out."""
+    binary = rg_binary()
+    argv = [binary, *BASE_ARGS, *args]
     env_extra = {"RIPGREP_CONFIG_PATH": ""}
     stderr = _Stderr()
     async with spawn.spawned(argv, cwd=cwd, marker=marker, grace=KILL_GRACE,
                              env_extra=env_extra, cgroup_name=cgroup_name,
-                             niceness=NICENESS, sweep_escapes=False) as child:
+                             niceness=NICENESS, sweep_escapes=False,
+                             confine=None if sandbox is None
+                             else _confinement(sandbox, binary)) as child:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stderr.collect, child.stderr)
             yield RgRun(child, sep, stderr)
             nursery.cancel_scope.cancel()
+
+
+def _confinement(sandbox: SessionSandbox, binary: str) -> spawn.Confine:
+    """ripgrep's: reading beneath the workspace only (``SessionSandbox.confine_search``).
+    A program ``QUIESCE_RG`` names (a test's stand-in, often a script) may need anything
+    to run, so it is confined as the session's tools are instead (its mode)."""
+    if os.environ.get("QUIESCE_RG"):
+        return sandbox.confine_tool
+    return lambda: sandbox.confine_search(binary)
 
 
 _REGEX_ERROR = re.compile(r"regex parse error|error parsing glob|unclosed|regex.*error",

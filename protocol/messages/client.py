@@ -14,6 +14,7 @@ from protocol.tools import ToolResult
 PermissionMode = Literal["ask", "accept-edits", "auto"]
 ContextWindow = Annotated[int, msgspec.Meta(ge=1)]
 CompactAt = Annotated[float, msgspec.Meta(gt=0, le=1)]
+SandboxMode = Literal["workspace-write", "read-only", "off"]
 
 
 class ScriptedProviderConfig(Struct, frozen=True, tag_field="kind", tag="scripted"):
@@ -90,6 +91,10 @@ class SessionNewParams(Struct, frozen=True):
     system_prompt: str | None = None
     """Replaces the daemon's system prompt for this session (docs/configuration.md);
     the workspace's ``AGENTS.md`` is still added after it."""
+    sandbox: SandboxMode | None = None
+    """Narrows the daemon's sandbox mode for this session (docs/sandbox.md): from ``off``
+    to ``workspace-write`` or ``read-only``, from ``workspace-write`` to ``read-only``. A
+    wider mode than the daemon's is refused (``INVALID_PARAMS``); null keeps the daemon's."""
 
 
 class SessionNewResult(Struct, frozen=True):

@@ -37,6 +37,8 @@ class SessionMeta(_Event, frozen=True, tag="session/meta"):
     """The session's own plugin servers (``session.new``), for every re-open."""
     system_prompt: str | None = None
     """The session's own system prompt (``session.new``), for every re-open."""
+    sandbox: str | None = None
+    """The sandbox mode the session narrowed to (``session.new``), for every re-open."""
 
 
 class TurnStart(_Event, frozen=True, tag="turn/start"):

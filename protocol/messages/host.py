@@ -7,8 +7,9 @@ from typing import Any, Literal
 import msgspec
 
 from protocol.causes import Cause, UserCause
-from protocol.messages.client import PermissionMode
+from protocol.messages.client import PermissionMode, SandboxMode
 from protocol.messages.common import McpServerConfig, PluginServerStatus, Struct
+from protocol.sandbox import SandboxReport
 
 CallPhase = Literal["admission", "permission-pending", "running"]  # of a call in flight
 CallState = Literal["tombstoned", CallPhase, "settled"]
@@ -27,6 +28,9 @@ class SessionOpenParams(Struct, frozen=True):
     """The digest (``sha256:<hex>``) of the workspace's ``.quiesce/mcp.json`` content the
     user trusted: its servers are started only if the host reads that same content (else
     they are listed ``untrusted``). A re-open of an open session with it trusts them."""
+    sandbox: SandboxMode | None = None
+    """The session's narrower sandbox mode, if it asked for one (never wider than the
+    host's configuration: a wider one is refused)."""
 
 
 class ToolsExecuteParams(Struct, frozen=True):
@@ -131,6 +135,8 @@ class HostStatsResult(Struct, frozen=True):
     process_isolation: Literal["cgroup", "process-tree"] = "process-tree"
     """How the host attributes processes to calls: a cgroup v2 per tree, or (where it
     cannot make cgroups) ancestry, session and its own records."""
+    sandbox: SandboxReport | None = None
+    """What the sandbox enforces on this kernel, and what it cannot (docs/sandbox.md)."""
 
 
 class ToolsForceParams(Struct, frozen=True):
@@ -185,6 +191,9 @@ class HooksRunParams(Struct, frozen=True):
     command: tuple[str, ...]
     input: str
     timeout: float
+    sandbox: bool = True
+    """Run it in the session's sandbox (unless the hook opted out, or the daemon's
+    ``sandbox.hooks`` is false)."""
 
 
 class HooksRunResult(Struct, frozen=True):

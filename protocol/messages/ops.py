@@ -8,6 +8,7 @@ import msgspec
 
 from protocol.messages.common import Struct
 from protocol.messages.events import AnnouncedEvent, TokenUsage
+from protocol.sandbox import SandboxReport
 
 OpsCallState = Literal["queued", "permission-pending", "running", "aborting", "draining",
                        "hook"]
@@ -93,6 +94,8 @@ class OpsStatsResult(Struct, frozen=True):
     """Stops asked for and not settled yet (``stops`` counts only settled ones)."""
     stops_stuck: int = 0
     """Of those, the ones waiting longer than the daemon's ``--stuck-after``."""
+    sandbox: SandboxReport | None = None
+    """The live host's sandbox: mechanism, ABI, enforced and degraded guarantees."""
 
 
 class OpsEventParams(Struct, frozen=True):

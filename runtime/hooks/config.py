@@ -43,6 +43,8 @@ class HookSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     command: Annotated[tuple[Annotated[str, msgspec.Meta(min_length=1)], ...],
                        msgspec.Meta(min_length=1)]
     timeout: _Seconds = DEFAULT_HOOK_TIMEOUT
+    sandbox: bool = True
+    """False: this hook runs outside the sandbox (docs/sandbox.md), as the daemon's user."""
 
 
 class HooksTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

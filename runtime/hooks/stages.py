@@ -163,7 +163,7 @@ class TurnHooks:
         stopped and the hook's tree killed before it answered."""
         params = HooksRunParams(
             self._session_id, f"{host_call_id(self._turn_id, call.call_id)}/{hook.label}",
-            hook.spec.command, payload, hook.spec.timeout)
+            hook.spec.command, payload, hook.spec.timeout, sandbox=hook.spec.sandbox)
         running = self.running[call.call_id] = RunningHook(
             call.call_id, call.tool, call.tool_class, hook.label, hook.spec.command)
         try:

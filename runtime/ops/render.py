@@ -26,6 +26,7 @@ from protocol.messages.ops import (
     OpsStatsResult,
     OpsUnreadableLog,
 )
+from protocol.sandbox import SandboxReport
 from runtime.eventrender import one_line, render, usage_text
 from runtime.ops.client import RunningDaemon
 
@@ -177,9 +178,21 @@ def stats_text(stats: OpsStatsResult) -> str:
                        "process-tree": "attributed by ancestry and session (no cgroups)",
                        None: "- (no live host)"}.get(stats.process_isolation,
                                                    str(stats.process_isolation))),
+        ("sandbox", sandbox_text(stats.sandbox)),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def sandbox_text(report: SandboxReport | None) -> str:
+    """The host's sandbox in one line: mechanism, ABI, mode, and what is not enforced."""
+    if report is None:
+        return "- (no live host)"
+    if report.unavailable is not None:
+        return f"unavailable ({report.unavailable})"
+    degraded = "; ".join(report.degraded) or "none"
+    return (f"{report.mechanism} ABI {report.abi}, mode {report.mode}, network "
+            f"{report.network}; not enforced: {degraded}")
 
 
 def abort_text(session_id: str, r: AgentAbortResult) -> str:

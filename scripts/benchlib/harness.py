@@ -172,9 +172,12 @@ class Bench:
         return now_ms() - start, result
 
     async def new_session(self, workspace: pathlib.Path, script: list[list[dict[str, Any]]],
-                          mode: str = "auto") -> Session:
+                          mode: str = "auto", sandbox: str | None = None) -> Session:
+        """``sandbox``: the session's sandbox mode (the bench's daemon runs with the
+        sandbox ``off``, so a row may narrow it to ``workspace-write``)."""
         result: SessionNewResult = await self.request("session.new", SessionNewParams(
-            str(workspace), mode, ScriptedProviderConfig(script=script)))  # type: ignore[arg-type]
+            str(workspace), mode, ScriptedProviderConfig(script=script),  # type: ignore[arg-type]
+            sandbox=sandbox))  # type: ignore[arg-type]
         return self._session(result.session_id)
 
     async def prompt(self, session: Session, text: str) -> AgentPromptResult:
@@ -242,8 +245,16 @@ async def open_bench(workdir: pathlib.Path, extra_env: Mapping[str, str] | None 
         holder[0].on_withdrawn(params)
 
     log = os.open(workdir / "daemon.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # The sandbox off by default, so the rows keep measuring what they measured before it;
+    # the sandboxed rows narrow their sessions to workspace-write (same run, side by side).
+    # A scenario's own file (``QUIESCE_CONFIG``) gets the table added.
+    named = (extra_env or {}).get("QUIESCE_CONFIG")
+    config = pathlib.Path(named) if named else workdir / "bench-config.toml"
+    text = config.read_text() if config.exists() else ""
+    if "[sandbox]" not in text:
+        config.write_text(text + '\n[sandbox]\nmode = "off"\n')
     try:
-        async with spawn_daemon(serve_command(), env=env, stderr=log,
+        async with spawn_daemon(serve_command("--config", str(config)), env=env, stderr=log,
                                 handlers={"permission.request": on_permission},
                                 notification_handlers={"session.event": on_event,
                                                        "permission.withdrawn": on_withdrawn},

@@ -179,16 +179,21 @@ async def floor_noop_turn(bench: Bench, n: int, warmup: int) -> Series:
     return series
 
 
-async def floor_bash_turn(bench: Bench, n: int, warmup: int) -> Series:
-    """A completed turn running Bash ``true``: spawn, exit, tree check, reap, two steps."""
-    series = Series("floor-bash-turn", "floor: completed turn running Bash `true` (two steps)")
-    workspace = bench.workdir / "ws-bash-true"
+async def floor_bash_turn(bench: Bench, n: int, warmup: int,
+                          sandbox: str | None = None) -> Series:
+    """A completed turn running Bash ``true``: spawn, exit, tree check, reap, two steps
+    (``sandbox``: in a session narrowed to that sandbox mode)."""
+    series = (Series("floor-bash-turn", "floor: completed turn running Bash `true` "
+                     "(two steps)") if sandbox is None else
+              Series("floor-bash-turn-sandboxed", "floor: completed turn running Bash "
+                     f"`true` (two steps), sandboxed ({sandbox}: forked, Landlock)"))
+    workspace = bench.workdir / ("ws-bash-true" + ("-sandboxed" if sandbox else ""))
     workspace.mkdir()
     script: list[list[dict[str, Any]]] = []
     for i in range(warmup + n):
         script += [[{"toolCall": {"id": f"t{i}", "name": "Bash", "args": {"command": "true"}}}],
                    [{"text": "ok"}]]
-    session = await bench.new_session(workspace, script)
+    session = await bench.new_session(workspace, script, sandbox=sandbox)
     for i in range(warmup + n):
         start = now_ms()
         result = await bench.prompt(session, f"true {i}")
@@ -313,12 +318,13 @@ def _has_term_ignoring(count: int) -> Callable[[list[Member]], bool]:
 
 
 async def _stop_tree(bench: Bench, series: Series, n: int, warmup: int, *, name: str,
-                     command: str, members_ready: Callable[[list[Member]], bool]) -> None:
+                     command: str, members_ready: Callable[[list[Member]], bool],
+                     sandbox: str | None = None) -> None:
     workspace = bench.workdir / f"ws-{name}"
     workspace.mkdir()
     script = [[{"toolCall": {"id": f"b{i}", "name": "Bash", "args": {"command": command}}}]
               for i in range(warmup + n)]
-    session = await bench.new_session(workspace, script)
+    session = await bench.new_session(workspace, script, sandbox=sandbox)
     survivors_total = 0
     for i in range(warmup + n):
         call_id = f"b{i}"
@@ -370,6 +376,21 @@ async def stop_term_honouring(bench: Bench, n: int, warmup: int) -> Series:
                         "this code 7.57 to 11.0 ms (8.70)")
     await _stop_tree(bench, series, n, warmup, name="tree-term", command=HONOURING_TREE,
                      members_ready=_sleeps(HONOURING_SLEEPS))
+    return series
+
+
+async def floor_bash_turn_sandboxed(bench: Bench, n: int, warmup: int) -> Series:
+    return await floor_bash_turn(bench, n, warmup, sandbox="workspace-write")
+
+
+async def stop_term_honouring_sandboxed(bench: Bench, n: int, warmup: int) -> Series:
+    """``stop-tree-term``'s tree in a sandboxed session: the stop path is the same (TERM,
+    ``cgroup.kill``); only the spawn differs (forked, confined by Landlock)."""
+    series = Series("stop-tree-term-sandboxed", "stop: TERM-honouring process tree, "
+                    "sandboxed (workspace-write)", goal=HONOURING_GOAL)
+    await _stop_tree(bench, series, n, warmup, name="tree-term-sandboxed",
+                     command=HONOURING_TREE, members_ready=_sleeps(HONOURING_SLEEPS),
+                     sandbox="workspace-write")
     return series
 
 
@@ -438,6 +459,7 @@ SCENARIOS: dict[str, Spec] = {
     "floor-host-tool": Spec(floor_host_tool, True),
     "floor-noop-turn": Spec(floor_noop_turn, True),
     "floor-bash-turn": Spec(floor_bash_turn, True),
+    "floor-bash-turn-sandboxed": Spec(floor_bash_turn_sandboxed, True),
     "floor-process-scan": Spec(floor_process_scan, True),
     "floor-fsync": Spec(floor_fsync, True),
     "floor-log-append": Spec(logwrite.floor_log_append, True),
@@ -446,6 +468,7 @@ SCENARIOS: dict[str, Spec] = {
     "floor-compaction": Spec(compaction.floor_compaction, True),
     "stop-read-only": Spec(stop_read_only, False),
     "stop-tree-term": Spec(stop_term_honouring, False),
+    "stop-tree-term-sandboxed": Spec(stop_term_honouring_sandboxed, False),
     "stop-tree-ignoring": Spec(stop_term_ignoring, False),
     "stop-undispatched": Spec(stop_permission_siblings, False),
     "stop-50-trees": Spec(stop_many_trees, False),
@@ -461,6 +484,10 @@ RATIOS: list[tuple[str, str, str]] = [
     ("stop-tree-term", "floor-noop-turn", "tree stop vs. a completed no-op turn"),
     ("stop-tree-term", "floor-bash-turn", "tree stop vs. a completed Bash `true` turn"),
     ("stop-tree-term", "floor-process-scan", "tree stop vs. one process-table scan"),
+    ("floor-bash-turn-sandboxed", "floor-bash-turn",
+     "a sandboxed Bash `true` turn vs. an unsandboxed one (goal: within 10% or 1 ms)"),
+    ("stop-tree-term-sandboxed", "stop-tree-term",
+     "a sandboxed tree stop vs. an unsandboxed one (goal: within 10% or 1 ms)"),
     ("stop-50-trees", "stop-tree-term", "50 trees stopped at once vs. one tree"),
     ("stop-50-trees-fallback", "stop-50-trees",
      "50 trees at once without cgroups vs. with them"),

@@ -7,7 +7,8 @@ and with them forced off (``QUIESCE_CGROUPS=off``: the fallback):
   directory holding a ``host.py`` with the host's exact command line;
 - a process that leaves its call's cgroup: a root process may write itself into any
   ``cgroup.procs``; this one moves to the cgroup the host itself is made under, clears the
-  marker and leaves its session.
+  marker and leaves its session. The sandbox refuses that write (tests/e2e/test_sandbox.py),
+  so this case runs with ``[sandbox] mode = "off"``: what happens where it is off.
 
 Neither survives the call's stop, its normal completion, the daemon's EOF, ``kill -9``
 of the runtime, or ``kill -9`` of the host.
@@ -107,9 +108,14 @@ async def test_an_escapee_does_not_survive(tmp_path: pathlib.Path, marked: Marke
             if ending == "completion" else "echo up; sleep 60")
     script = [[call("b1", "Bash", command=f"{escape}; {tail}")], [text("after")]]
     env = {"QUIESCE_CGROUPS": "off"} if mechanism == "process-tree" else {}
+    args: tuple[str, ...] = ()
+    if kind == "left-cgroup":  # the sandbox would refuse the move
+        config = tmp_path / "sandbox-off.toml"
+        config.write_text('[sandbox]\nmode = "off"\n')
+        args = ("--config", str(config))
     escapee: int | None = None
     try:
-        async with agent_daemon(marked, env_extra=env) as agent:
+        async with agent_daemon(marked, env_extra=env, extra_args=args) as agent:
             await agent.new_session(tmp_path, script)
             host_pid = _host_pid(agent)
             uses_cgroups = os.path.isdir(cgroups.host_dir(host_pid) or "/nonexistent")

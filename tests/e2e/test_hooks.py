@@ -71,7 +71,8 @@ async def test_the_hook_reads_its_input_and_allow_runs_the_call(tmp_path: pathli
         given = json.loads(seen.read_text())
         assert given == {"event": "pre_tool_use", "sessionId": session, "turnId": "t1",
                          "callId": "b1", "tool": "Bash",
-                         "args": {"command": "echo ran > out.txt", "timeoutMs": None},
+                         "args": {"command": "echo ran > out.txt", "timeoutMs": None,
+                                  "sandbox": None},
                          "workspace": str(ws)}
         assert [d.decision for d in decisions(agent)] == ["allow"]
 
