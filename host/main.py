@@ -20,6 +20,7 @@ import trio
 from host.manager import HostConfig
 from host.server import HostServer
 from runtime.shared import cgroups
+from runtime.shared.hardening import harden
 from runtime.shared.logs import setup_logging
 from runtime.shared.orphans import become_subreaper
 from runtime.shared.stdio import take_stdio
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     # switch interval keeps the event loop, and so tools.abort, answering promptly.
     sys.setswitchinterval(0.0005)
     become_subreaper(sweep_orphans=True)
+    harden(children_without_ptrace=True)  # no tool reaches the host through /proc
     cgroups.setup_host()
     try:
         trio.run(_serve, config)

@@ -55,12 +55,14 @@ def _run_serve(args: argparse.Namespace, host: subprocess.Popen[bytes]) -> int:
 
 
 async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> None:
+    from runtime.shared.hardening import harden
     from runtime.shared.orphans import become_subreaper
     from runtime.shared.stdio import take_stdio
 
     daemon = daemon_from_args(args, first_host)
     # Orphans of a crashed host are re-parented to us and killed by their marker.
     become_subreaper(sweep_orphans=True)
+    harden(children_without_ptrace=False)  # no tool reaches the runtime through /proc
     receive, send = take_stdio()
     await daemon.serve(receive, send)
 

@@ -74,12 +74,14 @@ def parser() -> argparse.ArgumentParser:
 
 
 async def run(args: argparse.Namespace, first_host: PopenProcess | None = None) -> None:
+    from runtime.shared.hardening import harden
     from runtime.shared.orphans import become_subreaper
     from runtime.shared.stdio import take_stdio
 
     daemon = daemon_from_args(args, first_host)
     # Orphans of a crashed host are re-parented to us and killed.
     become_subreaper(sweep_orphans=True)
+    harden(children_without_ptrace=False)  # no tool reaches the runtime through /proc
     stdin, stdout = take_stdio()
     ours, theirs = (trio.SocketStream(trio.socket.from_stdlib_socket(s))
                     for s in socket.socketpair())
