@@ -137,7 +137,7 @@ class Child:
                 _SPAWNER.submit(cgroup.remove)
             made = cgroups.host_cgroups()
             if self.sweep_escapes and made is not None:
-                escaped = await _kill_escapees(made.path, self.pid)
+                escaped = await _kill_escapees(made.path, self.pid, cgroup.path)
         reap_members(cgroup.seen - {self.pid})
         found, survivors = stop.found + escaped[0], stop.survivors + escaped[1]
         if stop.found:
@@ -160,26 +160,30 @@ class Child:
             await self.stderr.aclose()
 
 
-def _escapees(base: str, root: int) -> list[tuple[int, int]]:
+def _escapees(base: str, root: int, own: str) -> list[tuple[int, int]]:
     """Processes of a call whose cgroup is now empty that left it: a root process may write
     itself into any ``cgroup.procs`` (root passes every permission check). Such a process
     outlived every member of the call, so it is the call's root itself (a child of the
     spawner thread) or, with each of its ancestors in the call dead, an orphan the kernel
     reparented to us (a child of our main thread): only those are looked at, each outside
-    the host's cgroups being killed with its subtree. One that moved into another call's
-    cgroup is that call's now (it dies with it at the latest)."""
+    the host's cgroups being killed with its subtree. One that moved into another live
+    call's cgroup (``own`` is this call's) is still this call's, by the session its root
+    began (``escapes.joined_elsewhere``), and is killed now too."""
     started = set(_started)
     candidates = [pid for pid in adopted_children() if pid not in started]
-    return escapes.escapees(base, [root, *candidates])
+    found = escapes.escapees(base, [root, *candidates])
+    listed = {pid for pid, _ in found}
+    return found + [(pid, parent) for pid, parent in escapes.joined_elsewhere(base, own, root)
+                    if pid not in listed]
 
 
-async def _kill_escapees(base: str, root: int) -> tuple[int, tuple[int, ...]]:
+async def _kill_escapees(base: str, root: int, own: str) -> tuple[int, tuple[int, ...]]:
     """KILL ``_escapees`` until none is left (one may fork while being killed): how many,
     and any still alive after ``KILL_TIMEOUT``."""
     killed = 0
     survivors: tuple[int, ...] = ()
     for _ in range(ESCAPE_ROUNDS):
-        found = _escapees(base, root)
+        found = _escapees(base, root, own)
         if not found:
             break
         log.warning("killing %d processes that left their call's cgroup: %s", len(found),

@@ -4,7 +4,8 @@ on pidfds.
 A process running as root may write itself into any cgroup's ``cgroup.procs`` (root passes
 the permission check on the common ancestor). ``host.spawn`` names the candidates once a
 call's cgroup is empty (the call's root and the host's adopted orphans); ``escapees``
-lists those outside the host's directory with their subtrees, ``kill_listed`` KILLs them
+lists those outside the host's directory with their subtrees, ``joined_elsewhere`` those
+of the call's session that joined another call's cgroup, ``kill_listed`` KILLs them
 (each checked to still be the process listed) and ``wait_pidfds`` waits for their exits.
 Standard library and trio only, as :mod:`runtime.shared.cgroups`.
 """
@@ -70,6 +71,57 @@ def escapees(base: str, candidates: list[int]) -> list[tuple[int, int]]:
             member, parent = stack.pop()
             found.append((member, parent))
             stack += [(child, member) for child in _children(member)]
+    return found
+
+
+def _session(pid: int) -> int | None:
+    """A process's session id, or ``None`` if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cgroup_dirs(path: str, skip: str) -> list[str]:
+    """``path`` and every cgroup below it, but ``skip`` and its own."""
+    if path == skip:
+        return []
+    found = [path]
+    try:
+        with os.scandir(path) as entries:
+            subdirs = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return found
+    for sub in subdirs:
+        found += _cgroup_dirs(sub, skip)
+    return found
+
+
+def joined_elsewhere(base: str, own: str, session: int) -> list[tuple[int, int]]:
+    """``(pid, parent)`` of each process of the call whose session is ``session`` (its
+    root's pid, a session leader the host holds unreaped, so no other process can have
+    that session) that is in a cgroup below ``base`` other than the call's own (``own``):
+    one that wrote itself into another live call's ``cgroup.procs``, with its subtree.
+    Which call a process belongs to is the host's record (the session its call's root
+    began), not the cgroup it joined. Blocking; reads the other cgroups' member lists
+    and their members' ``stat``."""
+    me = os.getpid()
+    found: list[tuple[int, int]] = []
+    for path in _cgroup_dirs(base, own):
+        try:
+            with open(os.path.join(path, "cgroup.procs"), "rb") as f:
+                members = [int(pid) for pid in f.read().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in members:
+            if _session(pid) != session:
+                continue
+            stack = [(pid, _ppid(pid) or me)]
+            while stack:
+                member, parent = stack.pop()
+                found.append((member, parent))
+                stack += [(child, member) for child in _children(member)]
     return found
 
 
