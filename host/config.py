@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from host.admission import AdmissionLimits
+from host.limits import CallLimits
 from host.plugins import PluginSettings
 from host.tools.context import HostToolConfig
 
@@ -21,3 +22,5 @@ class HostConfig:
     tombstone_capacity: int = 10_000
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     plugins: PluginSettings = field(default_factory=PluginSettings)
+    limits: CallLimits = field(default_factory=CallLimits)
+    """Per call: processes and memory (``host.limits``)."""

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import trio
 
+from host import limits
 from host.manager import HostConfig
 from host.server import HostServer
 from runtime.shared import cgroups
@@ -108,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     sys.setswitchinterval(0.0005)
     become_subreaper(sweep_orphans=True)
     harden(children_without_ptrace=True)  # no tool reaches the host through /proc
-    cgroups.setup_host()
+    made = cgroups.setup_host()
+    limits.setup(config.limits, made.path if made is not None else None)
     try:
         trio.run(_serve, config)
     finally:

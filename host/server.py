@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 import trio
 
+from host import limits
 from host.manager import CallManager, HostConfig
 from host.tools import TOOLS
 from protocol.causes import DisposedCause
@@ -243,7 +244,8 @@ class HostServer:
                       if c.phase is not None)
         return HostStatsResult(len(m.calls), len(m.tombstones), m.tombstones.expired,
                                m.tombstones.evicted, m.admission.waiting, m.admission.running,
-                               calls, cgroups.mechanism())
+                               calls, cgroups.mechanism(),
+                               limits.enforcement().describe())
 
     async def shutdown(self, params: Empty) -> Empty:
         effect_taken()

@@ -31,6 +31,7 @@ from typing import Any
 
 import trio
 
+from host import limits
 from host.spawn_start import _forked, _gated, gate_tools
 from runtime.shared import cgroups, escapes
 from runtime.shared.orphans import (
@@ -228,7 +229,11 @@ def new_cgroup(name: str | None) -> cgroups.Cgroup | None:
     """A fresh cgroup for a tree (``name``: a call's, ``cgroups.call_cgroup_name``), or
     ``None`` where the host has no cgroups."""
     made = cgroups.host_cgroups()
-    return None if made is None else made.new(name)
+    if made is None:
+        return None
+    cgroup = made.new(name)
+    limits.apply_to_cgroup(cgroup.path)  # before its first process
+    return cgroup
 
 
 async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None,

@@ -200,5 +200,6 @@ class DaemonOps:
             host.pid, host.restarts, host.crashes,
             stats.tombstones if stats else 0, stats.calls_in_flight if stats else 0,
             process_isolation=stats.process_isolation if stats else None,
+            call_limits=stats.call_limits if stats else {},
             turns_running=sum(1 for s in self._sessions.all()
                               if s.agent.machine.phase.kind is PhaseKind.RUNNING))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 
+from host import limits
 from host.tools.context import ToolContext
 from host.tools.output import BoundedOutput, TextSink
 from host.tools.process import TreeResult, run_tree
@@ -45,6 +46,11 @@ def _notes(tree: TreeResult, out: BoundedOutput) -> str:
                      "and were terminated]")
     if not tree.drained:
         notes.append("[output pipes were still held open; output may be incomplete]")
+    under = limits.ran_under()
+    if tree.outcome == "exited" and tree.returncode and under and not tree.limit_hit:
+        # A process past an rlimit fails inside itself: the host cannot tell that from
+        # another failure, so a failed call names the limits it ran under.
+        notes.append(f"[this call's processes ran limited to {under}]")
     return "\n".join(notes)
 
 
@@ -75,6 +81,12 @@ async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
             ErrorCode.TOOL_TIMEOUT, message, body_invoked=True, details=details,
             text=_join(f"Error: {message}; its process tree was killed.", output,
                        _notes(tree, out)))
+    if tree.limit_hit:
+        message = f"command hit {tree.limit_hit}"
+        return error_result(
+            ErrorCode.TOOL_FAILED, message, body_invoked=True, details=details,
+            text=_join(f"Error: {message}.", output, _notes(tree, out),
+                       f"[exit status {tree.exit_status}]" if tree.exit_status else ""))
     status = (f"[exit status {tree.exit_status}]" if tree.exit_status
               else f"[killed by {tree.signal}]" if tree.signal else "")
     text = _join(output, _notes(tree, out), status) or "(no output)"

@@ -121,6 +121,10 @@ class HostStatsResult(Struct, frozen=True):
     process_isolation: Literal["cgroup", "process-tree"] = "process-tree"
     """How the host attributes processes to calls: a cgroup v2 per tree, or (where it
     cannot make cgroups) ancestry, session and its own records."""
+    call_limits: dict[str, str] = msgspec.field(default_factory=dict)
+    """Each per-call resource limit (``processes``, ``memory``) and how this host enforces
+    it, in words: ``"1024 processes per call (pids.max)"``, ``"4096 MiB per process
+    (RLIMIT_AS)"``, ``"not enforced"``."""
 
 
 class ToolsForceParams(Struct, frozen=True):

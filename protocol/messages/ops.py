@@ -87,6 +87,8 @@ class OpsStatsResult(Struct, frozen=True):
     turns_running: int = 0
     """Turns running now; ``turns`` counts only finished ones."""
     process_isolation: str | None = None  # the live host's: "cgroup" or "process-tree"
+    call_limits: dict[str, str] = msgspec.field(default_factory=dict)
+    """The live host's per-call limits and how each is enforced (``host.stats``)."""
 
 
 class OpsEventParams(Struct, frozen=True):

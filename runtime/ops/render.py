@@ -160,6 +160,7 @@ def stats_text(stats: OpsStatsResult) -> str:
                        "process-tree": "attributed by ancestry and session (no cgroups)",
                        None: "- (no live host)"}.get(stats.process_isolation,
                                                    str(stats.process_isolation))),
+        *((f"limit: {name}", how) for name, how in sorted(stats.call_limits.items())),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
