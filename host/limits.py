@@ -13,9 +13,11 @@ and reported by ``host.stats`` and ``quiesce ops stats`` (``Enforcement``):
   counts each hit (``pids.events``, ``memory.events``): the call's result names it
   (``hit``).
 - ``rlimit``: else, every process of a process-class call (Bash, GenerateImages, a hook)
-  is started under ``prlimit``: ``RLIMIT_AS`` (memory: its address space, per process,
-  not per tree) and ``RLIMIT_NPROC`` (processes: counted per *user* across the machine,
-  not per call; root is exempt, so as root it is not enforced). An allocation past it
+  is started under ``prlimit``: ``RLIMIT_DATA`` (memory: its private writable mappings,
+  heap and anonymous memory, per process, not per tree; not ``RLIMIT_AS``, which counts
+  address space merely reserved, as V8, the JVM and sanitizers do) and ``RLIMIT_NPROC``
+  (processes: counted per *user* across the machine, not per call; root is exempt, so as
+  root it is not enforced). An allocation past it
   fails inside the process; the host cannot tell that from another failure, so a failed
   call's result names the limits it ran under.
 - ``none``: a limit of 0, or no way to enforce it.
@@ -63,7 +65,7 @@ class Enforcement:
                                     "per call (pids.max)", "per user (RLIMIT_NPROC)"),
                 "memory": _words(self.memory, f"{self.max_memory_mb} MiB",
                                  "per call (memory.max)",
-                                 "per process (RLIMIT_AS)")}
+                                 "per process (RLIMIT_DATA)")}
 
 
 def _words(how: Mechanism, amount: str, cgroup: str, rlimit: str) -> str:
@@ -152,7 +154,7 @@ def wrap(argv: list[str]) -> list[str]:
     active = _active[0]
     options = []
     if active.memory == "rlimit":
-        options.append(f"--as={active.max_memory_mb * MIB}")
+        options.append(f"--data={active.max_memory_mb * MIB}")
     if active.processes == "rlimit":
         options.append(f"--nproc={active.max_processes}")
     prlimit = shutil.which("prlimit") if options else None
@@ -179,7 +181,7 @@ def ran_under() -> str | None:
     active = _active[0]
     parts = []
     if active.memory == "rlimit":
-        parts.append(f"memory {active.max_memory_mb} MiB per process (RLIMIT_AS)")
+        parts.append(f"memory {active.max_memory_mb} MiB per process (RLIMIT_DATA)")
     if active.processes == "rlimit":
         parts.append(f"{active.max_processes} processes per user (RLIMIT_NPROC)")
     return ", ".join(parts) or None

@@ -39,7 +39,7 @@ async def test_a_call_over_its_memory_limit_fails_naming_it(tmp_path: pathlib.Pa
         if "memory" in _controllers():
             assert memory == "256 MiB per call (memory.max)"
         else:  # no memory controller delegated (as on the machines this was written on)
-            assert memory == "256 MiB per process (RLIMIT_AS)"
+            assert memory == "256 MiB per process (RLIMIT_DATA)"
         processes = stats.call_limits["processes"]
         assert processes == ("64 processes per call (pids.max)" if "pids" in _controllers()
                              else "not enforced" if os.geteuid() == 0
@@ -50,7 +50,7 @@ async def test_a_call_over_its_memory_limit_fails_naming_it(tmp_path: pathlib.Pa
         assert small.code is None and "allocated" in str(small.content), small
         text = str(large.content)
         assert "allocated" not in text, text
-        assert "256 MiB" in text and ("RLIMIT_AS" in text or "memory.max" in text), text
+        assert "256 MiB" in text and ("RLIMIT_DATA" in text or "memory.max" in text), text
 
         # A stop is what it was: the tree is killed, the result is ABORTED at once.
         async with trio.open_nursery() as nursery:
