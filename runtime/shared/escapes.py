@@ -74,7 +74,7 @@ def escapees(base: str, candidates: list[int]) -> list[tuple[int, int]]:
     return found
 
 
-def _session(pid: int) -> int | None:
+def session_of(pid: int) -> int | None:
     """A process's session id, or ``None`` if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -115,7 +115,7 @@ def joined_elsewhere(base: str, own: str, session: int) -> list[tuple[int, int]]
         except (OSError, ValueError):
             continue
         for pid in members:
-            if _session(pid) != session:
+            if session_of(pid) != session:
                 continue
             stack = [(pid, _ppid(pid) or me)]
             while stack:

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import pathlib
+import signal
 
 import psutil
 import pytest
 import trio
 
 from protocol.tools import ToolResult
-from runtime.shared import cgroups
+from runtime.shared import cgroup_sweeps, cgroups
 from tests.conftest import Marked
 from tests.host.harness import Host, running_host
 
@@ -88,6 +89,51 @@ async def test_a_process_that_joined_another_calls_cgroup_dies_at_its_own_stop(
         assert results["b1"].code == ("ABORTED" if ending == "stop" else None)
         assert results["b2"].code == "ABORTED"
         assert results["b1"].details["survivors"] == []
+    finally:
+        if joiner and _alive(joiner):
+            os.kill(joiner, 9)
+
+
+async def test_the_runtimes_kill_of_a_frozen_hosts_call_takes_its_joiners_too(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """When the host does not answer a stop, the runtime kills the call's cgroup itself
+    (``cgroup_sweeps.kill_call_cgroup``): the process of that call in another call's
+    cgroup dies with it, and the other call's own processes do not."""
+    point = _v2_point()
+    if point is None:
+        pytest.skip("no cgroup v2 hierarchy")
+    where, pid_file = tmp_path / "b2.cgroup", tmp_path / "joiner.pid"
+    results: dict[str, ToolResult] = {}
+    joiner = 0
+    try:
+        async with running_host(str(tmp_path), marked.env(), config=FAST) as host:
+            if (await host.stats()).process_isolation != "cgroup":
+                pytest.skip("this host cannot make cgroups")
+            host_pid = host.link.pid
+            assert host_pid is not None
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_run, host, "b2", OTHER.format(where=where), results)
+                nursery.start_soon(_run, host, "b1", JOIN.format(
+                    where=where, point=point, pid_file=pid_file,
+                    tail=TAILS["stop"]), results)
+                with trio.fail_after(10):
+                    while not pid_file.exists() or not pid_file.read_text().strip():
+                        await trio.sleep(0.02)
+                joiner = int(pid_file.read_text())
+                b2_cgroup = point + where.read_text().strip()
+                b2_members = set(cgroups._members(b2_cgroup)) - {joiner}
+                assert b2_members and _alive(joiner)
+                os.kill(host_pid, signal.SIGSTOP)
+                try:
+                    with trio.fail_after(10):
+                        empty = await cgroup_sweeps.kill_call_cgroup(host_pid, "s-test", "b1")
+                    assert empty
+                    assert not _alive(joiner), "it outlived its call's kill"
+                    assert all(_alive(pid) for pid in b2_members)  # b2 runs on
+                finally:
+                    os.kill(host_pid, signal.SIGCONT)
+                await host.abort("b1", "Bash")
+                await host.abort("b2", "Bash")
     finally:
         if joiner and _alive(joiner):
             os.kill(joiner, 9)
