@@ -12,6 +12,7 @@ import time
 
 import trio
 
+from host import limits
 from protocol.tools import ToolResult
 from runtime.shared import cgroups
 from tests.conftest import Marked
@@ -79,3 +80,39 @@ async def test_limits_of_zero_are_none(tmp_path: pathlib.Path, marked: Marked) -
         with trio.fail_after(30):
             large = await host.execute("b1", "Bash", {"command": ALLOCATE.format(mib=600)})
         assert large.code is None and "allocated" in str(large.content), large
+
+
+def test_the_cgroup_path_on_a_host_with_delegated_controllers(tmp_path: pathlib.Path) -> None:
+    """Where the host's directory has the ``pids`` and ``memory`` controllers (not on the
+    machines this was written on: their v2 hierarchy has none), they are enabled for the
+    calls' cgroups, each call's cgroup gets its limits, and a hit is read from the
+    kernel's counts. A directory laid out as cgroupfs shows it (the kernel's own
+    enforcement is not exercised here)."""
+    host_dir = tmp_path / "quiesce-host-1"
+    call = host_dir / "call-1"
+    call.mkdir(parents=True)
+    (host_dir / "cgroup.controllers").write_text("cpu memory pids\n")
+    (host_dir / "cgroup.subtree_control").write_text("")
+    for name in ("pids.max", "memory.max", "memory.swap.max"):
+        (call / name).write_text("max\n")
+    before = limits.enforcement()
+    try:
+        enforced = limits.setup(limits.CallLimits(max_processes=64, max_memory_mb=256),
+                                str(host_dir))
+        assert enforced.describe() == {"processes": "64 processes per call (pids.max)",
+                                       "memory": "256 MiB per call (memory.max)"}
+        assert (host_dir / "cgroup.subtree_control").read_text() == "+pids"  # the last write
+        limits.apply_to_cgroup(str(call))
+        assert (call / "pids.max").read_text() == "64"
+        assert (call / "memory.max").read_text() == str(256 << 20)
+        assert (call / "memory.swap.max").read_text() == "0"
+        assert limits.wrap(["bash", "-c", "x"]) == ["bash", "-c", "x"]  # no rlimits
+        (call / "pids.events").write_text("max 0\n")
+        (call / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n")
+        assert limits.hit(str(call)) is None
+        (call / "pids.events").write_text("max 2\n")
+        assert "process limit (64 per call, pids.max)" in (limits.hit(str(call)) or "")
+        (call / "memory.events").write_text("max 3\noom 1\noom_kill 1\n")
+        assert "memory limit (256 MiB per call, memory.max)" in (limits.hit(str(call)) or "")
+    finally:
+        limits._active[0] = before
