@@ -161,30 +161,31 @@ class Child:
             await self.stderr.aclose()
 
 
-def _escapees(base: str, root: int, own: str) -> list[tuple[int, int]]:
+def _escapees(base: str, root: int) -> list[tuple[int, int]]:
     """Processes of a call whose cgroup is now empty that left it: a root process may write
     itself into any ``cgroup.procs`` (root passes every permission check). Such a process
     outlived every member of the call, so it is the call's root itself (a child of the
     spawner thread) or, with each of its ancestors in the call dead, an orphan the kernel
     reparented to us (a child of our main thread): only those are looked at, each outside
     the host's cgroups being killed with its subtree. One that moved into another live
-    call's cgroup (``own`` is this call's) is still this call's, by the session its root
-    began (``escapes.joined_elsewhere``), and is killed now too."""
+    call's cgroup is found by ``_kill_escapees``."""
     started = set(_started)
     candidates = [pid for pid in adopted_children() if pid not in started]
-    found = escapes.escapees(base, [root, *candidates])
-    listed = {pid for pid, _ in found}
-    return found + [(pid, parent) for pid, parent in escapes.joined_elsewhere(base, own, root)
-                    if pid not in listed]
+    return escapes.escapees(base, [root, *candidates])
 
 
 async def _kill_escapees(base: str, root: int, own: str) -> tuple[int, tuple[int, ...]]:
-    """KILL ``_escapees`` until none is left (one may fork while being killed): how many,
-    and any still alive after ``KILL_TIMEOUT``."""
+    """KILL ``_escapees``, and the processes of the call that joined another live call's
+    cgroup (``own`` is its own; they are still this call's, by the session its root began:
+    ``escapes.joined_elsewhere``), until none is left (one may fork while being killed):
+    how many, and any still alive after ``KILL_TIMEOUT``."""
     killed = 0
     survivors: tuple[int, ...] = ()
     for _ in range(ESCAPE_ROUNDS):
-        found = _escapees(base, root, own)
+        found = _escapees(base, root)
+        listed = {pid for pid, _ in found}
+        found += [(pid, parent) for pid, parent in
+                  await escapes.joined_elsewhere(base, own, root) if pid not in listed]
         if not found:
             break
         log.warning("killing %d processes that left their call's cgroup: %s", len(found),

@@ -71,7 +71,7 @@ async def kill_call_cgroup(host_pid: int, session_id: str, call_id: str, *,
         Cgroup(cgroup).kill()
         empty = await wait_empty(cgroup, within) and empty
         for session in sessions:
-            joined = escapes.joined_elsewhere(path, cgroup, session)
+            joined = await escapes.joined_elsewhere(path, cgroup, session)
             if joined:
                 log.warning("killing %d processes of call %s in other calls' cgroups",
                             len(joined), call_id)

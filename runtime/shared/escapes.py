@@ -98,30 +98,79 @@ def _cgroup_dirs(path: str, skip: str) -> list[str]:
     return found
 
 
-def joined_elsewhere(base: str, own: str, session: int) -> list[tuple[int, int]]:
-    """``(pid, parent)`` of each process of the call whose session is ``session`` (its
-    root's pid, a session leader the host holds unreaped, so no other process can have
-    that session) that is in a cgroup below ``base`` other than the call's own (``own``):
-    one that wrote itself into another live call's ``cgroup.procs``, with its subtree.
-    Which call a process belongs to is the host's record (the session its call's root
-    began), not the cgroup it joined. Blocking; reads the other cgroups' member lists
-    and their members' ``stat``."""
-    me = os.getpid()
-    found: list[tuple[int, int]] = []
-    for path in _cgroup_dirs(base, own):
+Sessions = dict[int, list[tuple[int, int]]]
+"""Session id → ``(pid, parent)`` of each process of that session in a host's cgroups."""
+
+
+def _sessions(base: str) -> Sessions:
+    """Every process in a cgroup below ``base`` (the host's directory), by session.
+    Blocking: the member lists of every cgroup, and each member's ``stat``."""
+    found: Sessions = {}
+    for path in _cgroup_dirs(base, ""):
         try:
             with open(os.path.join(path, "cgroup.procs"), "rb") as f:
                 members = [int(pid) for pid in f.read().split()]
         except (OSError, ValueError):
             continue
         for pid in members:
-            if session_of(pid) != session:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                found.setdefault(int(fields[3]), []).append((pid, int(fields[1])))
+            except (OSError, IndexError, ValueError):
                 continue
-            stack = [(pid, _ppid(pid) or me)]
-            while stack:
-                member, parent = stack.pop()
-                found.append((member, parent))
-                stack += [(child, member) for child in _children(member)]
+    return found
+
+
+class _Coalesced:
+    """One listing of a host's cgroups by session, taken on a thread and shared by every
+    stop that asked before it began (200 calls stopped at once list a few times, not 200:
+    each listing reads every member of every call). A caller gets a listing begun after
+    it asked. (``proclisting.Coalesced`` does the same for the process table; this module
+    keeps to the standard library and trio.)"""
+
+    def __init__(self) -> None:
+        self._lock: trio.Lock | None = None
+        self._token: object = None
+        self._asked = self._covered = 0
+        self._result: Sessions = {}
+
+    async def run(self, base: str) -> Sessions:
+        token = trio.lowlevel.current_trio_token()
+        if self._lock is None or self._token is not token:  # a new trio run (tests)
+            self._lock, self._token, self._asked, self._covered = trio.Lock(), token, 0, 0
+        self._asked += 1
+        mine = self._asked
+        async with self._lock:
+            if self._covered < mine:
+                covers = self._asked
+                self._result = await trio.to_thread.run_sync(_sessions, base)
+                self._covered = covers
+            return self._result
+
+
+_LISTINGS: dict[str, _Coalesced] = {}
+
+
+async def joined_elsewhere(base: str, own: str, session: int) -> list[tuple[int, int]]:
+    """``(pid, parent)`` of each process of the call whose session is ``session`` (its
+    root's pid, a session leader the host holds unreaped, so no other process can have
+    that session) that is in a cgroup below ``base`` other than the call's own (``own``,
+    empty by now): one that wrote itself into another live call's ``cgroup.procs``, with
+    its subtree. Which call a process belongs to is the host's record (the session its
+    call's root began), not the cgroup it joined. The listing is shared by the stops of a
+    wave (``_Coalesced``)."""
+    if base not in _LISTINGS:
+        _LISTINGS.clear()  # one host's directory at a time, in practice
+        _LISTINGS[base] = _Coalesced()
+    listing = await _LISTINGS[base].run(base)
+    found: list[tuple[int, int]] = []
+    stack = [(pid, parent) for pid, parent in listing.get(session, [])
+             if own_cgroup_dir(pid) != own]
+    while stack:
+        member, parent = stack.pop()
+        found.append((member, parent))
+        stack += [(child, member) for child in _children(member)]
     return found
 
 

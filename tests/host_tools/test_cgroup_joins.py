@@ -36,7 +36,10 @@ JOIN = ("( while [ ! -s {where} ]; do sleep 0.01; done; "
         "echo $BASHPID > {point}$(cat {where})/cgroup.procs && "
         "echo $BASHPID > {pid_file} && exec sleep 300 ) & echo up; {tail}")
 TAILS = {"stop": "sleep 60",  # b1 is stopped
-         "completion": "while [ ! -s {pid_file} ]; do sleep 0.01; done; echo done"}
+         # b1 ends once the joiner is in b2's cgroup (and says so).
+         "completion": "while [ ! -s {pid_file} ]; do sleep 0.01; done; "
+                       "grep -qF \"$(cat {where})\" /proc/$(cat {pid_file})/cgroup && "
+                       "echo joined-b2"}
 
 
 def _alive(pid: int) -> bool:
@@ -68,14 +71,14 @@ async def test_a_process_that_joined_another_calls_cgroup_dies_at_its_own_stop(
                 nursery.start_soon(_run, host, "b2", OTHER.format(where=where), results)
                 nursery.start_soon(_run, host, "b1", JOIN.format(
                     where=where, point=point, pid_file=pid_file,
-                    tail=TAILS[ending].format(pid_file=pid_file)), results)
+                    tail=TAILS[ending].format(pid_file=pid_file, where=where)), results)
                 with trio.fail_after(10):
                     while not pid_file.exists() or not pid_file.read_text().strip():
                         await trio.sleep(0.02)
                 joiner = int(pid_file.read_text())
-                in_b2 = cgroups.own_cgroup_dir(joiner)
-                assert in_b2 is not None and in_b2.endswith(where.read_text().strip())
                 if ending == "stop":
+                    in_b2 = cgroups.own_cgroup_dir(joiner)
+                    assert in_b2 is not None and in_b2.endswith(where.read_text().strip())
                     assert _alive(joiner)
                     with trio.fail_after(10):
                         aborted = await host.abort("b1", "Bash")
@@ -87,6 +90,8 @@ async def test_a_process_that_joined_another_calls_cgroup_dies_at_its_own_stop(
                 assert "b2" not in results  # the call it joined runs on
                 await host.abort("b2", "Bash")
         assert results["b1"].code == ("ABORTED" if ending == "stop" else None)
+        if ending == "completion":
+            assert "joined-b2" in str(results["b1"].content), results["b1"]
         assert results["b2"].code == "ABORTED"
         assert results["b1"].details["survivors"] == []
     finally:
