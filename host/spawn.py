@@ -32,6 +32,7 @@ from typing import Any
 import trio
 
 from host import limits
+from host.cgroupjoins import JOINS
 from host.spawn_start import _forked, _gated, gate_tools
 from runtime.shared import cgroups, escapes
 from runtime.shared.orphans import (
@@ -184,8 +185,11 @@ async def _kill_escapees(base: str, root: int, own: str) -> tuple[int, tuple[int
     for _ in range(ESCAPE_ROUNDS):
         found = _escapees(base, root)
         listed = {pid for pid, _ in found}
-        found += [(pid, parent) for pid, parent in
-                  await escapes.joined_elsewhere(base, own, root) if pid not in listed]
+        suspects = JOINS.suspects(own)  # cgroups someone wrote a process into
+        if suspects is None or suspects:
+            found += [(pid, parent) for pid, parent in
+                      await escapes.joined_elsewhere(base, own, root, suspects)
+                      if pid not in listed]
         if not found:
             break
         log.warning("killing %d processes that left their call's cgroup: %s", len(found),
@@ -246,6 +250,8 @@ async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None
     (``_gated``: no fork of the host), else with a ``preexec_fn``.
     Shielded: the child it started must not be lost to a cancel."""
     popen, _ = await _start(argv, lambda: cgroup, False, niceness, options)
+    if cgroup is not None:
+        JOINS.watch(cgroup.path)  # a foreign write into it from now on is seen
     return popen
 
 
@@ -309,6 +315,8 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
     finally:
         os.close(out_w)
         os.close(err_w)
+    if cgroup is not None:
+        JOINS.watch(cgroup.path)  # a foreign write into it from now on is seen
     return Child(popen, trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r), marker,
                  cgroup, sweep_escapes=sweep_escapes)
 

@@ -102,11 +102,14 @@ Sessions = dict[int, list[tuple[int, int]]]
 """Session id → ``(pid, parent)`` of each process of that session in a host's cgroups."""
 
 
-def _sessions(base: str) -> Sessions:
-    """Every process in a cgroup below ``base`` (the host's directory), by session.
-    Blocking: the member lists of every cgroup, and each member's ``stat``."""
+def _sessions(base: str, within: set[str] | None = None) -> Sessions:
+    """Every process in a cgroup below ``base`` (the host's directory), or only in the
+    cgroups ``within`` (and those below them), by session. Blocking: the member lists of
+    those cgroups, and each member's ``stat``."""
     found: Sessions = {}
-    for path in _cgroup_dirs(base, ""):
+    dirs = (_cgroup_dirs(base, "") if within is None
+            else [d for path in sorted(within) for d in _cgroup_dirs(path, "")])
+    for path in dirs:
         try:
             with open(os.path.join(path, "cgroup.procs"), "rb") as f:
                 members = [int(pid) for pid in f.read().split()]
@@ -152,18 +155,23 @@ class _Coalesced:
 _LISTINGS: dict[str, _Coalesced] = {}
 
 
-async def joined_elsewhere(base: str, own: str, session: int) -> list[tuple[int, int]]:
+async def joined_elsewhere(base: str, own: str, session: int,
+                           within: set[str] | None = None) -> list[tuple[int, int]]:
     """``(pid, parent)`` of each process of the call whose session is ``session`` (its
     root's pid, a session leader the host holds unreaped, so no other process can have
     that session) that is in a cgroup below ``base`` other than the call's own (``own``,
     empty by now): one that wrote itself into another live call's ``cgroup.procs``, with
     its subtree. Which call a process belongs to is the host's record (the session its
     call's root began), not the cgroup it joined. The listing is shared by the stops of a
-    wave (``_Coalesced``)."""
-    if base not in _LISTINGS:
-        _LISTINGS.clear()  # one host's directory at a time, in practice
-        _LISTINGS[base] = _Coalesced()
-    listing = await _LISTINGS[base].run(base)
+    wave (``_Coalesced``); with ``within`` (the cgroups someone wrote a process into,
+    ``host.cgroupjoins``, usually none or few) only those are read, at once."""
+    if within is not None:
+        listing = _sessions(base, within)
+    else:
+        if base not in _LISTINGS:
+            _LISTINGS.clear()  # one host's directory at a time, in practice
+            _LISTINGS[base] = _Coalesced()
+        listing = await _LISTINGS[base].run(base)
     found: list[tuple[int, int]] = []
     stack = [(pid, parent) for pid, parent in listing.get(session, [])
              if own_cgroup_dir(pid) != own]
