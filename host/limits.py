@@ -27,6 +27,7 @@ A stop is the same whatever the limits: the tree is killed as before.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -85,7 +86,7 @@ def setup(limits: CallLimits, host_dir: str | None) -> Enforcement:
     host's cgroup directory, ``None`` without cgroups) enabled for its calls' cgroups
     where it has them, else ``prlimit``. Logs what is not enforced."""
     controllers = _enable_controllers(host_dir) if host_dir is not None else set()
-    prlimit = shutil.which("prlimit") is not None
+    prlimit = _prlimit() is not None
     processes: Mechanism = "none"
     memory: Mechanism = "none"
     if limits.max_processes:
@@ -157,8 +158,14 @@ def wrap(argv: list[str]) -> list[str]:
         options.append(f"--data={active.max_memory_mb * MIB}")
     if active.processes == "rlimit":
         options.append(f"--nproc={active.max_processes}")
-    prlimit = shutil.which("prlimit") if options else None
+    prlimit = _prlimit() if options else None
     return [prlimit, *options, "--", *argv] if prlimit else argv
+
+
+@functools.cache
+def _prlimit() -> str | None:
+    """util-linux's ``prlimit``, looked for once."""
+    return shutil.which("prlimit")
 
 
 def hit(cgroup_path: str | None) -> str | None:
