@@ -7,7 +7,8 @@ it fails at once). Its root holds three files:
 
 - ``fast.txt`` (``fast\\n``), answered at once;
 - ``slow.txt`` (``slow\\n``), whose reads are never answered (held until the server dies);
-- ``bad.txt`` (``bad\\n`` by its size), whose reads fail with ``EIO``.
+- ``bad.txt`` (``bad\\n`` by its size), whose reads fail with ``EIO``;
+- ``baddir/``, a directory whose listing fails with ``EIO``.
 
 Only what a lookup, a stat, a directory listing and a read need is implemented; anything
 else is answered ``ENOSYS``. Requests are served one at a time; a held one does not stop
@@ -35,10 +36,11 @@ ROOT = 1
 FILES = {b"fast.txt": (2, b"fast\n"), b"slow.txt": (3, b"slow\n"), b"bad.txt": (4, b"bad\n")}
 BY_INODE = {ino: (name, data) for name, (ino, data) in FILES.items()}
 SLOW, BAD = FILES[b"slow.txt"][0], FILES[b"bad.txt"][0]
+BADDIR = 5
 
 
 def _attr(ino: int) -> bytes:
-    if ino == ROOT:
+    if ino in (ROOT, BADDIR):
         mode, size, nlink = stat.S_IFDIR | 0o755, 0, 2
     else:
         mode, size, nlink = stat.S_IFREG | 0o644, len(BY_INODE[ino][1]), 1
@@ -48,7 +50,7 @@ def _attr(ino: int) -> bytes:
 
 def _dirents(offset: int) -> bytes:
     entries = [(ROOT, b".", 4), (ROOT, b"..", 4)] + [
-        (ino, name, 8) for name, (ino, _) in FILES.items()]
+        (ino, name, 8) for name, (ino, _) in FILES.items()] + [(BADDIR, b"baddir", 4)]
     out = b""
     for index, (ino, name, kind) in enumerate(entries[offset:], offset + 1):
         entry = struct.pack("<QQII", ino, index, len(name), kind) + name
@@ -71,10 +73,10 @@ def _serve_one(fd: int, request: bytes) -> None:
                                                 12, 128 * 1024, 1, 32, 0, 0) + bytes(28))
     elif opcode == LOOKUP:
         name = body.split(b"\0", 1)[0]
-        if node != ROOT or name not in FILES:
+        if node != ROOT or (name not in FILES and name != b"baddir"):
             _answer(fd, unique, errno.ENOENT)
             return
-        ino = FILES[name][0]
+        ino = FILES[name][0] if name in FILES else BADDIR
         _answer(fd, unique, payload=struct.pack("<QQQQII", ino, 0, 1, 1, 0, 0) + _attr(ino))
     elif opcode == GETATTR:
         _answer(fd, unique, payload=struct.pack("<QII", 1, 0, 0) + _attr(node))
@@ -88,6 +90,8 @@ def _serve_one(fd: int, request: bytes) -> None:
             _answer(fd, unique, errno.EIO)
             return
         _answer(fd, unique, payload=BY_INODE[node][1][offset:offset + size])
+    elif opcode == READDIR and node == BADDIR:
+        _answer(fd, unique, errno.EIO)
     elif opcode == READDIR:
         offset = struct.unpack_from("<QQI", body)[1]
         _answer(fd, unique, payload=_dirents(offset))

@@ -152,3 +152,21 @@ async def test_a_grep_that_ripgrep_cannot_read_says_why(
     assert "invalid regular expression" not in text and why in text, text
     assert valid.code == "INVALID_PARAMS" and "invalid regular expression" in str(
         valid.content), valid
+
+
+async def test_a_glob_that_ripgrep_cannot_list_says_why(tmp_path: pathlib.Path,
+                                                       marked: Marked) -> None:
+    with slow_fuse(tmp_path, overlay=False) as (fuse, workspace):
+        assert sorted(os.listdir(workspace)) == ["bad.txt", "baddir", "fast.txt", "slow.txt"]
+        async with running_host(str(workspace), marked.env()) as host:
+            try:
+                with trio.fail_after(10):
+                    result = await host.execute("g1", "Glob", {"pattern": "*", "path": "baddir"})
+                    valid = await host.execute("g2", "Glob", {"pattern": "*.txt"})
+            finally:
+                fuse.release()
+    assert result.code == "TOOL_FAILED", result
+    text = str(result.content)
+    assert "invalid glob pattern" not in text and "Input/output error" in text, text
+    # A walk that meets the unlistable directory still lists what it found.
+    assert valid.code is None and "fast.txt" in str(valid.content), valid
