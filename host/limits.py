@@ -150,9 +150,16 @@ def apply_to_cgroup(path: str) -> None:
             continue
 
 
-def wrap(argv: list[str]) -> list[str]:
-    """``argv`` under ``prlimit`` with the rlimit-enforced limits (as it is otherwise)."""
+def wrap(argv: list[str], cwd: str | os.PathLike[str]) -> list[str]:
+    """``argv`` under ``prlimit`` with the rlimit-enforced limits (as it is otherwise, and
+    when its command is not found: starting it then fails as it would without limits,
+    not as ``prlimit``'s exit status)."""
     active = _active[0]
+    name = argv[0] if argv else ""
+    found = (os.access(os.path.join(cwd, name), os.X_OK) if "/" in name
+             else shutil.which(name) is not None)
+    if not found:
+        return argv
     options = []
     if active.memory == "rlimit":
         options.append(f"--data={active.max_memory_mb * MIB}")

@@ -111,7 +111,7 @@ async def run_tree(argv: list[str], *, cwd: str | os.PathLike[str], stop: trio.E
     """``on_stop`` registers the tree's TERM to run as the stop arrives
     (``ToolContext.on_stop``)."""
     started = trio.current_time()
-    async with spawn.spawned(limits.wrap(argv), cwd=cwd, marker=marker, grace=grace,
+    async with spawn.spawned(limits.wrap(argv, cwd), cwd=cwd, marker=marker, grace=grace,
                              env_extra=env_extra, cgroup_name=cgroup_name,
                              stdin=stdin) as child:
         on_stop(child.term_now)

@@ -106,7 +106,7 @@ def test_the_cgroup_path_on_a_host_with_delegated_controllers(tmp_path: pathlib.
         assert (call / "pids.max").read_text() == "64"
         assert (call / "memory.max").read_text() == str(256 << 20)
         assert (call / "memory.swap.max").read_text() == "0"
-        assert limits.wrap(["bash", "-c", "x"]) == ["bash", "-c", "x"]  # no rlimits
+        assert limits.wrap(["bash", "-c", "x"], "/") == ["bash", "-c", "x"]  # no rlimits
         (call / "pids.events").write_text("max 0\n")
         (call / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 0\n")
         assert limits.hit(str(call)) is None
