@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from host.admission import AdmissionLimits
 from host.childenv import EnvironmentPolicy
+from host.limits import CallLimits
 from host.plugins import PluginSettings
 from host.sandbox.settings import SandboxSettings
 from host.tools.context import HostToolConfig
@@ -28,3 +29,5 @@ class HostConfig:
     """What every child process's environment leaves out and adds (``host/childenv.py``)."""
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     """The daemon's ``[sandbox]`` table (docs/sandbox.md)."""
+    limits: CallLimits = field(default_factory=CallLimits)
+    """Per call: processes and memory (``host.limits``)."""

@@ -9,7 +9,9 @@ the event loop instead:
 
 - every file system the root's path passes through is a local disk or memory one
   (``LOCAL_TYPES``: each mount on the root or on an ancestor of it, from
-  ``/proc/self/mountinfo``, read again when the kernel says the mount table changed);
+  ``/proc/self/mountinfo``, read again when the kernel says the mount table changed); an
+  overlay counts only when each of its layers is on local file systems too (its lower
+  layer can be FUSE or NFS, and its reads wait on them);
 - the root is opened by its path following no symlink (``RESOLVE_NO_SYMLINKS``: one
   swapped in since for the root or an ancestor could lead anywhere), and is still on the
   device it was on when that was checked (nothing mounted on it since);
@@ -49,7 +51,8 @@ LOCAL_TYPES = frozenset({
     "ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "jfs", "reiserfs", "bcachefs", "zfs",
     "tmpfs", "ramfs", "overlay",
 })
-"""File systems whose reads end without a network or a user-space server."""
+"""File systems whose reads end without a network or a user-space server; an ``overlay``
+only when each of its layers is on them too (``_local_path``)."""
 MOUNTS_RECHECK = 0.05
 """Seconds a look at the mount table is trusted: a mount over an ancestor of a root is
 noticed this late at most (one inside the workspace is never crossed anyway)."""
@@ -188,10 +191,8 @@ class LocalOpener:
     def _root_is_local(self, root: str) -> bool:
         """Whether every mount on ``root`` or on one of its ancestors is of a local type, by
         the mount table (so opening the root by its path never waits on a network or FUSE
-        server either)."""
-        types = [fstype for point, fstype in self._mount_table()
-                 if point == "/" or root == point or root.startswith(point + "/")]
-        return bool(types) and all(t in LOCAL_TYPES for t in types)
+        server either); an overlay only if each of its layers is (``_local_path``)."""
+        return _local_path(root, self._mount_table(), OVERLAY_DEPTH)
 
     def _mounts_changed(self) -> bool:
         """Whether the mount table changed since the last look (True the first time): the
@@ -211,20 +212,69 @@ class LocalOpener:
         self._mounts.register(self._mounts_fd, select.POLLPRI)
         return True
 
-    def _mount_table(self) -> list[tuple[str, str]]:
-        """(mount point, file system type) of every mount (``[]`` if it cannot be read)."""
+    def _mount_table(self) -> list[Mount]:
+        """(mount point, file system type, its layers) of every mount (``[]`` if it cannot
+        be read); the layers are an overlay's (``_layers``), else ``()``."""
         table = []
         try:
             with open(self._mountinfo, "rb") as f:
                 for line in f:
-                    # id parent major:minor root mountpoint options [optional...] - type ...
+                    # id parent major:minor root mountpoint options [optional...] - type
+                    # source super-options
                     fields = line.split()
                     if len(fields) > 6 and b"-" in fields[6:]:
                         point = os.fsdecode(_OCTAL.sub(_unescape, fields[4]))
-                        table.append((point, os.fsdecode(fields[fields.index(b"-", 6) + 1])))
+                        at = fields.index(b"-", 6)
+                        fstype = os.fsdecode(fields[at + 1])
+                        layers = (_layers(fields[at + 3]) if fstype == "overlay"
+                                  and len(fields) > at + 3 else ())
+                        table.append((point, fstype, layers))
         except OSError:
             return []
         return table
+
+
+Mount = tuple[str, str, tuple[str, ...]]
+"""A mount's point, file system type and (an overlay's) layers."""
+OVERLAY_DEPTH = 4
+"""Overlays above overlays followed this deep at most; deeper counts as not local."""
+
+
+def _local_path(path: str, table: list[Mount], depth: int) -> bool:
+    """Whether every mount on ``path`` or an ancestor is local: of a ``LOCAL_TYPES`` type
+    and, for an overlay, with every layer (lower, upper, work) a local path itself. The
+    layers are the paths its mount named; one not absolute, or an overlay beyond ``depth``,
+    is not local (an overlay mounted in another mount namespace names paths of that one:
+    not local either, unless they happen to be local here)."""
+    mounts = [(fstype, layers) for point, fstype, layers in table
+              if point == "/" or path == point or path.startswith(point + "/")]
+    if not mounts:
+        return False
+    for fstype, layers in mounts:
+        if fstype not in LOCAL_TYPES:
+            return False
+        if fstype == "overlay" and (depth <= 0 or not layers or not all(
+                layer.startswith("/") and _local_path(layer.rstrip("/") or "/", table,
+                                                      depth - 1) for layer in layers)):
+            return False
+    return True
+
+
+_LAYER_KEYS = (b"lowerdir=", b"upperdir=", b"workdir=", b"lowerdir+=", b"datadir+=")
+
+
+def _layers(options: bytes) -> tuple[str, ...]:
+    """The layer directories an overlay's super options name (``lowerdir=a:b::c``: colons
+    between layers, a doubled one before data-only layers; a colon, comma or space in a
+    path is written ``\\ooo``)."""
+    layers: list[str] = []
+    for option in options.split(b","):
+        for key in _LAYER_KEYS:
+            if option.startswith(key):
+                value = option[len(key):]
+                parts = value.split(b":") if key == b"lowerdir=" else [value]
+                layers += [os.fsdecode(_OCTAL.sub(_unescape, part)) for part in parts if part]
+    return tuple(layers)
 
 
 _OCTAL = re.compile(rb"\\([0-7]{3})")

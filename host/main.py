@@ -17,13 +17,13 @@ from typing import Any
 import msgspec
 import trio
 
-from host import childenv
+from host import childenv, limits
 from host.manager import HostConfig
 from host.sandbox import guarantees
-from host.sandbox.confine import host_not_dumpable
 from host.sandbox.session import remove_base
 from host.server import HostServer
 from runtime.shared import cgroups
+from runtime.shared.hardening import harden
 from runtime.shared.logs import setup_logging
 from runtime.shared.orphans import become_subreaper
 from runtime.shared.stdio import take_stdio
@@ -115,9 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     # switch interval keeps the event loop, and so tools.abort, answering promptly.
     sys.setswitchinterval(0.0005)
     become_subreaper(sweep_orphans=True)
-    host_not_dumpable()
+    harden(children_without_ptrace=True)  # no tool reaches the host through /proc
     guarantees.log_at_start(config.sandbox)
-    cgroups.setup_host()
+    made = cgroups.setup_host()
+    limits.setup(config.limits, made.path if made is not None else None)
     try:
         trio.run(_serve, config)
     finally:

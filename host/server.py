@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 import trio
 
-from host import childenv
+from host import childenv, limits
 from host.manager import CallManager, HostConfig
 from host.sandbox import guarantees
 from host.tools import TOOLS
@@ -248,7 +248,8 @@ class HostServer:
         return HostStatsResult(len(m.calls), len(m.tombstones), m.tombstones.expired,
                                m.tombstones.evicted, m.admission.waiting, m.admission.running,
                                calls, cgroups.mechanism(),
-                               guarantees.report(self.manager.config.sandbox))
+                               sandbox=guarantees.report(self.manager.config.sandbox),
+                               call_limits=limits.enforcement().describe())
 
     async def shutdown(self, params: Empty) -> Empty:
         effect_taken()

@@ -31,6 +31,8 @@ from typing import Any
 
 import trio
 
+from host import limits
+from host.cgroupjoins import JOINS
 from host.childenv import child_environment
 from host.sandbox.confine import Confinement
 from host.spawn_start import _forked, _gated, gate_tools
@@ -139,7 +141,7 @@ class Child:
                 _SPAWNER.submit(cgroup.remove)
             made = cgroups.host_cgroups()
             if self.sweep_escapes and made is not None:
-                escaped = await _kill_escapees(made.path, self.pid)
+                escaped = await _kill_escapees(made.path, self.pid, cgroup.path)
         reap_members(cgroup.seen - {self.pid})
         found, survivors = stop.found + escaped[0], stop.survivors + escaped[1]
         if stop.found:
@@ -168,20 +170,28 @@ def _escapees(base: str, root: int) -> list[tuple[int, int]]:
     outlived every member of the call, so it is the call's root itself (a child of the
     spawner thread) or, with each of its ancestors in the call dead, an orphan the kernel
     reparented to us (a child of our main thread): only those are looked at, each outside
-    the host's cgroups being killed with its subtree. One that moved into another call's
-    cgroup is that call's now (it dies with it at the latest)."""
+    the host's cgroups being killed with its subtree. One that moved into another live
+    call's cgroup is found by ``_kill_escapees``."""
     started = set(_started)
     candidates = [pid for pid in adopted_children() if pid not in started]
     return escapes.escapees(base, [root, *candidates])
 
 
-async def _kill_escapees(base: str, root: int) -> tuple[int, tuple[int, ...]]:
-    """KILL ``_escapees`` until none is left (one may fork while being killed): how many,
-    and any still alive after ``KILL_TIMEOUT``."""
+async def _kill_escapees(base: str, root: int, own: str) -> tuple[int, tuple[int, ...]]:
+    """KILL ``_escapees``, and the processes of the call that joined another live call's
+    cgroup (``own`` is its own; they are still this call's, by the session its root began:
+    ``escapes.joined_elsewhere``), until none is left (one may fork while being killed):
+    how many, and any still alive after ``KILL_TIMEOUT``."""
     killed = 0
     survivors: tuple[int, ...] = ()
     for _ in range(ESCAPE_ROUNDS):
         found = _escapees(base, root)
+        listed = {pid for pid, _ in found}
+        suspects = JOINS.suspects(own)  # cgroups someone wrote a process into
+        if suspects is None or suspects:
+            found += [(pid, parent) for pid, parent in
+                      await escapes.joined_elsewhere(base, own, root, suspects)
+                      if pid not in listed]
         if not found:
             break
         log.warning("killing %d processes that left their call's cgroup: %s", len(found),
@@ -226,7 +236,11 @@ def new_cgroup(name: str | None) -> cgroups.Cgroup | None:
     """A fresh cgroup for a tree (``name``: a call's, ``cgroups.call_cgroup_name``), or
     ``None`` where the host has no cgroups."""
     made = cgroups.host_cgroups()
-    return None if made is None else made.new(name)
+    if made is None:
+        return None
+    cgroup = made.new(name)
+    limits.apply_to_cgroup(cgroup.path)  # before its first process
+    return cgroup
 
 
 Confine = Callable[[], Confinement | None]
@@ -243,6 +257,8 @@ async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None
     (``_gated``: no fork of the host), else with a ``preexec_fn``.
     Shielded: the child it started must not be lost to a cancel."""
     popen, _ = await _start(argv, lambda: cgroup, False, niceness, options, confine)
+    if cgroup is not None:
+        JOINS.watch(cgroup.path)  # a foreign write into it from now on is seen
     return popen
 
 
@@ -317,6 +333,8 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
     finally:
         os.close(out_w)
         os.close(err_w)
+    if cgroup is not None:
+        JOINS.watch(cgroup.path)  # a foreign write into it from now on is seen
     return Child(popen, trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r), marker,
                  cgroup, sweep_escapes=sweep_escapes)
 

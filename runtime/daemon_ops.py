@@ -204,6 +204,7 @@ class DaemonOps:
             stats.tombstones if stats else 0, stats.calls_in_flight if stats else 0,
             process_isolation=stats.process_isolation if stats else None,
             sandbox=stats.sandbox if stats else None,
+            call_limits=stats.call_limits if stats else {},
             turns_running=sum(1 for s in self._sessions.all()
                               if s.agent.machine.phase.kind is PhaseKind.RUNNING),
             stops_settling=len(settling),

@@ -22,7 +22,6 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
-PR_SET_DUMPABLE = 4
 
 
 @functools.cache
@@ -81,8 +80,3 @@ def in_child(call: Callable[..., int], last_cap: int, ruleset: int | None,
         if err:
             raise ConfineError(err, f"landlock_restrict_self: {os.strerror(err)}")
 
-
-def host_not_dumpable() -> None:
-    """``PR_SET_DUMPABLE 0`` for the host: its ``/proc/PID/{root,cwd,mem,environ}`` are
-    then readable by root with ``CAP_SYS_PTRACE`` only (a confined child has none)."""
-    _prctl()(PR_SET_DUMPABLE, 0, 0, 0, 0)

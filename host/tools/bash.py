@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import shutil
 
+from host import limits
 from host.sandbox import watch
 from host.sandbox.refusal import refusal
 from host.tools.context import ToolContext, confined, run_abandonable
@@ -50,6 +51,11 @@ def _notes(tree: TreeResult, out: BoundedOutput) -> str:
                      "and were terminated]")
     if not tree.drained:
         notes.append("[output pipes were still held open; output may be incomplete]")
+    under = limits.ran_under()
+    if tree.outcome == "exited" and tree.returncode and under and not tree.limit_hit:
+        # A process past an rlimit fails inside itself: the host cannot tell that from
+        # another failure, so a failed call names the limits it ran under.
+        notes.append(f"[this call's processes ran limited to {under}]")
     return "\n".join(notes)
 
 
@@ -94,6 +100,12 @@ async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
         return error_result(
             ErrorCode.TOOL_TIMEOUT, message, body_invoked=True, details=details,
             text=_join(f"Error: {message}; its process tree was killed.", output, notes))
+    if tree.limit_hit:
+        message = f"command hit {tree.limit_hit}"
+        return error_result(
+            ErrorCode.TOOL_FAILED, message, body_invoked=True, details=details,
+            text=_join(f"Error: {message}.", output, notes,
+                       f"[exit status {tree.exit_status}]" if tree.exit_status else ""))
     status = (f"[exit status {tree.exit_status}]" if tree.exit_status
               else f"[killed by {tree.signal}]" if tree.signal else "")
     refused = (refusal(ctx.sandbox, output, bool(tree.exit_status or tree.signal))

@@ -59,8 +59,8 @@ async def run(args: GlobArgs, ctx: ToolContext) -> ToolResult:
             total += await rg.records.count_rest()  # the rest are only counted
             del kept[MAX_RESULTS:]
         code = await rg.returncode()
-    if code == 2 and total == 0 and rg.stderr:
-        raise ripgrep.input_error(rg.stderr, f"invalid glob pattern {args.pattern!r}")
+    if code is not None and code not in (0, 1) and total == 0:
+        raise ripgrep.failure(code, rg.stderr, f"invalid glob pattern {args.pattern!r}")
     shown: list[str] = []
     for start in range(0, len(kept), SHOW_PER_STEP):  # the loop is given back between
         if start:

@@ -131,8 +131,8 @@ async def run(args: GrepArgs, ctx: ToolContext) -> ToolResult:
             for raw, cut in batch:
                 found.record(raw, cut)
         code = None if found.full else await rg.returncode()
-    if code == 2 and not found.lines and rg.stderr:
-        raise ripgrep.input_error(rg.stderr, f"invalid regular expression {args.pattern!r}")
+    if code is not None and code not in (0, 1) and not found.lines:
+        raise ripgrep.failure(code, rg.stderr, f"invalid regular expression {args.pattern!r}")
     if found.lines:
         text = "\n".join(found.lines)
         if found.full:

@@ -20,7 +20,7 @@ from typing import Literal, Protocol
 
 import trio
 
-from host import spawn
+from host import limits, spawn
 from runtime.shared.proctree import KillReport
 
 DRAIN_TIMEOUT = 1.0
@@ -42,6 +42,8 @@ class TreeResult:
     duration: float
     drained: bool
     """Both pipes reached EOF (false: something we could not kill holds them)."""
+    limit_hit: str | None = None
+    """The per-call limit its cgroup ran into, in words (``host.limits.hit``)."""
 
     @property
     def exit_status(self) -> int | None:
@@ -65,6 +67,7 @@ class TreeResult:
             "killedAfterGrace": self.kill.killed,
             "killMs": round(self.kill.elapsed * 1000),
             "survivors": list(self.kill.survivors),
+            **({"limitHit": self.limit_hit} if self.limit_hit else {}),
         }
 
 
@@ -108,7 +111,7 @@ async def run_tree(argv: list[str], *, cwd: str | os.PathLike[str], stop: trio.E
     """``on_stop`` registers the tree's TERM to run as the stop arrives
     (``ToolContext.on_stop``)."""
     started = trio.current_time()
-    async with spawn.spawned(argv, cwd=cwd, marker=marker, grace=grace,
+    async with spawn.spawned(limits.wrap(argv, cwd), cwd=cwd, marker=marker, grace=grace,
                              env_extra=env_extra, cgroup_name=cgroup_name,
                              stdin=stdin, confine=confine) as child:
         on_stop(child.term_now)
@@ -123,9 +126,10 @@ async def run_tree(argv: list[str], *, cwd: str | os.PathLike[str], stop: trio.E
         async with trio.open_nursery() as nursery:
             nursery.start_soon(pump_both)
             outcome = await _first_event(child, stop, limit)
+            hit = limits.hit(child.cgroup.path if child.cgroup is not None else None)
             report = await child.finish(grace)
             with trio.move_on_after(DRAIN_TIMEOUT):
                 await pumps_done.wait()
             nursery.cancel_scope.cancel()
     return TreeResult(outcome, child.returncode, report, trio.current_time() - started,
-                      pumps_done.is_set())
+                      pumps_done.is_set(), hit)

@@ -24,6 +24,7 @@ import functools
 import os
 import re
 import shutil
+import signal
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
@@ -230,12 +231,24 @@ def _confinement(sandbox: SessionSandbox, binary: str) -> spawn.Confine:
     return lambda: sandbox.confine_search(binary)
 
 
-_REGEX_ERROR = re.compile(r"regex parse error|error parsing glob|unclosed|regex.*error",
-                          re.IGNORECASE)
+_PATTERN_ERROR = re.compile(r"^(?:rg: )?(?:regex parse error|error parsing glob|compiled "
+                            r"regex exceeds size limit)", re.MULTILINE)
+"""ripgrep's words for a pattern it refuses (a regular expression's syntax or size, a glob's
+syntax), at the start of one of its lines: nothing else is the pattern's fault."""
 
 
-def input_error(stderr: str, what: str) -> ToolInputError:
-    """``rg`` refused its arguments (exit 2 before any output)."""
-    code = ErrorCode.INVALID_PARAMS if _REGEX_ERROR.search(stderr) else ErrorCode.TOOL_FAILED
-    detail = stderr.removeprefix("rg: ")[:1000] or "ripgrep failed"
-    return ToolInputError(code, f"{what}: {detail}")
+def failure(code: int, stderr: str, pattern_error: str) -> ToolInputError:
+    """``rg`` ended with ``code`` (2, or minus a signal) having found nothing: its pattern
+    refused (``INVALID_PARAMS``, ``pattern_error`` naming it) only when ripgrep says so;
+    else the failure itself (``TOOL_FAILED``: an I/O error, a file that vanished, a
+    signal), in ripgrep's words."""
+    detail = stderr.removeprefix("rg: ")[:1000].rstrip()
+    if code == 2 and _PATTERN_ERROR.search(stderr):
+        return ToolInputError(ErrorCode.INVALID_PARAMS, f"{pattern_error}: {detail}")
+    how = "ripgrep failed"
+    if code < 0:
+        try:
+            how += f": ended by {signal.Signals(-code).name}"
+        except ValueError:
+            how += f": ended by signal {-code}"
+    return ToolInputError(ErrorCode.TOOL_FAILED, f"{how}: {detail}" if detail else how)

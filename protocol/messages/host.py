@@ -137,6 +137,10 @@ class HostStatsResult(Struct, frozen=True):
     cannot make cgroups) ancestry, session and its own records."""
     sandbox: SandboxReport | None = None
     """What the sandbox enforces on this kernel, and what it cannot (docs/sandbox.md)."""
+    call_limits: dict[str, str] = msgspec.field(default_factory=dict)
+    """Each per-call resource limit (``processes``, ``memory``) and how this host enforces
+    it, in words: ``"1024 processes per call (pids.max)"``, ``"4096 MiB per process
+    (RLIMIT_AS)"``, ``"not enforced"``."""
 
 
 class ToolsForceParams(Struct, frozen=True):

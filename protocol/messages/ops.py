@@ -96,6 +96,8 @@ class OpsStatsResult(Struct, frozen=True):
     """Of those, the ones waiting longer than the daemon's ``--stuck-after``."""
     sandbox: SandboxReport | None = None
     """The live host's sandbox: mechanism, ABI, enforced and degraded guarantees."""
+    call_limits: dict[str, str] = msgspec.field(default_factory=dict)
+    """The live host's per-call limits and how each is enforced (``host.stats``)."""
 
 
 class OpsEventParams(Struct, frozen=True):

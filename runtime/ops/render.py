@@ -179,6 +179,7 @@ def stats_text(stats: OpsStatsResult) -> str:
                        None: "- (no live host)"}.get(stats.process_isolation,
                                                    str(stats.process_isolation))),
         ("sandbox", sandbox_text(stats.sandbox)),
+        *((f"limit: {name}", how) for name, how in sorted(stats.call_limits.items())),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)

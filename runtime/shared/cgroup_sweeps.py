@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 
+from runtime.shared import escapes
 from runtime.shared.cgroups import (
     HOST_PREFIX,
     Cgroup,
@@ -63,8 +64,18 @@ async def kill_call_cgroup(host_pid: int, session_id: str, call_id: str, *,
         return None
     empty = True
     for cgroup in mine:
+        # The sessions begun in it (the call's root leads one): a process of one of them
+        # that wrote itself into another call's cgroup is this call's, and dies with it
+        # (``escapes.joined_elsewhere``; the frozen host holds each leader unreaped).
+        sessions = [pid for pid in _members(cgroup) if escapes.session_of(pid) == pid]
         Cgroup(cgroup).kill()
         empty = await wait_empty(cgroup, within) and empty
+        for session in sessions:
+            joined = await escapes.joined_elsewhere(path, cgroup, session)
+            if joined:
+                log.warning("killing %d processes of call %s in other calls' cgroups",
+                            len(joined), call_id)
+                await escapes.wait_pidfds(escapes.kill_listed(joined), within)
     return empty
 
 

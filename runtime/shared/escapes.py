@@ -4,7 +4,8 @@ on pidfds.
 A process running as root may write itself into any cgroup's ``cgroup.procs`` (root passes
 the permission check on the common ancestor). ``host.spawn`` names the candidates once a
 call's cgroup is empty (the call's root and the host's adopted orphans); ``escapees``
-lists those outside the host's directory with their subtrees, ``kill_listed`` KILLs them
+lists those outside the host's directory with their subtrees, ``joined_elsewhere`` those
+of the call's session that joined another call's cgroup, ``kill_listed`` KILLs them
 (each checked to still be the process listed) and ``wait_pidfds`` waits for their exits.
 Standard library and trio only, as :mod:`runtime.shared.cgroups`.
 """
@@ -70,6 +71,114 @@ def escapees(base: str, candidates: list[int]) -> list[tuple[int, int]]:
             member, parent = stack.pop()
             found.append((member, parent))
             stack += [(child, member) for child in _children(member)]
+    return found
+
+
+def session_of(pid: int) -> int | None:
+    """A process's session id, or ``None`` if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[3])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _cgroup_dirs(path: str, skip: str) -> list[str]:
+    """``path`` and every cgroup below it, but ``skip`` and its own."""
+    if path == skip:
+        return []
+    found = [path]
+    try:
+        with os.scandir(path) as entries:
+            subdirs = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return found
+    for sub in subdirs:
+        found += _cgroup_dirs(sub, skip)
+    return found
+
+
+Sessions = dict[int, list[tuple[int, int]]]
+"""Session id → ``(pid, parent)`` of each process of that session in a host's cgroups."""
+
+
+def _sessions(base: str, within: set[str] | None = None) -> Sessions:
+    """Every process in a cgroup below ``base`` (the host's directory), or only in the
+    cgroups ``within`` (and those below them), by session. Blocking: the member lists of
+    those cgroups, and each member's ``stat``."""
+    found: Sessions = {}
+    dirs = (_cgroup_dirs(base, "") if within is None
+            else [d for path in sorted(within) for d in _cgroup_dirs(path, "")])
+    for path in dirs:
+        try:
+            with open(os.path.join(path, "cgroup.procs"), "rb") as f:
+                members = [int(pid) for pid in f.read().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in members:
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+                found.setdefault(int(fields[3]), []).append((pid, int(fields[1])))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+class _Coalesced:
+    """One listing of a host's cgroups by session, taken on a thread and shared by every
+    stop that asked before it began (200 calls stopped at once list a few times, not 200:
+    each listing reads every member of every call). A caller gets a listing begun after
+    it asked. (``proclisting.Coalesced`` does the same for the process table; this module
+    keeps to the standard library and trio.)"""
+
+    def __init__(self) -> None:
+        self._lock: trio.Lock | None = None
+        self._token: object = None
+        self._asked = self._covered = 0
+        self._result: Sessions = {}
+
+    async def run(self, base: str) -> Sessions:
+        token = trio.lowlevel.current_trio_token()
+        if self._lock is None or self._token is not token:  # a new trio run (tests)
+            self._lock, self._token, self._asked, self._covered = trio.Lock(), token, 0, 0
+        self._asked += 1
+        mine = self._asked
+        async with self._lock:
+            if self._covered < mine:
+                covers = self._asked
+                self._result = await trio.to_thread.run_sync(_sessions, base)
+                self._covered = covers
+            return self._result
+
+
+_LISTINGS: dict[str, _Coalesced] = {}
+
+
+async def joined_elsewhere(base: str, own: str, session: int,
+                           within: set[str] | None = None) -> list[tuple[int, int]]:
+    """``(pid, parent)`` of each process of the call whose session is ``session`` (its
+    root's pid, a session leader the host holds unreaped, so no other process can have
+    that session) that is in a cgroup below ``base`` other than the call's own (``own``,
+    empty by now): one that wrote itself into another live call's ``cgroup.procs``, with
+    its subtree. Which call a process belongs to is the host's record (the session its
+    call's root began), not the cgroup it joined. The listing is shared by the stops of a
+    wave (``_Coalesced``); with ``within`` (the cgroups someone wrote a process into,
+    ``host.cgroupjoins``, usually none or few) only those are read, at once."""
+    if within is not None:
+        listing = _sessions(base, within)
+    else:
+        if base not in _LISTINGS:
+            _LISTINGS.clear()  # one host's directory at a time, in practice
+            _LISTINGS[base] = _Coalesced()
+        listing = await _LISTINGS[base].run(base)
+    found: list[tuple[int, int]] = []
+    stack = [(pid, parent) for pid, parent in listing.get(session, [])
+             if own_cgroup_dir(pid) != own]
+    while stack:
+        member, parent = stack.pop()
+        found.append((member, parent))
+        stack += [(child, member) for child in _children(member)]
     return found
 
 

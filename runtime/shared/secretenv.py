@@ -10,12 +10,10 @@ same (non-root) user cannot read its ``/proc/<pid>/environ``.
 
 from __future__ import annotations
 
-import ctypes
 import fnmatch
 import json
 import logging
 import os
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 
 log = logging.getLogger(__name__)
@@ -69,18 +67,14 @@ def host_environment(command: Sequence[str], environ: Mapping[str, str] | None =
     return {name: value for name, value in source.items() if passes(name, **policy)}
 
 
-PR_SET_DUMPABLE = 4
 
 
 def keep_environ_private() -> bool:
     """Make this process non-dumpable: its ``/proc/<pid>/environ`` (and memory, fds) is
     then readable by root only, not by the tools of the same user it runs, nor can they
     ptrace it. Core dumps are off for it too. A child that execs is dumpable again (the
-    host: its environment holds no secret). False where it cannot be done."""
-    if not sys.platform.startswith("linux"):
-        return False
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # libc, linked in: no library search
-    if prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        log.warning("prctl(PR_SET_DUMPABLE) failed: %s", os.strerror(ctypes.get_errno()))
-        return False
-    return True
+    host: its environment holds no secret). False where it cannot be done
+    (``runtime.shared.hardening``, which logs why)."""
+    from runtime.shared.hardening import harden
+
+    return harden(children_without_ptrace=False).not_dumpable

@@ -80,6 +80,10 @@ async def test_ops_sees_and_stops_a_running_session(tmp_path: pathlib.Path,
         assert find_key(stats, "stops") == 1
         assert find_key(stats, "stopLatencyMsMedian") is not None
         assert find_key(stats, "processIsolation") == "cgroup"  # this machine: root, v2
+        # Which per-call limits this host enforces, and how (issue 31): each is named.
+        limits = find_key(stats, "callLimits")
+        assert isinstance(limits, dict) and set(limits) == {"processes", "memory"}, stats
+        assert "MiB per" in limits["memory"], limits
     # The daemon is gone: its socket and pid file with it.
     assert not socket.exists()
     assert not list(socket.parent.glob("*.json"))

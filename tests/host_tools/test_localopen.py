@@ -222,7 +222,7 @@ def test_another_mount_under_the_root_is_not_entered(tmp_path: Path,
     (tmp_path / "f").write_text("x")
     real = os.path.realpath(tmp_path)
     own_mount = any(point != "/" and (real == point or real.startswith(point + "/"))
-                    for point, _ in opener._mount_table())
+                    for point, *_ in opener._mount_table())
     fd = opener.open_small("/", os.path.relpath(real, "/") + "/f", 100)
     if own_mount:
         assert fd is None
@@ -232,13 +232,42 @@ def test_another_mount_under_the_root_is_not_entered(tmp_path: Path,
     assert opener.open_small("/", "proc/self/status", 1 << 20) is None
 
 
-def _table(tmp_path: Path, *mounts: tuple[str, str]) -> str:
+def _table(tmp_path: Path, *mounts: tuple[str, str] | tuple[str, str, str]) -> str:
+    """A mount table of ``(point, type)`` or ``(point, type, super options)``."""
     fake = tmp_path / "mountinfo"
     fake.write_bytes(b"".join(
-        b"%d 1 0:%d / %s rw shared:1 - %s src rw\n"
-        % (36 + i, 40 + i, point.replace(" ", "\\040").encode(), fstype.encode())
-        for i, (point, fstype) in enumerate(mounts)))
+        b"%d 1 0:%d / %s rw shared:1 - %s src %s\n"
+        % (36 + i, 40 + i, mount[0].replace(" ", "\\040").encode(), mount[1].encode(),
+           (mount[2] if len(mount) > 2 else "rw").encode())
+        for i, mount in enumerate(mounts)))
     return str(fake)
+
+
+def test_an_overlay_is_local_only_with_every_layer_local(
+        tmp_path: Path, new_opener: OpenerFactory) -> None:
+    """An overlay's reads wait on its layers: one lower layer on FUSE or NFS makes it
+    remote (issue 31, item 1); overlays of overlays are followed, a bounded depth."""
+    def local(*mounts: tuple[str, str] | tuple[str, str, str]) -> bool:
+        return new_opener(_table(tmp_path, *mounts))._root_is_local("/ws/project")
+
+    layers = "rw,lowerdir=/l1:/l2::/data,upperdir=/up,workdir=/work"
+    assert local(("/", "ext4"), ("/ws", "overlay", layers))
+    assert not local(("/", "ext4"), ("/l2", "fuse.sshfs"), ("/ws", "overlay", layers))
+    assert not local(("/", "ext4"), ("/data", "nfs4"), ("/ws", "overlay", layers))
+    assert not local(("/", "ext4"), ("/up", "nfs"), ("/ws", "overlay", layers))
+    # A layer path with a colon or a space, escaped by the kernel.
+    escaped = "rw,lowerdir=/a\\072b:/c\\040d,upperdir=/up,workdir=/work"
+    assert new_opener(_table(tmp_path, ("/", "ext4"), ("/ws", "overlay", escaped))
+                      )._mount_table()[1][2] == ("/a:b", "/c d", "/up", "/work")
+    assert not local(("/", "ext4"), ("/a:b", "nfs"), ("/ws", "overlay", escaped))
+    # Overlays of overlays: followed; too deep, or a layer not absolute, is not local.
+    assert local(("/", "ext4"), ("/l1", "overlay", "rw,lowerdir=/x:/y"),
+                 ("/ws", "overlay", layers))
+    assert not local(("/", "ext4"), ("/x", "nfs"), ("/l1", "overlay", "rw,lowerdir=/x:/y"),
+                     ("/ws", "overlay", layers))
+    assert not local(("/", "overlay", "rw,lowerdir=/:/b"))
+    assert not local(("/", "ext4"), ("/ws", "overlay", "rw,lowerdir=rel:/b"))
+    assert not local(("/", "ext4"), ("/ws", "overlay", "rw"))
 
 
 def test_a_root_on_a_file_system_not_known_local_is_left_to_the_thread(
@@ -266,7 +295,7 @@ def test_a_root_below_a_network_mount_is_left_to_the_thread(
 
 def test_mount_points_are_read_unescaped(tmp_path: Path, new_opener: OpenerFactory) -> None:
     table = _table(tmp_path, ("/", "ext4"), ("/srv/a b", "nfs"))
-    assert new_opener(table)._mount_table() == [("/", "ext4"), ("/srv/a b", "nfs")]
+    assert new_opener(table)._mount_table() == [("/", "ext4", ()), ("/srv/a b", "nfs", ())]
     assert not new_opener(table)._root_is_local("/srv/a b/ws")
     assert new_opener(table)._root_is_local("/srv/a")
 
