@@ -61,6 +61,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
 import psutil
 import trio
 
@@ -303,7 +304,8 @@ class LoadResult:
         return not self.failures and all(c.passed is not False for c in self.checks)
 
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        # asdict keeps the protocol's Structs in it (the host's stats): to plain data.
+        data: dict[str, Any] = msgspec.to_builtins(asdict(self))
         data["passed"] = self.passed
         return data
 
