@@ -19,6 +19,7 @@ import signal
 import trio
 
 from runtime.shared.cgroups import own_cgroup_dir
+from runtime.shared.coalesced import Coalesced
 
 
 def _children(pid: int | str) -> list[int]:
@@ -125,34 +126,10 @@ def _sessions(base: str, within: set[str] | None = None) -> Sessions:
     return found
 
 
-class _Coalesced:
-    """One listing of a host's cgroups by session, taken on a thread and shared by every
-    stop that asked before it began (200 calls stopped at once list a few times, not 200:
-    each listing reads every member of every call). A caller gets a listing begun after
-    it asked. (``proclisting.Coalesced`` does the same for the process table; this module
-    keeps to the standard library and trio.)"""
-
-    def __init__(self) -> None:
-        self._lock: trio.Lock | None = None
-        self._token: object = None
-        self._asked = self._covered = 0
-        self._result: Sessions = {}
-
-    async def run(self, base: str) -> Sessions:
-        token = trio.lowlevel.current_trio_token()
-        if self._lock is None or self._token is not token:  # a new trio run (tests)
-            self._lock, self._token, self._asked, self._covered = trio.Lock(), token, 0, 0
-        self._asked += 1
-        mine = self._asked
-        async with self._lock:
-            if self._covered < mine:
-                covers = self._asked
-                self._result = await trio.to_thread.run_sync(_sessions, base)
-                self._covered = covers
-            return self._result
-
-
-_LISTINGS: dict[str, _Coalesced] = {}
+_LISTINGS: dict[str, Coalesced] = {}
+"""One listing of a host's cgroups by session, taken on a thread and shared by every
+stop that asked before it began (200 calls stopped at once list a few times, not 200:
+each listing reads every member of every call)."""
 
 
 async def joined_elsewhere(base: str, own: str, session: int,
@@ -163,15 +140,16 @@ async def joined_elsewhere(base: str, own: str, session: int,
     empty by now): one that wrote itself into another live call's ``cgroup.procs``, with
     its subtree. Which call a process belongs to is the host's record (the session its
     call's root began), not the cgroup it joined. The listing is shared by the stops of a
-    wave (``_Coalesced``); with ``within`` (the cgroups someone wrote a process into,
+    wave (``Coalesced``); with ``within`` (the cgroups someone wrote a process into,
     ``host.cgroupjoins``, usually none or few) only those are read, at once."""
     if within is not None:
         listing = _sessions(base, within)
     else:
         if base not in _LISTINGS:
             _LISTINGS.clear()  # one host's directory at a time, in practice
-            _LISTINGS[base] = _Coalesced()
-        listing = await _LISTINGS[base].run(base)
+            _LISTINGS[base] = Coalesced()
+        listing = await _LISTINGS[base].run(
+            lambda: trio.to_thread.run_sync(_sessions, base))
     found: list[tuple[int, int]] = []
     stack = [(pid, parent) for pid, parent in listing.get(session, [])
              if own_cgroup_dir(pid) != own]

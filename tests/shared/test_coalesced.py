@@ -1,4 +1,4 @@
-"""``proclisting.Coalesced``: callers asking at once share one run, and a caller always gets
+"""``coalesced.Coalesced``: callers asking at once share one run, and a caller always gets
 a run that began after it asked."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from runtime.shared.proclisting import Coalesced
+from runtime.shared.coalesced import Coalesced
 
 
 async def test_callers_at_once_share_a_run_begun_after_they_asked() -> None:
