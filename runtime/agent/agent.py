@@ -193,7 +193,7 @@ class Agent:
                     provider=self._provider, registry=registry,
                     definitions=[*definitions, task], config=self._config,
                     history=self._history, on_step=self.on_step,
-                    context_window=self.context.window)
+                    context=self.context)
         durable: TurnEnd | None = None
         with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
             try:
