@@ -7,6 +7,12 @@ enters and leaves the phase; :func:`compact` is the job). The records, in order:
 turns that ended are replaced, the most recent ``KEEP_RECENT`` kept, so a ``tool/call`` is
 never parted from its ``tool/result`` and an interrupted prefix stays with its turn.
 
+The same job also runs inside a running top-level turn, at a step boundary (``within``:
+the turn's id on its records), when the history the turn's next request would carry
+outgrows the share: it replaces every ended turn (the running one is the recent part kept)
+under the turn's own signal, so a stop there is the turn's stop; no phase change (the
+phase table has no ``running`` to ``maintenance`` edge: the turn's phase owns it).
+
 A stop (at any point before ``history/compacted`` is appended) closes the summary's stream
 at once and leaves the history as it was; so does a failure (the provider's error, an empty
 summary), which ``maintenance/end`` says. The history a request carries afterwards is

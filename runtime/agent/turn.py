@@ -4,7 +4,9 @@ Checkpoints, where a stop is observed: after the prompt is assembled, at every
 step boundary, before the stream starts and on every stream chunk; inside a
 step's tool calls the scheduler applies the stop contract. A stopped stream
 keeps its visible text and reasoning as an ``interrupted`` assistant message;
-its half-streamed tool calls are dropped.
+its half-streamed tool calls are dropped. At a step boundary after the first, a turn whose
+next request's history outgrows its share of the context window first compacts the ended
+turns before it (:mod:`runtime.agent.compaction`), under its own signal.
 """
 
 from __future__ import annotations
