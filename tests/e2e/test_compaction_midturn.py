@@ -253,3 +253,25 @@ async def test_a_turn_that_alone_outgrows_the_window_ends_with_a_clear_error(
         assert "does not fit the model's context window (12,000 tokens)" in t2_end.end.error
         assert [(e.turn_id, e.step) for e in log if isinstance(e, ModelUsageEvent)] == [
             ("t1", 0), ("t2", 0), ("t2", -1)]  # no request for t2's step 1
+
+
+async def test_a_failed_compaction_inside_a_turn_leaves_the_history_and_the_turn_goes_on(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """An empty summary: the maintenance's end says why, nothing is compacted, the turn's
+    next step runs on the history as it was, and a later step does not try again."""
+    (tmp_path / "a.txt").write_text("alpha\n")
+    script = [[text("first answer")], [call("c1", "Read", path="a.txt")], [text("  ")],
+              [call("c2", "Read", path="a.txt")], [text("done")]]
+    async with agent_daemon(marked) as agent:
+        await scripted_session(agent, tmp_path, script, **SMALL)
+        with trio.fail_after(20):
+            await agent.prompt(LONG_PROMPT)
+            result = await agent.prompt("read a.txt twice")
+        assert result.stop_reason == "end_turn"
+        log = agent.log()
+        assert maintenance(log) == [("maintenance/start", "t2"), ("maintenance/end", "t2")]
+        end = next(e for e in log if isinstance(e, MaintenanceEnd))
+        assert end.end.kind == "error" and "empty summary" in (end.end.error or "")
+        assert [(e.turn_id, e.step) for e in log if isinstance(e, ModelUsageEvent)] == [
+            ("t1", 0), ("t2", 0), ("t2", -1), ("t2", 1), ("t2", 2)]
+        agent.assert_balanced()
