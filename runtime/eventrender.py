@@ -178,16 +178,18 @@ def _session_record(kind: str, event: ModelUsageEvent | MaintenanceStart | Maint
                     | HistoryCompacted) -> EventRecord:
     """Usage and maintenance (a compaction) as one line each; a summary's text whole."""
     if isinstance(event, ModelUsageEvent):
-        where = f"step {event.step}" if event.turn_id else "compaction summary"
+        where = f"step {event.step}" if event.step >= 0 else "compaction summary"
         return EventRecord(kind, event.turn_id, f"{where}: {usage_text(event.usage)}")
     if isinstance(event, MaintenanceStart):
-        return EventRecord(kind, "", f"{event.job} ({event.trigger})", label=event.job)
+        inside = f", inside turn {event.turn_id}" if event.turn_id else ""
+        return EventRecord(kind, event.turn_id, f"{event.job} ({event.trigger}{inside})",
+                           label=event.job)
     if isinstance(event, MaintenanceEnd):
         reason = event.end.reason
         label = event.end.kind + (f" ({reason.kind})" if reason is not None else "")
         error = f": {one_line(event.end.error, LINE_WIDTH)}" if event.end.error else ""
         done = ", history compacted" if event.compacted else ", history unchanged"
-        return EventRecord(kind, "", f"{label}{error}{done}", label=label,
+        return EventRecord(kind, event.turn_id, f"{label}{error}{done}", label=label,
                            text=event.end.error or "",
                            cause=reason.kind if reason is not None else "?")
     return EventRecord(kind, "", f"replaced {', '.join(event.replaced)}: ~{event.tokens_before:,}"

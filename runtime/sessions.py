@@ -219,6 +219,15 @@ class SessionStore:
         recovered = False
         result = aborted_result(before_dispatch=False,
                                 details={"recovered": "the runtime stopped mid-call"})
+        # A crash during a compaction: its end says so, before the end of the turn it ran
+        # inside (at a step boundary), if it ran inside one.
+        cut = _open_maintenance(contents)
+        if cut is not None:
+            recovered = True
+            inside, compacted = cut
+            await journal.append_durably(lambda seq: MaintenanceEnd(
+                seq, inside, TurnOutcome("interrupted"), compacted))
+            log.info("session %s: closed an interrupted maintenance", session_id)
         # Innermost (latest) first: a subagent's turn ends before its parent's call does.
         for open_turn in reversed(contents.open_turns()):
             recovered = True
@@ -226,12 +235,6 @@ class SessionStore:
                 journal.append(functools.partial(_synthetic_result, call, result))
             await journal.append_durably(functools.partial(_interrupted_end, open_turn))
             log.info("session %s: closed interrupted turn %s", session_id, open_turn.turn_id)
-        cut = _open_maintenance(contents)
-        if cut is not None:  # a crash during a compaction: its end says so
-            recovered = True
-            await journal.append_durably(lambda seq: MaintenanceEnd(
-                seq, "", TurnOutcome("interrupted"), cut))
-            log.info("session %s: closed an interrupted maintenance", session_id)
         return journal, recovered
 
     def discard(self, session_id: str, *, forget: bool = False) -> None:
@@ -333,15 +336,16 @@ class SessionStore:
         return info
 
 
-def _open_maintenance(contents: LogContents) -> bool | None:
-    """Whether the log's last maintenance/start has no end (None: it has one, or there is
-    none), and if so whether its history/compacted made it to the log (True)."""
-    open_: bool | None = None
+def _open_maintenance(contents: LogContents) -> tuple[str, bool] | None:
+    """The log's last maintenance/start, if it has no end (None: it has one, or there is
+    none): the turn it ran inside (empty: the maintenance phase) and whether its
+    history/compacted made it to the log."""
+    open_: tuple[str, bool] | None = None
     for event in contents.events:
         if isinstance(event, MaintenanceStart):
-            open_ = False
+            open_ = (event.turn_id, False)
         elif isinstance(event, HistoryCompacted) and open_ is not None:
-            open_ = True
+            open_ = (open_[0], True)
         elif isinstance(event, MaintenanceEnd):
             open_ = None
     return open_

@@ -135,7 +135,8 @@ class TokenUsage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename
 
 class ModelUsageEvent(_Event, frozen=True, tag="model/usage"):
     """The token usage of one model response: a turn's step (``step``), or a compaction's
-    summary (``turnId`` empty, ``step`` -1). Logged when the response ends, also when a stop
+    summary (``step`` -1; ``turnId`` empty, or the turn it ran inside, whose ``turn/end``
+    sum then counts it). Logged when the response ends, also when a stop
     cut it (what the provider reported by then, else the estimate)."""
 
     step: int
@@ -159,7 +160,10 @@ MaintenanceTrigger = Literal["auto", "manual"]
 class MaintenanceStart(_Event, frozen=True, tag="maintenance/start"):
     """The agent entered the ``maintenance`` phase (``turnId`` empty) to run ``job``: a
     history compaction, ``auto`` (the history outgrew its share of the context window
-    before a turn) or ``manual`` (``session.compact``). A stop stops it like a turn."""
+    before a turn) or ``manual`` (``session.compact``). A stop stops it like a turn.
+    ``turnId`` set: an ``auto`` compaction at a step boundary inside that running turn
+    (phase ``running``, under the turn's controller: a stop of it is the turn's stop),
+    of every ended turn before it; its ``maintenance/end`` precedes the turn's end."""
 
     job: MaintenanceJob
     trigger: MaintenanceTrigger
@@ -170,7 +174,7 @@ class MaintenanceEnd(_Event, frozen=True, tag="maintenance/end"):
     ``end.kind`` ``completed`` (compacted, or nothing to compact), ``aborted`` (``reason``
     the stop's cause; the history unchanged) or ``error`` (``error`` says why; the history
     unchanged). ``interrupted``: written by ``session.load`` for a maintenance a crash cut
-    off."""
+    off. ``turnId``: its ``maintenance/start``'s."""
 
     end: TurnOutcome
     compacted: bool = False

@@ -18,7 +18,9 @@ operator, ``session.close``, shutdown).
 A compaction (``session.compact``, or a prompt arriving while the history outgrows its
 share of the context window) runs in the ``maintenance`` phase the same way: entered at
 once, run by the agent's task, shielded to its durable ``maintenance/end``, then its stops
-answered and the inbox's first prompt started (``compaction.py`` is the job itself).
+answered and the inbox's first prompt started (``compaction.py`` is the job itself). A
+compaction a running turn needs between its steps is the turn's own work (``turn.py``),
+under the turn's controller: the phase stays ``running``.
 
 Why one module past ~400 lines: the turn's run, its owed end and its stops are one
 settlement (the phase table's ``END_TURN`` fires where the end is durable or owed, and
@@ -193,7 +195,7 @@ class Agent:
                     provider=self._provider, registry=registry,
                     definitions=[*definitions, task], config=self._config,
                     history=self._history, on_step=self.on_step,
-                    context_window=self.context.window)
+                    context=self.context)
         durable: TurnEnd | None = None
         with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
             try:

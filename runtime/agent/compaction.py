@@ -7,6 +7,12 @@ enters and leaves the phase; :func:`compact` is the job). The records, in order:
 turns that ended are replaced, the most recent ``KEEP_RECENT`` kept, so a ``tool/call`` is
 never parted from its ``tool/result`` and an interrupted prefix stays with its turn.
 
+The same job also runs inside a running top-level turn, at a step boundary (``within``:
+the turn's id on its records), when the history the turn's next request would carry
+outgrows the share: it replaces every ended turn (the running one is the recent part kept)
+under the turn's own signal, so a stop there is the turn's stop; no phase change (the
+phase table has no ``running`` to ``maintenance`` edge: the turn's phase owns it).
+
 A stop (at any point before ``history/compacted`` is appended) closes the summary's stream
 at once and leaves the history as it was; so does a failure (the provider's error, an empty
 summary), which ``maintenance/end`` says. The history a request carries afterwards is
@@ -121,13 +127,24 @@ def outgrown(settings: ContextSettings, journal: Journal, history: ModelHistory)
 
 
 def compactable(events: dict[str, list[DurableEvent]], order: list[str],
-                history: ModelHistory) -> tuple[str, ...]:
+                history: ModelHistory, keep: int = KEEP_RECENT) -> tuple[str, ...]:
     """The top-level turns a compaction now would replace: every ended turn since the
-    last compaction but the most recent ``KEEP_RECENT``."""
+    last compaction but the most recent ``keep`` (a running turn has not ended: never)."""
     since = history.since_compaction()
     ended = [t for t in order[since:] if t and not is_child_turn(t)
              and any(isinstance(e, TurnEnd) for e in events.get(t, ()))]
-    return tuple(ended[:-KEEP_RECENT] if KEEP_RECENT else ended)
+    return tuple(ended[:-keep] if keep else ended)
+
+
+def outgrown_within(settings: ContextSettings, journal: Journal, history: ModelHistory,
+                    turn_id: str) -> bool:
+    """At a step boundary of top-level turn ``turn_id``: the history its next request
+    would carry fills more than its share of the window, and there are ended turns
+    before it to replace (every one: the running turn is the recent part kept)."""
+    threshold = settings.threshold
+    return (threshold is not None
+            and history_tokens(history.for_turn(turn_id)) > threshold
+            and bool(compactable(journal.by_turn, journal.turn_order, history, keep=0)))
 
 
 def transcript(messages: list[ModelMessage]) -> str:
@@ -175,19 +192,25 @@ class Compaction:
 
 
 async def compact(job: Compaction, journal: Journal, provider: Provider,
-                  history: ModelHistory, signal: AbortSignal) -> None:
+                  history: ModelHistory, signal: AbortSignal, *, within: str = "") -> None:
     """Run one compaction (the caller shields it and holds the phase); ``job`` says how it
-    ended. An ``OSError`` of the log propagates (``job.durable`` stays false)."""
-    journal.append(lambda seq: MaintenanceStart(seq, "", "compact", job.trigger))
+    ended. An ``OSError`` of the log propagates (``job.durable`` stays false).
+
+    ``within``: the running top-level turn it runs inside, at a step boundary, under that
+    turn's signal (its ``maintenance/*`` and summary ``model/usage`` records carry the
+    turn's id; it replaces every ended turn); empty: the ``maintenance`` phase's own."""
+    journal.append(lambda seq: MaintenanceStart(seq, within, "compact", job.trigger))
     end = TurnOutcome("completed")
     record: HistoryCompacted | None = None
     try:
         signal.raise_if_aborted()
-        replaced = compactable(journal.by_turn, journal.turn_order, history)
+        replaced = compactable(journal.by_turn, journal.turn_order, history,
+                               keep=0 if within else KEEP_RECENT)
         if not replaced:
             job.outcome = "nothing"
         else:
-            record = await _summarise(job, replaced, journal, provider, history, signal)
+            record = await _summarise(job, replaced, journal, provider, history, signal,
+                                      within)
             job.outcome = "compacted" if record is not None else "failed"
     except AbortError as stop:
         job.outcome, end = "aborted", TurnOutcome("aborted", stop.cause)
@@ -198,13 +221,14 @@ async def compact(job: Compaction, journal: Journal, provider: Provider,
         log.warning("compaction failed, the history is unchanged: %s", job.error)
     if record is not None:
         journal.append(lambda seq: msgspec.structs.replace(record, seq=seq))
-    await journal.append_durably(lambda seq: MaintenanceEnd(seq, "", end, record is not None))
+    await journal.append_durably(lambda seq: MaintenanceEnd(seq, within, end,
+                                                            record is not None))
     job.durable = True
 
 
 async def _summarise(job: Compaction, replaced: tuple[str, ...], journal: Journal,
-                     provider: Provider, history: ModelHistory,
-                     signal: AbortSignal) -> HistoryCompacted | None:
+                     provider: Provider, history: ModelHistory, signal: AbortSignal,
+                     within: str) -> HistoryCompacted | None:
     """Ask for the summary; the record to append, or None (``job`` says why)."""
     before = history.current()
     job.tokens_before = history_tokens(before)
@@ -227,7 +251,7 @@ async def _summarise(job: Compaction, replaced: tuple[str, ...], journal: Journa
     finally:
         if report is not None or chunks:
             usage = usage_of(report, request, "".join(text))
-            journal.append(lambda seq: ModelUsageEvent(seq, "", -1, usage))
+            journal.append(lambda seq: ModelUsageEvent(seq, within, -1, usage))
     signal.raise_if_aborted()  # a stop before the record wins: the history is unchanged
     summary = "".join(text).strip()
     if not summary:

@@ -4,7 +4,9 @@ Checkpoints, where a stop is observed: after the prompt is assembled, at every
 step boundary, before the stream starts and on every stream chunk; inside a
 step's tool calls the scheduler applies the stop contract. A stopped stream
 keeps its visible text and reasoning as an ``interrupted`` assistant message;
-its half-streamed tool calls are dropped.
+its half-streamed tool calls are dropped. At a step boundary after the first, a turn whose
+next request's history outgrows its share of the context window first compacts the ended
+turns before it (:mod:`runtime.agent.compaction`), under its own signal.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from protocol.messages.events import (
 from protocol.tools import ToolResult
 from protocol.toolspecs import input_schema
 from runtime.agent.assembler import Assembler
+from runtime.agent.compaction import Compaction, ContextSettings, compact, outgrown_within
 from runtime.agent.history import ModelHistory
 from runtime.agent.hosttools import HOST_RESTARTED, lost_host
 from runtime.agent.instructions import DEFAULT_SYSTEM_PROMPT, system_message
@@ -124,9 +127,11 @@ class Turn:
                  registry: ToolRegistry, definitions: list[ToolDefinition[Any]],
                  config: TurnConfig, history: ModelHistory,
                  on_step: StepListener | None = None,
-                 context_window: int | None = None) -> None:
+                 context: ContextSettings | None = None) -> None:
         self.turn_id = turn_id
-        self._window = context_window
+        self._context = context or ContextSettings()
+        self._window = self._context.window
+        self._compaction: Compaction | None = None  # the one tried inside this turn
         self._on_step = on_step
         self._history = history
         self._prompt = prompt
@@ -148,6 +153,8 @@ class Turn:
                                               self._config.workspace)
             for step in range(self._config.max_steps):
                 signal.raise_if_aborted()  # step boundary
+                if step:
+                    await self._compact_if_outgrown(signal)
                 request = ModelRequest(system, tuple(self._history.for_turn(turn_id)),
                                        self._schemas)
                 signal.raise_if_aborted()  # after prompt assembly
@@ -177,6 +184,21 @@ class Turn:
             log.warning("turn %s: provider failed: %s", turn_id, exc)
             return TurnEnding(TurnOutcome("error", error=str(exc)), "error")
 
+    async def _compact_if_outgrown(self, signal: AbortSignal) -> None:
+        """Before a later step's request: if the history it would carry outgrows its share
+        of the window, compact the ended turns before this one (once per turn: a failure
+        is not retried, a success leaves nothing to replace) under this turn's signal. A
+        stop there is this turn's stop (raised here, after the history stayed as it was or
+        was wholly compacted); a failure leaves the history and the turn goes on."""
+        if self._compaction is not None or not outgrown_within(
+                self._context, self._journal, self._history, self.turn_id):
+            return
+        self._compaction = job = Compaction("auto")
+        await compact(job, self._journal, self._provider, self._history, signal,
+                      within=self.turn_id)
+        log.info("turn %s: compaction at a step boundary ended %s", self.turn_id, job.outcome)
+        signal.raise_if_aborted()
+
     def _oversized(self, request: ModelRequest) -> str | None:
         """Why the request cannot fit the model's context window (None: it may): said
         plainly, before the provider's own context-length error."""
@@ -185,9 +207,11 @@ class Turn:
         size = request_tokens(request)
         if size <= self._window:
             return None
+        failed = self._compaction.error if self._compaction is not None else None
         return (f"the conversation (~{size:,} tokens, estimated) does not fit the model's "
-                f"context window ({self._window:,} tokens) even after compaction: start a "
-                "new session, or set the provider's contextWindow if the model's is larger")
+                f"context window ({self._window:,} tokens) even after compaction"
+                f"{f' ({failed})' if failed else ''}: start a new session, or set the "
+                "provider's contextWindow if the model's is larger")
 
     @staticmethod
     def _host_lost(calls: list[ToolCallRequest], results: tuple[ToolResult, ...]) -> TurnEnding:
