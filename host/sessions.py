@@ -19,6 +19,7 @@ from protocol.mcp import PluginConfigError
 from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig
 from protocol.messages.host import PluginsListResult
+from protocol.sandbox import SandboxPolicy
 from runtime.shared.proctree import ENV_MARKER
 
 
@@ -63,7 +64,7 @@ class HostSessions:
     def open(self, session_id: str, workspace: str, mode: PermissionMode,
              mcp_servers: tuple[McpServerConfig, ...] = (),
              trusted_digest: str | None = None, sandbox_mode: Mode | None = None
-             ) -> None:
+             ) -> SandboxPolicy:
         if "\x00" in workspace or not os.path.isabs(workspace) or not os.path.isdir(workspace):
             raise RpcError(ErrorCode.INVALID_PARAMS,
                            "workspace must be an absolute path to a directory",
@@ -106,6 +107,7 @@ class HostSessions:
         # answers stand.
         kept = (old.allowed, old.denied) if old is not None else (set(), set())
         self.by_id[session_id] = HostSession(session_id, ws, mode, plugins, sandbox, *kept)
+        return sandbox.policy()
 
     def _close_sandbox(self, sandbox: SessionSandbox) -> None:
         """Its rulesets closed and temporary directory removed, on a thread (not awaited:

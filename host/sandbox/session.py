@@ -14,6 +14,7 @@ import threading
 from host.sandbox import landlock, netns, rulesets
 from host.sandbox.confine import Confinement
 from host.sandbox.settings import SandboxSettings
+from protocol.sandbox import SandboxPolicy
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,15 @@ class SessionSandbox:
         ``$TMPDIR``)."""
         return [("$TMPDIR" if root == self._tmpdir else root) for root in
                 rulesets.writable_roots(self.settings, self.workspace, self._tmpdir or "")]
+
+    def policy(self) -> SandboxPolicy:
+        """The session's sandbox as its tools get it (what the model is told)."""
+        version, why = landlock.abi()
+        writable = [("$TMPDIR" if not root else root) for root in
+                    rulesets.writable_roots(self.settings, self.workspace, "")]
+        return SandboxPolicy(self.settings.mode, self.settings.network, tuple(writable),
+                             tuple(self.settings.allow_domains or ()),
+                             why or "no Landlock" if version == 0 else None)
 
     def env(self) -> dict[str, str]:
         """What a confined process's environment gains: its temporary directory and caches."""
