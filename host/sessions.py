@@ -88,6 +88,8 @@ class HostSessions:
             if old is not None:
                 self._close_sandbox(old.sandbox)
             sandbox = SessionSandbox(settings, str(ws.root), session_id)
+            if sandbox.proxy is not None:
+                self._nursery().start_soon(sandbox.proxy.run)
         if (old is not None and old.plugins.loaded == servers
                 and old.sandbox is sandbox):
             plugins = old.plugins  # re-opened as it was: its servers keep running
@@ -112,6 +114,7 @@ class HostSessions:
     def _close_sandbox(self, sandbox: SessionSandbox) -> None:
         """Its rulesets closed and temporary directory removed, on a thread (not awaited:
         removing a tree is no part of closing a session)."""
+        sandbox.stop_network()
         background = self._background()
         if background is not None:
             background.start_soon(trio.to_thread.run_sync, sandbox.close)

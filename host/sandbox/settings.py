@@ -55,3 +55,40 @@ def narrowed(configured: SandboxSettings, asked: Mode | None,
     return SandboxSettings(mode, net, configured.required, configured.strict_tmp,
                            configured.extra_writable, configured.hooks,
                            configured.allow_domains)
+
+
+def admits(allow: tuple[str, ...], host: str) -> bool:
+    """Whether ``host`` is one of the ``allow`` domains: ``example.org`` exactly, or
+    ``*.example.org`` any name below it (not itself); letters' case ignored."""
+    host = host.rstrip(".").lower()
+    for domain in allow:
+        domain = domain.lower()
+        if domain.startswith("*.") and host.endswith(domain[1:]) and len(host) > len(domain) - 1:
+            return True
+        if host == domain:
+            return True
+    return False
+
+
+def check(settings: SandboxSettings, private_network: bool, why: str) -> None:
+    """A setting that cannot be honoured here: ``ValueError`` naming it (at start-up).
+    ``private_network``: whether this host can make a network namespace per session (else
+    ``why`` not)."""
+    if settings.network != "proxy":
+        if settings.allow_domains:
+            raise ValueError("sandbox.allow_domains needs sandbox.network = \"proxy\"")
+        return
+    if not settings.allow_domains:
+        raise ValueError("sandbox.network = \"proxy\" needs sandbox.allow_domains")
+    for domain in settings.allow_domains:
+        name = domain[2:] if domain.startswith("*.") else domain
+        if not name or any(c.isspace() or c in "*/:@[]" for c in name):
+            raise ValueError(f"sandbox.allow_domains: {domain!r} is not a domain "
+                             "(example.org or *.example.org)")
+    if settings.mode == "off":
+        raise ValueError("sandbox.network = \"proxy\" needs a confined sandbox.mode "
+                         "(not \"off\")")
+    if not private_network:
+        raise ValueError("sandbox.network = \"proxy\" is not offered here: it needs a "
+                         f"private network namespace per session, and {why} (a proxy "
+                         "port alone is not a boundary)")
