@@ -34,7 +34,7 @@ THROUGH = "env -u NO_PROXY -u no_proxy "
 class _StandIn(http.server.BaseHTTPRequestHandler):
     slow_started: threading.Event
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         if self.path == "/slow":  # a download that never ends
             self.send_response(200)
             self.end_headers()
