@@ -124,7 +124,7 @@ class SessionProxy:
                 conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
                 try:
                     with trio.fail_after(self._idle):
-                        request = await _next(client, conn)
+                        request = await _head(client, conn)
                     if not isinstance(request, h11.Request):
                         return
                     await self._forward(client, conn, request)
@@ -226,6 +226,23 @@ async def _next(stream: trio.SocketStream, conn: h11.Connection) -> object:
         conn.receive_data(await stream.receive_some(CHUNK))
 
 
+async def _head(stream: trio.SocketStream, conn: h11.Connection) -> object:
+    """The request's head (h11's event), refused past ``MAX_HEAD_BYTES`` (431) however it
+    arrives (h11's own bound holds only while the head is incomplete)."""
+    received = 0
+    while True:
+        event = conn.next_event()
+        if event is not h11.NEED_DATA:
+            return event
+        if received > MAX_HEAD_BYTES:
+            raise _Answer(431, "Request header fields too large",
+                          f"{REFUSED_MARK}: the request's head is over "
+                          f"{MAX_HEAD_BYTES} bytes\n")
+        data = await stream.receive_some(MAX_HEAD_BYTES + 1 - received)
+        received += len(data)
+        conn.receive_data(data)
+
+
 def _host_port(target: str) -> tuple[str, int]:
     host, sep, port = target.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -240,6 +257,13 @@ async def _answer_and_close(stream: trio.SocketStream, answer: _Answer) -> None:
     with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
         with trio.move_on_after(5):
             await stream.send_all(head.encode("latin-1", "replace") + body)
+            await stream.send_eof()
+        # Unread input at close would reset the connection, losing the answer: read
+        # theirs a little (bounded) first.
+        with trio.move_on_after(1):
+            drained = 0
+            while drained < 4 * MAX_HEAD_BYTES and (data := await stream.receive_some(CHUNK)):
+                drained += len(data)
     await stream.aclose()
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import os
 import pathlib
 import socket
 import sys
@@ -22,8 +23,7 @@ from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.e2e.sandboxkit import PY, as_root, config, needs_landlock, output, py, quote, run_calls
 
-pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only"),
-              as_root, needs_landlock]
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
 PROXY = '[sandbox]\nnetwork = "proxy"\nallow_domains = ["localhost"]\n'
 # The model sends localhost through the proxy on purpose (NO_PROXY keeps the session's own
@@ -76,6 +76,8 @@ def fetch(url: str) -> str:
     return f"{THROUGH}{PY} -c {quote(code)} 2>&1"
 
 
+@as_root
+@needs_landlock
 async def test_the_proxy_admits_a_listed_domain_and_nothing_else(
         tmp_path: pathlib.Path, marked: Marked) -> None:
     """``localhost`` is listed: reached through the proxy (plain HTTP and a CONNECT tunnel);
@@ -118,6 +120,8 @@ async def test_the_proxy_admits_a_listed_domain_and_nothing_else(
                 assert b"Connection established" not in sock.recv(200)
 
 
+@as_root
+@needs_landlock
 async def test_a_stop_during_a_proxied_download_settles_with_no_process_left(
         tmp_path: pathlib.Path, marked: Marked) -> None:
     workspace = tmp_path / "ws"
@@ -135,3 +139,21 @@ async def test_a_stop_during_a_proxied_download_settles_with_no_process_left(
                         await trio.sleep(0.05)
                 answer = await agent.stop_and_check()
             assert answer.outcome == "aborted", answer
+
+
+async def test_the_proxy_is_refused_at_start_where_no_namespace_can_be_made(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """Without a network namespace per session (here ``QUIESCE_SANDBOX_NETNS=off``; not
+    root does the same) ``network = "proxy"`` is not offered: the daemon does not start,
+    and says why."""
+    path = tmp_path / "c.toml"
+    path.write_text(PROXY)
+    with trio.fail_after(30):
+        done = await trio.run_process(
+            [PY, "-m", "runtime", "serve", "--config", str(path)],
+            env={**marked.env(), "QUIESCE_SANDBOX_NETNS": "off"}, stdin=b"",
+            capture_stdout=True, capture_stderr=True, check=False)
+    err = done.stderr.decode()
+    assert done.returncode == 2, err[-2000:]
+    assert "not offered here" in err and "private network namespace" in err, err[-2000:]
+    assert ("QUIESCE_SANDBOX_NETNS=off" in err) == (os.geteuid() == 0), err[-2000:]
