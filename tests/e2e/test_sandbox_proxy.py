@@ -33,17 +33,20 @@ THROUGH = "env -u NO_PROXY -u no_proxy "
 
 class _StandIn(http.server.BaseHTTPRequestHandler):
     slow_started: threading.Event
+    slow_ended: threading.Event
 
     def do_GET(self) -> None:
         if self.path == "/slow":  # a download that never ends
             self.send_response(200)
             self.end_headers()
             type(self).slow_started.set()
-            with contextlib.suppress(OSError):
+            try:
                 for _ in range(600):
                     self.wfile.write(b"x" * 1024)
                     self.wfile.flush()
                     threading.Event().wait(0.05)
+            except OSError:  # the proxy hung up: its client is gone
+                type(self).slow_ended.set()
             return
         body = b"hello from the stand-in\n"
         self.send_response(200)
@@ -56,14 +59,15 @@ class _StandIn(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def stand_in() -> Iterator[tuple[int, threading.Event]]:
-    handler = type("Handler", (_StandIn,), {"slow_started": threading.Event()})
+def stand_in() -> Iterator[tuple[int, type[_StandIn]]]:
+    handler = type("Handler", (_StandIn,), {"slow_started": threading.Event(),
+                                            "slow_ended": threading.Event()})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield server.server_address[1], handler.slow_started
+        yield server.server_address[1], handler
     finally:
         server.shutdown()
         server.server_close()
@@ -126,7 +130,8 @@ async def test_a_stop_during_a_proxied_download_settles_with_no_process_left(
         tmp_path: pathlib.Path, marked: Marked) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    with stand_in() as (port, slow_started):
+    """The download's tree dies by the stop, and the proxy then hangs up on the server."""
+    with stand_in() as (port, handler):
         async with agent_daemon(marked, extra_args=config(tmp_path, PROXY)) as agent:
             script = [[call("dl", "Bash", command=fetch(f"http://localhost:{port}/slow"))],
                       [text("done")]]
@@ -135,10 +140,13 @@ async def test_a_stop_during_a_proxied_download_settles_with_no_process_left(
                 agent.prompt_soon(nursery, "go")
                 await agent.wait_for(lambda e: isinstance(e, ToolCallEvent))
                 with trio.fail_after(30):
-                    while not slow_started.is_set():
+                    while not handler.slow_started.is_set():
                         await trio.sleep(0.05)
                 answer = await agent.stop_and_check()
             assert answer.outcome == "aborted", answer
+            with trio.fail_after(10):
+                while not handler.slow_ended.is_set():
+                    await trio.sleep(0.05)
 
 
 async def test_the_proxy_is_refused_at_start_where_no_namespace_can_be_made(
