@@ -15,7 +15,7 @@ class SandboxReport(Struct, frozen=True):
     mode: str
     """The daemon's mode: ``workspace-write``, ``read-only`` or ``off``."""
     network: str
-    """``off`` or ``on``."""
+    """``off``, ``on`` or ``proxy``."""
     enforced: tuple[str, ...] = ()
     """Each guarantee the kernel enforces here, in a few words."""
     degraded: tuple[str, ...] = ()
