@@ -97,7 +97,12 @@ class SessionProxy:
             with listener:
                 async with trio.open_nursery() as nursery:
                     while True:
-                        sock, _ = await listener.accept()
+                        try:
+                            sock, _ = await listener.accept()
+                        except OSError as exc:  # out of descriptors, say: not the host's end
+                            log.warning("the sandbox's proxy cannot accept: %s", exc)
+                            await trio.sleep(0.5)
+                            continue
                         stream = trio.SocketStream(sock)
                         if self._active >= self._max:
                             nursery.start_soon(_answer_and_close, stream, _Answer(
@@ -130,10 +135,11 @@ class SessionProxy:
                     await self._forward(client, conn, request)
                 except _Answer as answer:
                     await _answer_and_close(client, answer)
-                except h11.RemoteProtocolError as exc:
+                except (h11.ProtocolError, ValueError) as exc:  # ValueError: a bad port, name
+                    status = (exc.error_status_hint
+                              if isinstance(exc, h11.RemoteProtocolError) else 400)
                     await _answer_and_close(client, _Answer(
-                        exc.error_status_hint, "Bad request",
-                        f"{REFUSED_MARK}: bad request: {exc}\n"))
+                        status, "Bad request", f"{REFUSED_MARK}: bad request: {exc}\n"))
         except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError,
                 OSError) as exc:
             log.debug("proxy connection ended: %r", exc)
@@ -161,12 +167,14 @@ class SessionProxy:
         if url.scheme != "http" or not url.hostname:
             raise _Answer(400, "Bad request", f"{REFUSED_MARK}: only CONNECT, or plain "
                           f"http:// with an absolute URI, is proxied (not {target[:200]!r})\n")
-        host, port = url.hostname, url.port or 80
+        host, port = url.hostname, url.port or 80  # a bad port: ValueError, a 400
         upstream = await self._open(host, port)
         async with upstream:
             out = h11.Connection(h11.CLIENT)
             path = (url.path or "/") + (f"?{url.query}" if url.query else "")
             headers = [(k, v) for k, v in request.headers if k.lower() not in _HOP_BY_HOP]
+            if not any(k.lower() == b"host" for k, _ in headers):  # HTTP/1.0 may leave it out
+                headers.append((b"Host", url.netloc.encode("ascii", "replace")))
             headers.append((b"Connection", b"close"))
             await upstream.send_all(out.send(h11.Request(
                 method=request.method, target=path.encode(), headers=headers)) or b"")

@@ -114,3 +114,22 @@ def test_domains_match_exactly_or_below_a_wildcard() -> None:
     assert not admits(allow, "www.example.org") and not admits(allow, "example.org.evil")
     assert admits(allow, "files.pypi.org") and admits(allow, "a.b.pypi.org")
     assert not admits(allow, "pypi.org") and not admits(allow, "evilpypi.org")
+
+
+async def test_malformed_requests_get_an_answer_and_the_proxy_keeps_serving() -> None:
+    with namespace() as fd:
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                proxy = await started(nursery, fd)
+                assert proxy.port is not None
+                for head in (b"GET http://localhost:abc/ HTTP/1.1\r\nHost: x\r\n\r\n",
+                             b"GET http://localhost:1/ HTTP/1.0\r\n\r\n",  # no Host
+                             b"CONNECT localhost HTTP/1.1\r\nHost: x\r\n\r\n",
+                             b"GET ftp://localhost/ HTTP/1.1\r\nHost: x\r\n\r\n",
+                             b"\x00\x01 nonsense\r\n\r\n"):
+                    sock = await trio.to_thread.run_sync(connect_inside, fd, proxy.port)
+                    with sock:
+                        await trio.to_thread.run_sync(sock.sendall, head)
+                        got = await trio.to_thread.run_sync(answer, sock)
+                    assert got.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 502 ")), (head, got)
+                proxy.close()
