@@ -102,6 +102,8 @@ class HookRunner:
                     and self._config.sandbox.hooks)
         if not confined and sandbox is not None and not sandbox.off:
             log.info("hook %s runs outside the sandbox", params.hook_id)
+        if confined and sandbox is not None:
+            await sandbox.network_ready()
         try:
             tree = await run_tree(
                 list(params.command), cwd=cwd, stop=stop, limit=params.timeout,

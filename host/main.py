@@ -19,8 +19,10 @@ import trio
 
 from host import childenv, limits
 from host.manager import HostConfig
-from host.sandbox import guarantees
+from host.sandbox import guarantees, netns
+from host.sandbox import settings as sandbox_settings
 from host.sandbox.session import remove_base
+from host.sandbox.settings import SandboxSettings
 from host.server import HostServer
 from runtime.shared import cgroups
 from runtime.shared.hardening import harden
@@ -65,7 +67,19 @@ def parse_config(text: str | None) -> HostConfig:
     except msgspec.ValidationError as exc:  # its message names the key: "at `$.tools.x`"
         raise ConfigError(str(exc)) from None
     _check_ranges(config, "")
+    _check_sandbox(config.sandbox)
     return config
+
+
+def _check_sandbox(settings: SandboxSettings) -> None:
+    """The proxy where no network namespace can be made, and such: refused by name."""
+    if settings.network != "proxy" and not settings.allow_domains:
+        return
+    why = netns.unavailable_reason()
+    try:
+        sandbox_settings.check(settings, why is None, why or "")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _refuse_unknown_keys(raw: Mapping[str, Any], cls: type, prefix: str) -> None:

@@ -52,6 +52,7 @@ from protocol.messages.host import (
     ToolsAbortResult,
     ToolsExecuteParams,
 )
+from protocol.sandbox import SandboxPolicy
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult
 
@@ -87,8 +88,9 @@ class CallManager:
 
     def open_session(self, session_id: str, workspace: str, mode: PermissionMode,
                      mcp_servers: tuple[McpServerConfig, ...] = (),
-                     trusted_digest: str | None = None, sandbox: Mode | None = None) -> None:
-        self.host_sessions.open(session_id, workspace, mode, mcp_servers, trusted_digest,
+                     trusted_digest: str | None = None, sandbox: Mode | None = None
+                     ) -> SandboxPolicy:
+        return self.host_sessions.open(session_id, workspace, mode, mcp_servers, trusted_digest,
                                 sandbox)
 
     async def list_plugins(self, session_id: str) -> PluginsListResult:

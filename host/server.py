@@ -43,6 +43,7 @@ from protocol.messages.host import (
     PluginsListResult,
     SessionCloseHostParams,
     SessionOpenParams,
+    SessionOpenResult,
     ToolsAbortParams,
     ToolsAbortResult,
     ToolsExecuteParams,
@@ -207,12 +208,12 @@ class HostServer:
         return InitializeResult(PROTOCOL_VERSION, PeerInfo("quiesce-host", "0.1.0"),
                                 {"tools": tools, "pid": os.getpid()})
 
-    async def session_open(self, params: SessionOpenParams) -> Empty:
+    async def session_open(self, params: SessionOpenParams) -> SessionOpenResult:
         childenv.hide(params.hidden_env)
-        self.manager.open_session(params.session_id, params.workspace, params.permission_mode,
-                                  params.mcp_servers, params.trusted_digest,
-                                  params.sandbox)
-        return Empty()
+        policy = self.manager.open_session(
+            params.session_id, params.workspace, params.permission_mode,
+            params.mcp_servers, params.trusted_digest, params.sandbox)
+        return SessionOpenResult(policy)
 
     async def session_close(self, params: SessionCloseHostParams) -> Empty:
         await self.manager.close_session(params.session_id, task_status=effect_status())

@@ -19,6 +19,7 @@ from protocol.mcp import PluginConfigError
 from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig
 from protocol.messages.host import PluginsListResult
+from protocol.sandbox import SandboxPolicy
 from runtime.shared.proctree import ENV_MARKER
 
 
@@ -63,7 +64,7 @@ class HostSessions:
     def open(self, session_id: str, workspace: str, mode: PermissionMode,
              mcp_servers: tuple[McpServerConfig, ...] = (),
              trusted_digest: str | None = None, sandbox_mode: Mode | None = None
-             ) -> None:
+             ) -> SandboxPolicy:
         if "\x00" in workspace or not os.path.isabs(workspace) or not os.path.isdir(workspace):
             raise RpcError(ErrorCode.INVALID_PARAMS,
                            "workspace must be an absolute path to a directory",
@@ -87,6 +88,8 @@ class HostSessions:
             if old is not None:
                 self._close_sandbox(old.sandbox)
             sandbox = SessionSandbox(settings, str(ws.root), session_id)
+            if sandbox.proxy is not None:
+                self._nursery().start_soon(sandbox.proxy.run)
         if (old is not None and old.plugins.loaded == servers
                 and old.sandbox is sandbox):
             plugins = old.plugins  # re-opened as it was: its servers keep running
@@ -106,10 +109,12 @@ class HostSessions:
         # answers stand.
         kept = (old.allowed, old.denied) if old is not None else (set(), set())
         self.by_id[session_id] = HostSession(session_id, ws, mode, plugins, sandbox, *kept)
+        return sandbox.policy()
 
     def _close_sandbox(self, sandbox: SessionSandbox) -> None:
         """Its rulesets closed and temporary directory removed, on a thread (not awaited:
         removing a tree is no part of closing a session)."""
+        sandbox.stop_network()
         background = self._background()
         if background is not None:
             background.start_soon(trio.to_thread.run_sync, sandbox.close)

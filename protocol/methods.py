@@ -48,6 +48,7 @@ from protocol.messages.host import (
     PluginsListResult,
     SessionCloseHostParams,
     SessionOpenParams,
+    SessionOpenResult,
     ToolsAbortParams,
     ToolsAbortResult,
     ToolsExecuteParams,
@@ -221,10 +222,11 @@ RUNTIME_TO_CLIENT = Direction("runtime → client", [
 
 RUNTIME_TO_HOST = Direction("runtime → host", [
     MethodSpec("initialize", InitializeParams, InitializeResult, INITIALIZE_DOC),
-    MethodSpec("session.open", SessionOpenParams, Empty,
+    MethodSpec("session.open", SessionOpenParams, SessionOpenResult,
                "Tell the host a session's workspace, permission mode and plugin servers "
                "(added to, or replacing by name, those of the workspace's .quiesce/mcp.json); "
-               "bad plugin configuration is INVALID_PARAMS. Starts no server."),
+               "bad plugin configuration is INVALID_PARAMS. Starts no server. Answers the "
+               "session's sandbox as enforced (mode as narrowed, network, writable roots)."),
     MethodSpec("plugins.list", PluginsListParams, PluginsListResult,
                "Start the session's plugin (MCP) servers not yet running and list their "
                "tools, named mcp__<server>__<tool>; a server that fails to start is reported "

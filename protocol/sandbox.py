@@ -15,7 +15,7 @@ class SandboxReport(Struct, frozen=True):
     mode: str
     """The daemon's mode: ``workspace-write``, ``read-only`` or ``off``."""
     network: str
-    """``off`` or ``on``."""
+    """``off``, ``on`` or ``proxy``."""
     enforced: tuple[str, ...] = ()
     """Each guarantee the kernel enforces here, in a few words."""
     degraded: tuple[str, ...] = ()
@@ -23,3 +23,22 @@ class SandboxReport(Struct, frozen=True):
     unavailable: str | None = None
     """Why there is no sandbox at all (no Landlock), if so: Bash then asks permission
     even in mode ``auto``."""
+
+
+class SandboxPolicy(Struct, frozen=True):
+    """One session's sandbox as its tools get it (``session.open``'s answer): the mode as
+    the session narrowed it, its network, where it may write; what the Bash
+    specification the model receives states (``protocol.toolspecs.bash_description``)."""
+
+    mode: str
+    """``workspace-write``, ``read-only`` or ``off``."""
+    network: str
+    """``off``, ``on`` or ``proxy``."""
+    writable: tuple[str, ...] = ()
+    """Where a confined process may write (the session's temporary directory as
+    ``$TMPDIR``)."""
+    allow_domains: tuple[str, ...] = ()
+    """With network ``proxy``: the domains the host's proxy admits (exact, or
+    ``*.suffix``)."""
+    unavailable: str | None = None
+    """Why nothing is confined (no Landlock), if so: Bash then asks permission."""

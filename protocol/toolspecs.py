@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from protocol.sandbox import SandboxPolicy
 from protocol.toolclass import ToolClass
 from protocol.tools import (
     BASH_DEFAULT_TIMEOUT_MS,
@@ -39,7 +40,7 @@ from protocol.tools import (
     WriteArgs,
 )
 
-__all__ = ["TOOL_SPECS", "ToolSpec", "input_schema"]
+__all__ = ["TOOL_SPECS", "ToolSpec", "bash_description", "input_schema"]
 
 _KIB = 1024
 
@@ -116,15 +117,46 @@ use in a later call. Output beyond {OUTPUT_MAX_BYTES // _KIB} KiB keeps its \
 beginning and end with the middle cut; redirect big output to a file and Grep \
 or Read it. Depending on the permission mode, the user may be asked first. A \
 stop kills the command's whole process tree and returns the output collected \
-until then. Unless the operator turned it off, the command runs in a sandbox: \
-it may write only inside the workspace, $TMPDIR (its own temporary directory, \
-where caches go too) and /tmp, has no network (at most a loopback of its own; \
-other connections fail), and cannot signal or trace processes it did not \
-start; \
-a refused operation fails with "Permission denied" or "Operation not \
-permitted" and the result then says it may have been the sandbox. If the task \
-truly needs more, call Bash again with sandbox: "off": the user is always \
-asked first."""
+until then."""
+
+
+DEFAULT_SANDBOX = SandboxPolicy("workspace-write", "off", ("the workspace", "$TMPDIR", "/tmp"))
+"""The built-in default (what ``docs/protocol.md`` shows; a session's own is stated)."""
+
+_ASK_MORE = (
+    'the result then says it may have been the sandbox. If the task truly needs more, '
+    'call Bash again with sandbox: "off": the user is always asked first.')
+
+
+def _network(policy: SandboxPolicy) -> str:
+    if policy.network == "on":
+        return "has the network"
+    if policy.network == "proxy":
+        domains = ", ".join(policy.allow_domains) or "none"
+        return ("reaches the network only through an HTTP proxy ($HTTPS_PROXY, already "
+                f"set) that admits these domains only: {domains} (other connections fail)")
+    return "has no network (at most a loopback of its own; other connections fail)"
+
+
+def bash_description(policy: SandboxPolicy | None = None) -> str:
+    """Bash's description stating a session's sandbox ``policy`` (default: the built-in
+    default policy)."""
+    policy = policy or DEFAULT_SANDBOX
+    if policy.unavailable is not None or policy.mode == "off":
+        why = ("the kernel offers no sandbox here, so every call asks the user first"
+               if policy.unavailable is not None and policy.mode != "off"
+               else "the operator turned the sandbox off")
+        return f"{BASH} The command is not sandboxed: {why}."
+    mode = ("read-only: it may write nowhere but $TMPDIR (its own temporary directory, "
+            "where caches go too)" if policy.mode == "read-only" else
+            f"workspace-write: it may write only beneath {', '.join(policy.writable)} "
+            "($TMPDIR is its own temporary directory, where caches go too)")
+    return (f"{BASH} This session's command runs in a sandbox, mode {mode}; it "
+            f"{_network(policy)}, and cannot signal or trace processes it did not start; "
+            'a refused operation fails with "Permission denied" or "Operation not '
+            'permitted"' + (" (a refused domain: the proxy's 403 naming it)"
+                            if policy.network == "proxy" else "") + f" and {_ASK_MORE}")
+
 
 GENERATE_IMAGES = f"""\
 Render PNG images with the host's image backend and save them in the \
@@ -166,7 +198,7 @@ TOOL_SPECS: dict[str, ToolSpec] = {spec.name: spec for spec in (
     ToolSpec("Grep", ToolClass.READ_ONLY, GREP, GrepArgs),
     ToolSpec("Write", ToolClass.MUTATING, WRITE, WriteArgs),
     ToolSpec("Edit", ToolClass.MUTATING, EDIT, EditArgs),
-    ToolSpec("Bash", ToolClass.PROCESS, BASH, BashArgs),
+    ToolSpec("Bash", ToolClass.PROCESS, bash_description(), BashArgs),
     ToolSpec("GenerateImages", ToolClass.PROCESS, GENERATE_IMAGES, GenerateImagesArgs),
     ToolSpec("Task", ToolClass.LOCAL, TASK, TaskArgs),
 )}

@@ -25,6 +25,7 @@ from protocol.messages.host import (
     PluginsListResult,
     SessionCloseHostParams,
     SessionOpenParams,
+    SessionOpenResult,
 )
 from runtime.host_supervisor import HostSupervisor
 from runtime.sessions import Session, SessionStore
@@ -89,7 +90,8 @@ class SessionLife:
         params = self.registration = SessionOpenParams(
             session.session_id, session.workspace, session.permission_mode,
             session.mcp_servers, session.hidden_env, sandbox=session.sandbox)
-        await self._host.request("session.open", params)
+        opened: SessionOpenResult = await self._host.request("session.open", params)
+        session.sandbox_policy = opened.sandbox
         listed = await self._list_plugins()
         if self._trust is None:
             return listed

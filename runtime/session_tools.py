@@ -55,6 +55,7 @@ class SessionTools:
                               on_progress=on_progress, on_started=on_started,
                               on_abort=on_abort, process_grace=self.process_grace,
                               plugin_tools=session.plugin_tools,
+                              sandbox=session.sandbox_policy,
                               asked=hooks.asked if hooks is not None else None)
             definitions = tools.definitions()
             session.ops.track_tools(turn_id, tools)

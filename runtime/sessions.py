@@ -36,6 +36,7 @@ from protocol.messages.events import (
     TurnStart,
 )
 from protocol.messages.host import PluginTool
+from protocol.sandbox import SandboxPolicy
 from protocol.tools import ToolResult, aborted_result
 from runtime import logfaults
 from runtime.agent.agent import Agent, ToolsFactory
@@ -76,6 +77,9 @@ class Session:
     """The sandbox mode the session narrowed to (``session.new``), or None."""
     plugin_tools: tuple[PluginTool, ...] = ()
     """The plugin tools the host listed for this session (what the model is offered)."""
+    sandbox_policy: SandboxPolicy | None = None
+    """The session's sandbox as the host enforces it (``session.open``'s answer): what
+    the Bash specification the model receives states."""
     closing: bool = False
     """``session.close`` is settling its turn: no new prompt; still visible to ``agent.abort``
     and operators (who may have to force a stuck call for the close to finish)."""

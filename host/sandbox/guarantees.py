@@ -17,6 +17,10 @@ PRIVATE_NETWORK = ("no network: a private network namespace per session, loopbac
                    "(TCP, UDP and abstract sockets stay inside it)")
 
 
+PROXY_NETWORK = ("network only through the host's HTTP proxy, admitting allow_domains: a "
+                 "private network namespace per session, loopback only")
+
+
 def report(settings: SandboxSettings, version: int | None = None,
            why: str | None = None, private_network: bool | None = None) -> SandboxReport:
     """The guarantees of ``settings`` at ABI ``version`` (default: this kernel's), with or
@@ -24,14 +28,15 @@ def report(settings: SandboxSettings, version: int | None = None,
     if version is None:
         version, why = landlock.abi()
     if private_network is None:
-        private_network = (settings.network == "off" and settings.mode != "off"
+        private_network = (settings.network in ("off", "proxy") and settings.mode != "off"
                            and netns.available())
     enforced: list[str] = []
     degraded: list[str] = []
     if version == 0:
         return SandboxReport(
             "none", 0, settings.mode, settings.network,
-            (PRIVATE_NETWORK,) if private_network else (),
+            (PROXY_NETWORK if settings.network == "proxy" else PRIVATE_NETWORK,)
+            if private_network else (),
             ("no Landlock: tool and hook processes are not confined; Bash asks permission "
              "in every mode", "Grep and Glob may read outside the workspace under a "
              "symlink swap race"), why or "no Landlock")
@@ -48,7 +53,9 @@ def report(settings: SandboxSettings, version: int | None = None,
             enforced.append("no truncation outside the writable roots")
         else:
             degraded.append("below ABI 3: truncate(2) outside the writable roots not refused")
-        if settings.network == "off" and private_network:
+        if settings.network == "proxy" and private_network:
+            enforced.append(PROXY_NETWORK)
+        elif settings.network == "off" and private_network:
             enforced.append(PRIVATE_NETWORK)
         elif settings.network == "off":
             if version >= 4:

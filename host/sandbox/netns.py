@@ -89,3 +89,40 @@ def join(fd: int) -> int:
     if _libc().setns(fd, CLONE_NEWNET) != 0:
         return ctypes.get_errno() or 1
     return 0
+
+
+def listen_inside(fd: int, backlog: int = 64) -> socket.socket:
+    """A TCP listener on 127.0.0.1 (a free port) inside the namespace ``fd``: the calling
+    thread enters it, makes and binds the socket, and goes back. A socket keeps the
+    namespace it was made in, so the host accepts on it from its own (the session's
+    processes reach it on their loopback; nothing outside the namespace can)."""
+    libc = _libc()
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the session's network")
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind(("127.0.0.1", 0))
+                sock.listen(backlog)
+            except BaseException:
+                sock.close()
+                raise
+        finally:
+            if libc.setns(own, CLONE_NEWNET) != 0:  # never expected as root
+                raise OSError(ctypes.get_errno(), "setns back to the host's network")
+    finally:
+        os.close(own)
+    return sock
+
+
+def unavailable_reason() -> str | None:
+    """Why this host cannot make a network namespace per session, or ``None`` if it can."""
+    if os.geteuid() != 0:
+        return "the daemon does not run as root"
+    if os.environ.get(NETNS_ENV) == "off":
+        return f"{NETNS_ENV}=off"
+    if not available():
+        return "the kernel refused to make one (see the log)"
+    return None

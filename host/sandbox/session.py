@@ -13,7 +13,9 @@ import threading
 
 from host.sandbox import landlock, netns, rulesets
 from host.sandbox.confine import Confinement
+from host.sandbox.proxy import SessionProxy
 from host.sandbox.settings import SandboxSettings
+from protocol.sandbox import SandboxPolicy
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +82,11 @@ class SessionSandbox:
         self._netns_tried = False
         self._lock = threading.Lock()
         self._closed = False
+        self.proxy: SessionProxy | None = (
+            SessionProxy(tuple(settings.allow_domains or ()), self.namespace)
+            if settings.network == "proxy" and settings.mode != "off" else None)
+        """With network ``proxy``: the session's proxy (run by the host's session table,
+        in a host nursery, until ``stop_network``)."""
 
     @property
     def off(self) -> bool:
@@ -98,18 +105,52 @@ class SessionSandbox:
         return [("$TMPDIR" if root == self._tmpdir else root) for root in
                 rulesets.writable_roots(self.settings, self.workspace, self._tmpdir or "")]
 
+    def policy(self) -> SandboxPolicy:
+        """The session's sandbox as its tools get it (what the model is told)."""
+        version, why = landlock.abi()
+        writable = [("$TMPDIR" if not root else root) for root in
+                    rulesets.writable_roots(self.settings, self.workspace, "")]
+        return SandboxPolicy(self.settings.mode, self.settings.network, tuple(writable),
+                             tuple(self.settings.allow_domains or ()),
+                             why or "no Landlock" if version == 0 else None)
+
+    async def network_ready(self) -> None:
+        """Before a confined spawn: the session's proxy listens (network ``proxy``)."""
+        if self.proxy is not None:
+            await self.proxy.ready()
+
+    def stop_network(self) -> None:
+        """End the session's proxy and its connections (on the trio thread)."""
+        if self.proxy is not None:
+            self.proxy.close()
+
     def env(self) -> dict[str, str]:
-        """What a confined process's environment gains: its temporary directory and caches."""
+        """What a confined process's environment gains: its temporary directory and caches,
+        and the session's proxy (network ``proxy``, once it listens)."""
         tmp = self.tmpdir()
-        return {"TMPDIR": tmp, "TMP": tmp, "TEMP": tmp,
-                "XDG_CACHE_HOME": os.path.join(tmp, "cache"),
-                "npm_config_cache": os.path.join(tmp, "npm"),
-                "PIP_CACHE_DIR": os.path.join(tmp, "pip")}
+        env = {"TMPDIR": tmp, "TMP": tmp, "TEMP": tmp,
+               "XDG_CACHE_HOME": os.path.join(tmp, "cache"),
+               "npm_config_cache": os.path.join(tmp, "npm"),
+               "PIP_CACHE_DIR": os.path.join(tmp, "pip")}
+        if self.proxy is not None and self.proxy.port is not None:
+            url = f"http://127.0.0.1:{self.proxy.port}"
+            for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+                env[name] = url
+            env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1,::1"
+        return env
+
+    def namespace(self) -> int | None:
+        """A descriptor of the session's private network namespace (made if need be; the
+        caller closes it), or ``None``. Blocking: on a thread."""
+        with self._lock:
+            if self._closed:
+                raise OSError("the session's sandbox is closed")
+            return self._private_network()
 
     def _private_network(self) -> int | None:
         """The session's network namespace (made once, if the network is off and the host
         can), duplicated for a spawn; call with the lock held."""
-        if self.settings.network == "off" and not self._netns_tried:
+        if self.settings.network in ("off", "proxy") and not self._netns_tried:
             self._netns_tried = True
             try:
                 self._netns = netns.make()

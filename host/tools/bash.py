@@ -69,7 +69,7 @@ async def run(args: BashArgs, ctx: ToolContext) -> ToolResult:
     if ctx.stop.is_set():
         return aborted_result(before_dispatch=False, details={"started": False})
     out = BoundedOutput(config.max_output_bytes, ctx.emit_output)
-    sandbox, env = confined(ctx)
+    sandbox, env = await confined(ctx)
     if args.sandbox == "off" and sandbox is not None:
         log.warning("Bash call runs outside the sandbox (the user allowed it): %r",
                     args.command[:200])

@@ -82,13 +82,15 @@ class ToolContext:
         return None
 
 
-def confined(ctx: ToolContext) -> tuple[Callable[[], Any] | None, dict[str, str]]:
+async def confined(ctx: ToolContext) -> tuple[Callable[[], Any] | None, dict[str, str]]:
     """How a process tool's tree is confined (``spawn``'s ``confine``) and what its
-    environment gains (the session's temporary directory and caches): nothing in mode
+    environment gains (the session's temporary directory and caches, its proxy once it
+    listens): nothing in mode
     ``off``."""
     sandbox = ctx.sandbox
     if sandbox is None or sandbox.off:
         return None, {}
+    await sandbox.network_ready()
     return sandbox.confine_tool, sandbox.env()
 
 

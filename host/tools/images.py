@@ -147,7 +147,7 @@ async def run(args: GenerateImagesArgs, ctx: ToolContext) -> ToolResult:
             "--out", str(folder), "--stem", stem]
     written = _Written(ctx, folder)
     errors = BoundedOutput(STDERR_CAP, None)
-    confine, sandbox_env = confined(ctx)
+    confine, sandbox_env = await confined(ctx)
     try:
         tree = await run_tree(
             argv, cwd=ctx.workspace.root, stop=ctx.stop, limit=config.image_timeout_ms / 1000,

@@ -9,7 +9,7 @@ import msgspec
 from protocol.causes import Cause, UserCause
 from protocol.messages.client import PermissionMode, SandboxMode
 from protocol.messages.common import McpServerConfig, PluginServerStatus, Struct
-from protocol.sandbox import SandboxReport
+from protocol.sandbox import SandboxPolicy, SandboxReport
 
 CallPhase = Literal["admission", "permission-pending", "running"]  # of a call in flight
 CallState = Literal["tombstoned", CallPhase, "settled"]
@@ -31,6 +31,12 @@ class SessionOpenParams(Struct, frozen=True):
     sandbox: SandboxMode | None = None
     """The session's narrower sandbox mode, if it asked for one (never wider than the
     host's configuration: a wider one is refused)."""
+
+
+class SessionOpenResult(Struct, frozen=True):
+    sandbox: SandboxPolicy | None = None
+    """The session's sandbox as it is enforced (the Bash specification the model receives
+    states it)."""
 
 
 class ToolsExecuteParams(Struct, frozen=True):

@@ -53,9 +53,10 @@ from protocol.messages.host import (
     ToolsOutputParams,
     ToolsStartedParams,
 )
+from protocol.sandbox import SandboxPolicy
 from protocol.toolclass import TOOL_CLASSES, ToolClass
 from protocol.tools import TOOL_ARGS, ToolResult, aborted_result, error_result
-from protocol.toolspecs import TOOL_SPECS
+from protocol.toolspecs import TOOL_SPECS, bash_description
 from runtime.agent.hostcall import Execution, HostCall, HostCallEvent, InFlightCall
 from runtime.registry import (
     AbortSignal,
@@ -135,8 +136,10 @@ class HostTools:
                  process_grace: float = DEFAULT_PROCESS_GRACE,
                  plugin_tools: tuple[PluginTool, ...] = (),
                  on_started: StartedSink | None = None,
-                 asked: Callable[[str], bool] | None = None) -> None:
+                 asked: Callable[[str], bool] | None = None,
+                 sandbox: SandboxPolicy | None = None) -> None:
         self._host = host
+        self._sandbox = sandbox  # the session's, stated in Bash's description
         self._asked = asked  # whether a hook asked for a call's prompt (by call id)
         self._on_started = on_started
         self._session_id = session_id
@@ -151,7 +154,8 @@ class HostTools:
         builtin: list[ToolDefinition[Any]] = [
             define_tool(name, args=args_type, tool_class=TOOL_CLASSES[name], body=self._body,
                         stop=self._stop_handler,
-                        description=TOOL_SPECS[name].description,
+                        description=(bash_description(self._sandbox) if name == "Bash"
+                                     else TOOL_SPECS[name].description),
                         input_schema=TOOL_SPECS[name].input_schema())
             for name, args_type in TOOL_ARGS.items()
         ]

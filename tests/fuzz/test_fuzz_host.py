@@ -76,7 +76,7 @@ async def test_fuzz_host(marked: Marked, tmp_path: pathlib.Path) -> None:
                                       "params": {"sessionId": SESSION,
                                                  "workspace": str(workspace),
                                                  "permissionMode": "auto"}})
-            assert answer["result"] == {}
+            assert set(answer["result"]) <= {"sandbox"}, answer
             host.received.clear()
             baseline = host.rss_now()
             samples_from = len(host.rss)

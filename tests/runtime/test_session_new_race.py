@@ -11,7 +11,7 @@ import trio
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import ScriptedProviderConfig, SessionNewParams
-from protocol.messages.host import PluginsListParams, PluginsListResult
+from protocol.messages.host import PluginsListParams, PluginsListResult, SessionOpenResult
 from runtime.daemon import Daemon
 from runtime.session_life import SessionLife
 
@@ -28,7 +28,7 @@ class _Host:
     async def request(self, method: str, params: msgspec.Struct) -> Any:
         await trio.lowlevel.checkpoint()
         if method == "session.open":
-            return None
+            return SessionOpenResult()
         assert isinstance(params, PluginsListParams)
         self.life = self.daemon.requests.lives[params.session_id]
         assert self.life.registration is not None  # registered, until undone
