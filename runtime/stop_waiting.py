@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING
 
 from protocol.messages.events import StopWaitingEvent, WaitingCall
+from protocol.toolclass import ToolClass
 from runtime.agent.hostcall import HostCallState
 
 if TYPE_CHECKING:
@@ -33,13 +34,15 @@ WaitingRow = tuple[str, str, str, str]
 def waiting_rows(agent: Agent, ops: SessionOpsView) -> tuple[WaitingRow, ...]:
     """The calls a stop of the session's phase has reached and that still wait on the host
     (``aborting``, ``draining``), in call id order. A call still ``running`` is one the
-    stop has not reached yet (its walk is under way): it is listed once it has."""
+    stop has not reached yet (its walk is under way): it is listed once it has. A
+    read-only call is never waited on (the stop abandons it at once): never listed."""
     if not agent.stopping:
         return ()
     return tuple(sorted(
         (call.call_id, call.tool, call.tool_class.value, call.state.value)
         for tools in ops.tools() for call in tools.in_flight()
-        if call.state is not HostCallState.RUNNING))
+        if call.state is not HostCallState.RUNNING
+        and call.tool_class is not ToolClass.READ_ONLY))
 
 
 class StopWaiting:
