@@ -445,10 +445,10 @@ class AcpServer:
         handler's answer with none between its return and the queue: the answer goes
         first."""
         if self.tasks is not None:
-            self.tasks.start_soon(self._publish_soon, session_id, [compact.COMMANDS])
+            self.tasks.start_soon(self._publish_soon, session_id, compact.COMMANDS)
 
-    async def _publish_soon(self, session_id: str, updates: list[SessionUpdate]) -> None:
-        self._publish(session_id, updates)
+    async def _publish_soon(self, session_id: str, update: SessionUpdate) -> None:
+        self._publish(session_id, [update])
 
     def _publish(self, session_id: str, updates: list[SessionUpdate]) -> None:
         assert self._acp is not None
