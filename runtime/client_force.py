@@ -15,24 +15,8 @@ from protocol.messages.renderer import AgentForceParams, AgentForceResult, Force
 
 if TYPE_CHECKING:
     from runtime.session_requests import SessionRequests
-    from runtime.sessions import Session
 
 log = logging.getLogger(__name__)
-
-WaitingRow = tuple[str, str, str, str]
-"""(call id, tool, class, state) of a call a stop waits on."""
-
-
-def waiting_calls(session: Session) -> tuple[WaitingRow, ...]:
-    """The calls in flight of a session whose turn is being stopped, in call id order."""
-    if not session.agent.stopping:
-        return ()
-    calls = []
-    for tools in session.ops.tools():
-        for call in tools.in_flight():
-            calls.append((call.call_id, call.tool, call.tool_class.value, call.state.value))
-    return tuple(sorted(calls))
-
 
 async def agent_force(requests: SessionRequests, params: AgentForceParams
                       ) -> AgentForceResult:
@@ -40,7 +24,7 @@ async def agent_force(requests: SessionRequests, params: AgentForceParams
     if params.call_id is not None:
         targets = [params.call_id]
     else:
-        targets = [row[0] for row in waiting_calls(session)]
+        targets = [row[0] for row in session.waiting.rows]
         if not targets:
             raise RpcError(ErrorCode.NOT_FOUND,
                            f"no stop of session {params.session_id} waits on a call")

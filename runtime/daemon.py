@@ -230,7 +230,6 @@ class Daemon:
             async with trio.open_nursery() as links:
                 listening = await links.start(listen(clients.serve_link))
                 await announce(listening)
-                links.start_soon(clients.watch_stops)
                 await self._shutdown.wait()
                 await self._quiesce()
                 # Answers still running are written (each client's link ends once they

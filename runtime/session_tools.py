@@ -56,7 +56,8 @@ class SessionTools:
                               on_abort=on_abort, process_grace=self.process_grace,
                               plugin_tools=session.plugin_tools,
                               sandbox=session.sandbox_policy,
-                              asked=hooks.asked if hooks is not None else None)
+                              asked=hooks.asked if hooks is not None else None,
+                              on_calls=session.waiting.changed)
             definitions = tools.definitions()
             session.ops.track_tools(turn_id, tools)
             stages = hooks.stages() if hooks is not None else {}

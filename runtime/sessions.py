@@ -53,6 +53,7 @@ from runtime.sessionlog import (
     is_live_elsewhere,
     read_log,
 )
+from runtime.stop_waiting import StopWaiting
 
 if TYPE_CHECKING:
     from runtime.host_lease import HostLease
@@ -88,6 +89,12 @@ class Session:
     lease: tuple[str, HostLease] | None = None
     """Its current top-level turn and that turn's hold on a host, which the turn's
     subagents share: nothing of a turn reaches a host started after its own died."""
+    waiting: StopWaiting = field(init=False)
+    """What a stop of it waits on, announced as ``stop/waiting`` when it changes."""
+
+    def __post_init__(self) -> None:
+        self.waiting = StopWaiting(self.agent, self.ops)
+        self.agent.on_stopping = self.waiting.changed
 
     def info(self) -> SessionInfo:
         agent = self.agent

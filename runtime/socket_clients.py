@@ -9,8 +9,9 @@ one ``Endpoint`` with the daemon's handlers, plus what a renderer needs beside s
 - ``session.attach {sessionId, afterSeq?}``: the session's durable events after
   ``afterSeq`` to this client, then its live ones (no event lost or doubled between the
   two: the replay and the start of following happen with no await between them).
-- ``stop/waiting``: while a stop waits on calls, the session announces them (checked
-  every ``WATCH_INTERVAL``; sent when the list changes, an empty list once it is over).
+- ``stop/waiting``: the session announces what its stop waits on as that changes
+  (``runtime/stop_waiting.py``), to every client following it; one that attaches while a
+  stop waits is sent the current list.
 - ``agent.force`` is the daemon's, on every client link (``runtime/client_force.py``).
 """
 
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -26,10 +26,8 @@ import trio
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import SessionEventParams, SessionLoadResult
-from protocol.messages.events import StopWaitingEvent, WaitingCall
 from protocol.messages.renderer import SessionAttachParams, SessionAttachResult
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
-from runtime.client_force import WaitingRow, waiting_calls
 from runtime.client_hub import ClientHub
 from runtime.shared.rpc import Endpoint, Handler
 
@@ -39,8 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-WATCH_INTERVAL = 0.05
-"""How often the stops' waiting lists are looked at (stop/waiting)."""
 _UNGATED = ("initialize", "shutdown")
 _FOLLOWED_BY_PARAMS = ("session.load", "session.close", "agent.prompt", "agent.abort",
                        "agent.force")
@@ -51,8 +47,6 @@ class SocketClients:
         self._daemon = daemon
         self.hub = ClientHub()
         self._counter = 0
-        self._waiting: dict[str, tuple[WaitingRow, ...]] = {}
-        self._since: dict[tuple[str, str], float] = {}
 
     async def serve_link(self, receive: trio.abc.ReceiveStream,
                          send: trio.abc.SendStream) -> None:
@@ -131,51 +125,8 @@ class SocketClients:
                 client.notify("session.event", SessionEventParams(session.session_id, event))
         self.hub.follow(session.session_id, client)
         agent = session.agent
-        waiting = self._waiting.get(session.session_id)
-        if waiting:
-            client.notify("session.event", SessionEventParams(
-                session.session_id, self._waiting_event(session, waiting)))
+        waiting = session.waiting.event()
+        if waiting.calls:  # what its stop waits on now (announced before it followed)
+            client.notify("session.event", SessionEventParams(session.session_id, waiting))
         return SessionAttachResult(session.session_id, session.workspace, journal.last_seq,
                                    agent.busy or bool(agent.inbox), agent.stopping)
-
-    # -- stop/waiting -------------------------------------------------------------
-
-    def _waiting_event(self, session: Session,
-                       calls: tuple[WaitingRow, ...]) -> StopWaitingEvent:
-        current = session.agent.current_turn
-        turn_id = current[0] if current else ""
-        now = time.time()
-        return StopWaitingEvent(session.agent.journal.last_seq, turn_id, tuple(
-            WaitingCall(call_id, tool, tool_class, state,
-                        self._since.get((session.session_id, call_id), now))
-            for call_id, tool, tool_class, state in calls))
-
-    async def watch_stops(self) -> None:
-        """Announce each stop's waiting list when it changes (socket links only)."""
-        while True:
-            await trio.sleep(WATCH_INTERVAL)
-            requests = self._daemon._requests
-            if requests is None:
-                continue
-            sessions = requests.sessions.all()
-            gone = set(self._waiting) - {s.session_id for s in sessions}
-            for sid in gone:  # closed while a stop waited: nothing left to tell
-                del self._waiting[sid]
-            for key in [k for k in self._since if k[0] in gone]:
-                del self._since[key]
-            for session in sessions:
-                sid = session.session_id
-                calls = waiting_calls(session)
-                if calls == self._waiting.get(sid, ()):
-                    continue
-                now = time.time()
-                for call in calls:
-                    self._since.setdefault((sid, call[0]), now)
-                event = self._waiting_event(session, calls)
-                if calls:
-                    self._waiting[sid] = calls
-                else:
-                    self._waiting.pop(sid, None)
-                    for key in [k for k in self._since if k[0] == sid]:
-                        del self._since[key]
-                self.hub.notify_session(sid, "session.event", SessionEventParams(sid, event))

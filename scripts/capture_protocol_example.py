@@ -44,7 +44,7 @@ SCRIPT: list[Any] = [
 
 # What varies from run to run, and the fixed value the example shows instead.
 FIXED_NUMBERS = {"createdAt": 1767225600.0, "settledMs": 41.7, "killMs": 12,
-                 "durationMs": 318, "pid": 4242}
+                 "durationMs": 318, "pid": 4242, "since": 1767225661.2}
 SESSION_ID = re.compile(r"s-[0-9a-f]{12}")
 
 

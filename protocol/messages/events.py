@@ -1,8 +1,12 @@
 """Session events: the durable log of a session, and what ``session.event`` carries.
 
 Every event has ``kind`` (the tag), ``seq`` (its position in the session's log)
-and ``turnId``. ``tool/progress``, ``tool/started``, ``tool/abort`` and
-``assistant/delta`` are announced but never logged.
+and ``turnId``. ``tool/progress``, ``tool/started``, ``tool/abort``,
+``assistant/delta`` and ``stop/waiting`` are announced but never logged: they carry the
+``seq`` of the last durable event announced before them, so several may share one ``seq``
+and one with a durable event. A client that deduplicates by ``seq`` (after a
+``session.attach {afterSeq}``) does so for durable events only; announced ones are never
+replayed, so never doubled.
 """
 
 from __future__ import annotations
@@ -270,9 +274,17 @@ class WaitingCall(msgspec.Struct, frozen=True, rename="camel", forbid_unknown_fi
 
 
 class StopWaitingEvent(_Event, frozen=True, tag="stop/waiting", omit_defaults=False):
-    """A stop waits on these calls (announced, never logged): sent when it starts waiting
-    and whenever the list changes; an empty ``calls`` means it waits on none any more.
-    ``agent.force`` forces them."""
+    """A stop waits on these calls (announced, never logged), on every client link that
+    hears the session's events. Sent when the stop reaches a call that makes it wait
+    (the call's ``tools.abort`` is out; a read-only call, abandoned at once, never does)
+    and whenever the list changes (a call's abort is answered, it settles, it is forced,
+    it is abandoned), by the session itself, never by polling; ``calls: []`` once it
+    waits on none (when the last of them leaves the list, before the stopped turn's
+    ``turn/end``; failing that, when the stop settles). A stop that never waits on a call
+    sends none. ``seq`` is the last durable event's, as for every announced event (not a
+    position of its own): the latest ``stop/waiting`` received is the list. A client
+    that attaches while a stop waits is sent the current one. ``agent.force`` forces
+    them."""
 
     calls: tuple[WaitingCall, ...]
 

@@ -122,6 +122,7 @@ async def run(args: argparse.Namespace, first_host: PopenProcess | None = None) 
         await native.request("initialize", InitializeParams(
             PROTOCOL_VERSION, PeerInfo("quiesce-acp", VERSION)))
         async with trio.open_nursery() as link:
+            server.tasks = link
             link.start_soon(acp.run)
             link.start_soon(_stop_reading_when_closed, native, acp)
             await acp.closed.wait()

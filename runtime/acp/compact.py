@@ -1,12 +1,19 @@
 """``/compact`` over ACP: a prompt of exactly that text compacts the session's history
 (the native ``session.compact``) instead of starting a turn; ``session/cancel`` stops it
-like a turn. (Not advertised with ``available_commands_update`` yet: docs/acp.md.)"""
+like a turn. Advertised to the editor with ``available_commands_update`` (``COMMANDS``)
+once a session is opened (``session/new``, ``session/load``)."""
 
 from __future__ import annotations
 
 from protocol.messages.client import SessionCompactResult
+from runtime.acp.messages import AvailableCommand, AvailableCommandsUpdate
 
 COMMAND = "/compact"
+COMMANDS = AvailableCommandsUpdate((AvailableCommand(
+    COMMAND.removeprefix("/"),
+    "Compact the session's history: summarise the older turns, keep the latest"),))
+"""The session's slash commands, as ACP advertises them (names without the slash)."""
+
 
 def is_compact(text: str) -> bool:
     return text.strip() == COMMAND

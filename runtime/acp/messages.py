@@ -214,6 +214,23 @@ class CurrentModeUpdate(AcpStruct, frozen=True, tag_field="sessionUpdate",
     current_mode_id: str
 
 
+class AvailableCommandInput(AcpStruct, frozen=True):
+    hint: str
+
+
+class AvailableCommand(AcpStruct, frozen=True):
+    """A slash command the editor may offer: its ``name`` without the slash."""
+
+    name: str
+    description: str
+    input: AvailableCommandInput | UnsetType = UNSET
+
+
+class AvailableCommandsUpdate(AcpStruct, frozen=True, tag_field="sessionUpdate",
+                              tag="available_commands_update"):
+    available_commands: tuple[AvailableCommand, ...]
+
+
 class ToolCallStart(AcpStruct, frozen=True, tag_field="sessionUpdate", tag="tool_call"):
     tool_call_id: str
     title: str
@@ -242,7 +259,7 @@ class ToolCallProgress(ToolCallUpdate, frozen=True, tag_field="sessionUpdate",
 
 
 SessionUpdate = (UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart
-                 | ToolCallProgress | CurrentModeUpdate)
+                 | ToolCallProgress | CurrentModeUpdate | AvailableCommandsUpdate)
 
 
 class SessionNotification(AcpStruct, frozen=True):

@@ -124,6 +124,8 @@ class AcpServer:
         self._by_id: dict[RequestId, _Prompt] = {}
         self._unstarted: dict[str, list[_Prompt]] = {}  # session id -> seen, not started
         self.openings = Openings()  # session/new seen, not answered
+        self.tasks: trio.Nursery | None = None
+        """Where a notification that must follow an answer is sent from (the link's)."""
 
     def attach(self, acp: Endpoint, native: Endpoint) -> None:
         self.permissions.acp = acp
@@ -225,6 +227,7 @@ class AcpServer:
                 self._native)
             self._sessions[created.session_id] = _Session(
                 created.session_id, Translator(params.cwd), mode=self.permission_mode)
+            self._advertise_commands(created.session_id)
             return NewSessionResponse(created.session_id, mode_state(self.permission_mode))
         finally:
             self.openings.forget(new)
@@ -248,6 +251,7 @@ class AcpServer:
             raise
         finally:
             session.replaying = False
+        self._advertise_commands(params.session_id)
         return LoadSessionResponse(mode_state(session.mode or self.permission_mode))
 
     async def session_set_mode(self, params: SetSessionModeRequest) -> SetSessionModeResponse:
@@ -433,6 +437,18 @@ class AcpServer:
             session.errors[event.turn_id] = event.end.error
         self._publish(session.session_id,
                       session.translator.translate(event, replay=session.replaying))
+
+    def _advertise_commands(self, session_id: str) -> None:
+        """The session's slash commands (``/compact``), sent right after the answer that
+        opens the session (an editor ignores updates of a session it does not know yet).
+        The task runs at the handler task's next checkpoint, and the endpoint queues a
+        handler's answer with none between its return and the queue: the answer goes
+        first."""
+        if self.tasks is not None:
+            self.tasks.start_soon(self._publish_soon, session_id, compact.COMMANDS)
+
+    async def _publish_soon(self, session_id: str, update: SessionUpdate) -> None:
+        self._publish(session_id, [update])
 
     def _publish(self, session_id: str, updates: list[SessionUpdate]) -> None:
         assert self._acp is not None

@@ -183,7 +183,7 @@ class Translator:
             return self.close_turn(event.turn_id)
         if isinstance(event, SessionMeta):
             self.workspace = event.workspace
-        return []  # session/meta, turn/start, tool/abort: nothing the client shows
+        return []  # session/meta, turn/start, tool/abort, stop/waiting: nothing ACP can show
 
     def _start(self, event: ToolCallEvent) -> ToolCallStart:
         path = event.args.get("path")

@@ -128,6 +128,9 @@ class Agent:
         self.on_step: StepListener | None = None  # told each step's calls (the ops view)
         self.on_stop: Callable[[float], None] | None = None
         """Told each stop that settled as ``aborted``: ms from its first request to then."""
+        self.on_stopping: Callable[[], None] | None = None
+        """Told when a stop of the current phase begins and when that phase settles (what
+        the stop waits on is announced from there: ``runtime/stop_waiting.py``)."""
         self._stop_at: float | None = None  # the current phase's first stop request
         self._owed: list[tuple[str, str]] = []
         """(turn id, why) of turns whose turn/end the log could not take, oldest first."""
@@ -227,6 +230,7 @@ class Agent:
         self._current = None
         self._count_stop(end is not None and end.end.kind != "completed")
         self.machine.fire(PhaseEvent.END_TURN)  # the phase has settled: its stops answer
+        self._stopping_changed()
         self._begin_queued()
 
     def _begin_queued(self, *, may_compact: bool = True) -> None:
@@ -272,6 +276,7 @@ class Agent:
                 self._maintenance, self._settled_maintenance = None, job
                 self._count_stop(job.outcome == "aborted")
                 self.machine.fire(PhaseEvent.END_MAINTENANCE)  # its stops answer
+                self._stopping_changed()
                 job.done.set()
                 self._begin_queued(may_compact=False)
         log.info("session %s: compaction (%s) ended %s", self.session_id, job.trigger,
@@ -413,6 +418,7 @@ class Agent:
             self._stop_at = time.monotonic()
         if slot is not None and slot.stop_requested_at is None:
             slot.stop_requested_at = time.monotonic()
+        self._stopping_changed()
 
     async def cancel(self, cause: Cause, *, keep_inbox: bool = False,
                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
@@ -434,6 +440,7 @@ class Agent:
             self._stop_at = time.monotonic()
         if slot is not None and slot.stop_requested_at is None:
             slot.stop_requested_at = time.monotonic()
+        self._stopping_changed()
         task_status.started()
         with trio.move_on_after(self.stuck_after):
             await phase.settled.wait()
@@ -467,6 +474,10 @@ class Agent:
                                     self.calls_of(slot.turn_id), slot.end.end.error)
         return AgentAbortResult("aborted", slot.turn_id, stop_cause, settled_ms,
                                 self.calls_of(slot.turn_id))
+
+    def _stopping_changed(self) -> None:
+        if self.on_stopping is not None:
+            self.on_stopping()
 
     @property
     def stopping_since(self) -> float | None:

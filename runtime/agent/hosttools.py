@@ -137,9 +137,12 @@ class HostTools:
                  plugin_tools: tuple[PluginTool, ...] = (),
                  on_started: StartedSink | None = None,
                  asked: Callable[[str], bool] | None = None,
-                 sandbox: SandboxPolicy | None = None) -> None:
+                 sandbox: SandboxPolicy | None = None,
+                 on_calls: Callable[[], None] | None = None) -> None:
         self._host = host
         self._sandbox = sandbox  # the session's, stated in Bash's description
+        # Told when a call is made, moves in its state table or ends (stop/waiting).
+        self._on_calls = on_calls
         self._asked = asked  # whether a hook asked for a call's prompt (by call id)
         self._on_started = on_started
         self._session_id = session_id
@@ -205,7 +208,7 @@ class HostTools:
         """A stop reached the call: the first one (the table's ``ABORT`` moves it once)
         starts its one ``tools.abort`` sender in the lease's nursery; later ones only wait
         for ``call.abort_done``."""
-        if call.fire(HostCallEvent.ABORT):
+        if self._fire(call, HostCallEvent.ABORT):
             self._host.start_soon(lambda: self._send_abort(call, signal))
 
     async def _send_abort(self, call: HostCall, signal: AbortSignal) -> None:
@@ -222,7 +225,7 @@ class HostTools:
         except (ConnectionClosed, RemoteError, msgspec.DecodeError) as exc:
             log.warning("tools.abort %s failed: %s", call.host_call_id, exc)
         finally:
-            call.fire(HostCallEvent.ABORT_DONE)
+            self._fire(call, HostCallEvent.ABORT_DONE)
             call.abort_done.set()
 
     async def _abort(self, call: HostCall, signal: AbortSignal) -> ToolsAbortResult | None:
@@ -235,10 +238,22 @@ class HostTools:
         call = HostCall(execution.call_id, self.host_call_id(execution.call_id), execution.tool,
                          execution.tool_class)
         self._calls[call.host_call_id] = call
+        self._calls_changed()
         try:
             return await self._run(call, args, execution.signal)
         finally:
             del self._calls[call.host_call_id]
+            self._calls_changed()
+
+    def _fire(self, call: HostCall, event: HostCallEvent) -> bool:
+        moved = call.fire(event)
+        if moved:
+            self._calls_changed()
+        return moved
+
+    def _calls_changed(self) -> None:
+        if self._on_calls is not None:
+            self._on_calls()
 
     async def _run(self, call: HostCall, args: msgspec.Struct,
                    signal: AbortSignal) -> ToolResult:
@@ -349,7 +364,7 @@ class HostTools:
 
     def _abandon(self, call: HostCall, answer: ToolsAbortResult | None, why: str, *,
                  unconfirmed: bool = False, ended: str | None = None) -> ToolResult:
-        call.fire(HostCallEvent.ABANDON)  # progress stops here
+        self._fire(call, HostCallEvent.ABANDON)  # progress stops here
         log.info("call %s (%s) abandoned: %s; a late host result is dropped", call.host_call_id,
                  call.tool, why)
         details: dict[str, Any] = {"abandoned": why}

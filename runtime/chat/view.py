@@ -162,11 +162,22 @@ class ChatView:
             return self._result(event, now)
         if isinstance(event, HookDecisionEvent):
             return self._hook(event)
-        if isinstance(event, StopWaitingEvent):  # sent on socket links only
-            return []
+        if isinstance(event, StopWaitingEvent):
+            return self._waiting(event, now)
         if isinstance(event, TurnEnd):
             return self._turn_end(event, now) + turn_usage_lines(event)
         return maintenance_lines(event)
+
+    def _waiting(self, event: StopWaitingEvent, now: float) -> Lines:
+        """What the stop waits on, as it changes: a timeline entry (a line of its own when
+        the stop is an operator's, with no timeline of ours)."""
+        waits = ", ".join(f"{c.call_id} ({c.tool}, {c.tool_class}, {c.state})"
+                          for c in event.calls)
+        text = f"waiting on {waits}" if waits else "waiting on no call any more"
+        if self.stop is None:
+            return [Text(f"  ■ stop {text}", style="yellow")]
+        self.stop.at(now, text)
+        return []
 
     def _hook(self, event: HookDecisionEvent) -> Lines:
         """A hook that did more than allow is shown under its call."""

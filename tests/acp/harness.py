@@ -92,9 +92,11 @@ class Editor:
     # -- reading the wire -----------------------------------------------------------------
 
     def updates(self, before: int | None = None) -> list[dict[str, Any]]:
-        """The session/update payloads received (before wire index ``before``)."""
+        """The session/update payloads received (before wire index ``before``), but the
+        session's ``available_commands_update`` (sent once it opens, not a turn's)."""
         return [m["params"]["update"] for d, m in self.wire[:before]
-                if d == "in" and m.get("method") == "session/update"]
+                if d == "in" and m.get("method") == "session/update"
+                and m["params"]["update"]["sessionUpdate"] != "available_commands_update"]
 
     def index_of_answer(self, method: str) -> int:
         """Wire index of the answer to our (last) request of ``method``."""

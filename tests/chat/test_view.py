@@ -10,6 +10,7 @@ from protocol.messages.events import (
     AssistantDeltaEvent,
     AssistantMessageEvent,
     Block,
+    StopWaitingEvent,
     ToolAbortEvent,
     ToolCallEvent,
     ToolProgressEvent,
@@ -19,6 +20,7 @@ from protocol.messages.events import (
     TurnOutcome,
     TurnStart,
     UserMessageEvent,
+    WaitingCall,
 )
 from protocol.tools import TextContent
 from runtime.chat.view import ChatView, session_lines, summarize_args
@@ -127,6 +129,24 @@ def test_a_stop_renders_its_timeline_from_the_abort_sent() -> None:
         "               bash-1     Bash     process   ABORTED",
         "  process tree: 5 tool processes before the stop, 0 alive after it settled"]
     assert view.stop is None
+
+
+def test_a_stop_shows_what_it_waits_on_in_its_timeline() -> None:
+    view = ChatView()
+    start(view)
+    view.event(ToolCallEvent(2, "t1", 0, "w1", "mcp__tools__wait", "plugin", {}), 1.0)
+    view.stop_sent(10.0, keep_inbox=False, via="Esc", processes_before=0)
+    call = WaitingCall("w1", "mcp__tools__wait", "plugin", "aborting", 1796438871.2)
+    assert view.event(StopWaitingEvent(2, "t1", (call,)), 10.003) == []
+    assert view.event(StopWaitingEvent(2, "t1", ()), 12.5) == []
+    live = plain(view.live(12.6))
+    assert "       +3.0 ms  waiting on w1 (mcp__tools__wait, plugin, aborting)" in live
+    assert "    +2500.0 ms  waiting on no call any more" in live
+    # An operator's stop (no timeline of ours): a line of its own.
+    other = ChatView()
+    start(other)
+    assert plain(other.event(StopWaitingEvent(2, "t1", (call,)), 1.0)) == [
+        "  ■ stop waiting on w1 (mcp__tools__wait, plugin, aborting)"]
 
 
 def test_a_stop_block_keeps_the_stopped_turn_before_and_the_next_turn_after() -> None:
