@@ -1,0 +1,62 @@
+"""The sandbox, attacked where test_sandbox.py does not look (issue 25's review): the
+daemon's own control sockets, and the shared ``/tmp`` under the default configuration.
+
+Each probe is a real confined Bash call of a scripted model against the real daemon; it
+prints ``ESCAPED`` when the attempt worked and ``refused`` when it did not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import sys
+
+import pytest
+
+from tests.conftest import Marked
+from tests.e2e.agent_harness import agent_daemon
+from tests.e2e.sandboxkit import PY, needs_landlock, output, run_calls, sh
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
+
+
+@needs_landlock
+async def test_a_sandboxed_call_cannot_drive_the_ops_socket(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """The ops socket is a pathname UNIX socket (0600, the daemon's user), which Landlock
+    cannot confine below ABI 9: a confined call, running as that user, must still not get
+    to abort, force or restart anything through it."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    ops_dir = marked.run_dir / "quiesce"
+    stats = f"{PY} -m runtime ops stats --json --timeout 10 --dir {ops_dir}"
+    async with agent_daemon(marked) as agent:
+        results = await run_calls(agent, workspace, {"ops": sh(f"{stats} >/dev/null")})
+    out = output(results["ops"])
+    assert "refused" in out and "ESCAPED" not in out, out
+
+
+@needs_landlock
+async def test_the_default_sandbox_writes_nothing_shared_in_tmp(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """DESIGN 19: by default a confined call writes only in its workspace and its
+    session's temporary directory. ``/tmp`` holds other sessions' temporary directories
+    (the host's base directory), the daemon's run directory without XDG_RUNTIME_DIR, and
+    other sessions' scratch workspaces: none may be written with the default settings."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    other = pathlib.Path(tmp_path.anchor, "tmp") / f"quiesce-review-{tmp_path.name}"
+    probes = {
+        # every session's $TMPDIR is beneath the host's base directory
+        "sessions-base": sh('touch "$(dirname "$TMPDIR")/planted"'),
+        "tmp": sh(f"mkdir {other}"),
+    }
+    try:
+        async with agent_daemon(marked) as agent:
+            results = await run_calls(agent, workspace, probes)
+    finally:
+        with contextlib.suppress(OSError):
+            other.rmdir()
+    for name in probes:
+        out = output(results[name])
+        assert "refused" in out and "ESCAPED" not in out, (name, out)
