@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon
-from tests.e2e.sandboxkit import PY, needs_landlock, output, run_calls, sh
+from tests.e2e.agent_harness import agent_daemon, call, text
+from tests.e2e.sandboxkit import PY, needs_landlock, output, quote, run_calls, sh
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -60,3 +60,41 @@ async def test_the_default_sandbox_writes_nothing_shared_in_tmp(
     for name in probes:
         out = output(results[name])
         assert "refused" in out and "ESCAPED" not in out, (name, out)
+
+
+@needs_landlock
+async def test_a_sandboxed_call_cannot_join_the_unix_client_link(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """The ``unix:`` client link needs no token (0700 directory, 0600 socket): a confined
+    call that got in would be a client, able to answer its own session's permission
+    prompts (``Bash {sandbox: "off"}`` included) and open sessions elsewhere."""
+    import msgspec
+
+    from protocol.messages.client import ScriptedProviderConfig, SessionNewParams
+    from tests.e2e.socketclient import INIT, listening_daemon, unix_connect
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    path = marked.run_dir / "link" / "q.sock"
+    probe = (
+        "import json, socket\ns = socket.socket(socket.AF_UNIX)\n"
+        "try:\n"
+        f"    s.connect({str(path)!r}); s.settimeout(10)\n"
+        "    s.sendall(json.dumps({'jsonrpc': '2.0', 'id': 1, 'method': 'initialize', "
+        f"'params': {INIT!r}}}).encode() + b'\\n')\n"
+        "    answer = s.recv(65536)\n"
+        "    print('ESCAPED' if b'result' in answer else 'refused: no answer')\n"
+        "except OSError as e:\n    print('refused:', e)\n")
+    script = [[call("link", "Bash", command=f"{PY} -c {quote(probe)} > probe.out")],
+              [text("done")]]
+    params = msgspec.to_builtins(SessionNewParams(
+        str(workspace), "auto", ScriptedProviderConfig(script=script)))  # type: ignore[arg-type]
+    async with listening_daemon(marked.env(), f"unix:{path}", tmp=tmp_path):
+        client = await unix_connect(str(path))
+        assert "result" in await client.call("initialize", INIT)
+        sid = (await client.call("session.new", params))["result"]["sessionId"]
+        answer = await client.call("agent.prompt", {"sessionId": sid, "text": "go"})
+        assert "result" in answer, answer
+        await client.stream.aclose()
+    out = (workspace / "probe.out").read_text()
+    assert "refused" in out and "ESCAPED" not in out, out
