@@ -25,6 +25,7 @@ from runtime.socketlink.guard import (
     check_bind_host,
     make_token,
     prepare_unix_dir,
+    unix_peer_refusal,
     write_token_file,
 )
 from runtime.socketlink.websocket import handle_connection
@@ -156,6 +157,10 @@ class SocketListener:
 
     async def _on_unix(self, stream: trio.SocketStream) -> None:
         async with stream:
+            why = unix_peer_refusal(stream.socket)
+            if why is not None:
+                log.warning("socket link: refused a connection: %s", why)
+                return
             await self._serve_link(stream, stream)
 
 
