@@ -101,3 +101,38 @@ async def test_a_sandboxed_call_cannot_join_the_unix_client_link(
         await client.stream.aclose()
     out = (workspace / "probe.out").read_text()
     assert "refused" in out and "ESCAPED" not in out, out
+
+
+@needs_landlock
+async def test_a_workspace_holding_the_daemons_own_files_cannot_write_them(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """A workspace may be the user's home, which holds the daemon's configuration file
+    (hooks, some unsandboxed), its data directory (the trust store, session logs) and
+    its run directory: a confined call must not pre-trust a workspace, add a hook or
+    rewrite a session's history, while the rest of the workspace stays writable."""
+    home = tmp_path / "home"
+    conf = home / ".config" / "quiesce" / "config.toml"
+    data = home / ".local" / "share" / "quiesce"
+    project = home / "project"
+    for folder in (conf.parent, data, project):
+        folder.mkdir(parents=True)
+    conf.write_text("[sandbox]\nstrict_tmp = true\n")
+    (home / ".notes").write_text("notes\n")
+    probes = {
+        "trust": sh(f"echo '{{}}' > {data}/trust.json"),
+        "config": sh(f"echo '[[hooks.session_start]]' >> {conf}"),
+        "config-dir": sh(f"touch {conf.parent}/other.toml"),
+        "logs": sh(f"touch {data}/planted.jsonl"),
+        "work": f"echo more >> .notes && echo x > project/new && mkdir -p .cache/a && "
+                f"touch .cache/a/b && echo work-ok",
+    }
+    args = ("--config", str(conf), "--data-dir", str(data))
+    async with agent_daemon(marked, extra_args=args) as agent:
+        agent.data_dir = data
+        results = await run_calls(agent, home, probes)
+    out = {name: output(result) for name, result in results.items()}
+    for name in ("trust", "config", "config-dir", "logs"):
+        assert "refused" in out[name] and "ESCAPED" not in out[name], (name, out[name])
+    assert "work-ok" in out["work"], out["work"]
+    assert (project / "new").read_text() == "x\n"
+    assert conf.read_text() == "[sandbox]\nstrict_tmp = true\n"
