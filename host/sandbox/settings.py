@@ -31,6 +31,9 @@ class SandboxSettings:
     """More writable directories (absolute paths), in ``workspace-write`` only."""
     hooks: bool = True
     """Whether hooks run inside the sandbox (its mode, no network)."""
+    protected: tuple[str, ...] | None = None
+    """Directories never writable, even beneath a writable root (a workspace that is the
+    user's home): the runtime adds its configuration, data and run directories."""
 
 
 def narrowed(configured: SandboxSettings, asked: Mode | None,
@@ -48,4 +51,4 @@ def narrowed(configured: SandboxSettings, asked: Mode | None,
             raise ValueError("sandbox network 'on' is wider than the daemon's 'off'")
         net = network
     return SandboxSettings(mode, net, configured.required, configured.strict_tmp,
-                           configured.extra_writable, configured.hooks)
+                           configured.extra_writable, configured.hooks, configured.protected)

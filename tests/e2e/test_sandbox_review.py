@@ -123,8 +123,9 @@ async def test_a_workspace_holding_the_daemons_own_files_cannot_write_them(
         "config": sh(f"echo '[[hooks.session_start]]' >> {conf}"),
         "config-dir": sh(f"touch {conf.parent}/other.toml"),
         "logs": sh(f"touch {data}/planted.jsonl"),
-        "work": f"echo more >> .notes && echo x > project/new && mkdir -p .cache/a && "
-                f"touch .cache/a/b && echo work-ok",
+        # what the workspace held already stays writable, beneath and at its top
+        "work": "echo more >> .notes && echo x > project/new && mkdir -p project/a/b && "
+                "mv project/new project/a/b/ && echo work-ok",
     }
     args = ("--config", str(conf), "--data-dir", str(data))
     async with agent_daemon(marked, extra_args=args) as agent:
@@ -134,5 +135,6 @@ async def test_a_workspace_holding_the_daemons_own_files_cannot_write_them(
     for name in ("trust", "config", "config-dir", "logs"):
         assert "refused" in out[name] and "ESCAPED" not in out[name], (name, out[name])
     assert "work-ok" in out["work"], out["work"]
-    assert (project / "new").read_text() == "x\n"
+    assert (project / "a" / "b" / "new").read_text() == "x\n"
+    assert (home / ".notes").read_text() == "notes\nmore\n"
     assert conf.read_text() == "[sandbox]\nstrict_tmp = true\n"
