@@ -43,7 +43,10 @@ def tool_ruleset(settings: SandboxSettings, workspace: str, tmpdir: str, abi: in
         landlock.add_path(ruleset, "/", landlock.READ & handled)
         protected = [os.path.realpath(p) for p in settings.protected or ()]
         for root in writable_roots(settings, workspace, tmpdir):
-            _grant(ruleset, root, protected, (landlock.READ | landlock.WRITE) & handled)
+            # /tmp (strict_tmp false) is shared as a whole: granted entry by entry, nothing
+            # new could be made in it. What it holds is not protected (docs/sandbox.md).
+            _grant(ruleset, root, protected if root != "/tmp" else [],
+                   (landlock.READ | landlock.WRITE) & handled)
         for device in DEVICES:
             landlock.add_path(ruleset, device, (landlock.READ | landlock.WRITE) & handled)
     except BaseException:
