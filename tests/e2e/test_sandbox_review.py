@@ -138,3 +138,51 @@ async def test_a_workspace_holding_the_daemons_own_files_cannot_write_them(
     assert (project / "a" / "b" / "new").read_text() == "x\n"
     assert (home / ".notes").read_text() == "notes\nmore\n"
     assert conf.read_text() == "[sandbox]\nstrict_tmp = true\n"
+
+
+@needs_landlock
+async def test_a_call_with_the_network_on_cannot_join_the_websocket_link(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """A call reads everywhere, the token file included; with the network on (a plugin
+    server always has it) it can reach ``ws://127.0.0.1:PORT``. It must still not become
+    a client of the daemon (able to answer its own permission prompts)."""
+    import msgspec
+
+    from protocol.messages.client import ScriptedProviderConfig, SessionNewParams
+    from tests.e2e.socketclient import listening_daemon, ws_connect
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    conf = tmp_path / "quiesce.toml"
+    conf.write_text('[sandbox]\nnetwork = "on"\nstrict_tmp = true\n')
+    async with listening_daemon(marked.env(), "ws://127.0.0.1:0", "--config", str(conf),
+                                tmp=tmp_path) as daemon:
+        probe = (
+            "import socket\n"
+            f"token = open({daemon.token_file!r}).read().strip()\n"
+            "try:\n"
+            f"    s = socket.create_connection(('127.0.0.1', {daemon.port}), timeout=10)\n"
+            f"    s.sendall(('GET / HTTP/1.1\\r\\nHost: 127.0.0.1:{daemon.port}\\r\\n'\n"
+            "               'Upgrade: websocket\\r\\nConnection: Upgrade\\r\\n'\n"
+            "               'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\\r\\n'\n"
+            "               'Sec-WebSocket-Version: 13\\r\\nSec-WebSocket-Protocol: quiesce.v1\\r\\n'\n"
+            "               'Authorization: Bearer ' + token + '\\r\\n\\r\\n').encode())\n"
+            "    answer = s.recv(4096)\n"
+            "    print('ESCAPED' if b' 101 ' in answer.split(b'\\r\\n')[0] + b' ' "
+            "else 'refused:', answer[:40])\n"
+            "except OSError as e:\n    print('refused:', e)\n")
+        script = [[call("ws", "Bash", command=f"{PY} -c {quote(probe)} > probe.out")],
+                  [text("done")]]
+        params = msgspec.to_builtins(SessionNewParams(
+            str(workspace), "auto", ScriptedProviderConfig(script=script)))  # type: ignore[arg-type]
+        client = await ws_connect(daemon.port, token=daemon.token)
+        assert "result" in await client.call("initialize", INIT_WS)
+        sid = (await client.call("session.new", params))["result"]["sessionId"]
+        answer = await client.call("agent.prompt", {"sessionId": sid, "text": "go"})
+        assert "result" in answer, answer
+        await client.aclose()
+    out = (workspace / "probe.out").read_text()
+    assert "refused" in out and "ESCAPED" not in out, out
+
+
+INIT_WS = {"protocolVersion": "1.0", "clientInfo": {"name": "test"}}
