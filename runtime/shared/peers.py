@@ -21,6 +21,7 @@ import os
 import signal
 import socket
 import struct
+import sys
 from collections.abc import Collection
 from typing import Protocol
 
@@ -84,3 +85,59 @@ def refusal(sock: _Socket, daemons: Collection[int]) -> str | None:
     finally:
         if pidfd is not None and pidfd >= 0:
             os.close(pidfd)
+
+
+def _proc_net_address(host: str, port: int) -> str:
+    """``host:port`` as ``/proc/net/tcp{,6}`` writes it (each 32-bit word in host order)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    packed = socket.inet_pton(family, host)
+    words = "".join(f"{int.from_bytes(packed[i:i + 4], sys.byteorder):08X}"
+                    for i in range(0, len(packed), 4))
+    return f"{words}:{port:04X}"
+
+
+def tcp_peer_pids(peer: tuple[str, int], ours: tuple[str, int]) -> set[int] | None:
+    """The processes holding the local end ``peer`` of a loopback TCP connection to
+    ``ours`` (this netns's ``/proc/net/tcp``, then every readable ``/proc/PID/fd``);
+    ``None`` if the socket is not found."""
+    family = "tcp6" if ":" in peer[0] else "tcp"
+    local, remote = _proc_net_address(*peer), _proc_net_address(*ours)
+    inode = None
+    with open(f"/proc/net/{family}") as table:
+        for line in table:
+            fields = line.split()
+            if len(fields) > 9 and fields[1] == local and fields[2] == remote:
+                inode = fields[9]
+                break
+    if inode is None or inode == "0":
+        return None
+    target = f"socket:[{inode}]"
+    holders: set[int] = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{name}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{name}/fd/{fd}") == target:
+                        holders.add(int(name))
+                        break
+    return holders
+
+
+def tcp_refusal(peer: tuple[str, int], ours: tuple[str, int],
+                daemons: Collection[int]) -> str | None:
+    """Why a loopback TCP peer is refused: a process holding its socket descends from one
+    of ``daemons`` (blocking: a thread)."""
+    try:
+        holders = tcp_peer_pids(peer, ours)
+    except OSError:
+        return None  # no /proc/net: nothing to tell (the token still guards)
+    for pid in holders or ():
+        try:
+            if descends_from(pid, daemons):
+                return (f"process {pid} was started by a quiesce daemon (a tool, hook or "
+                        "plugin of a session)")
+        except (OSError, ValueError, IndexError):
+            continue  # gone since
+    return None

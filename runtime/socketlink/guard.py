@@ -38,7 +38,7 @@ import trio
 
 from runtime.ops.pidfile import pid_files
 from runtime.ops.rundir import run_dir
-from runtime.shared.peers import refusal
+from runtime.shared.peers import refusal, tcp_refusal
 
 log = logging.getLogger(__name__)
 
@@ -179,3 +179,15 @@ def unix_peer_refusal(sock: trio.socket.SocketType) -> str | None:
     with contextlib.suppress(OSError):
         daemons.update(pid for pid, _ in pid_files(run_dir()))
     return refusal(sock, daemons)
+
+
+async def tcp_peer_refusal(sock: trio.socket.SocketType) -> str | None:
+    """Why the peer of a loopback TCP connection is refused (``None``: it may go on to the
+    token check): a process a quiesce daemon started, which can read the token file."""
+    peer, ours = sock.getpeername(), sock.getsockname()
+    if not ipaddress.ip_address(peer[0].split("%")[0]).is_loopback:
+        return None
+    daemons = {os.getpid()}
+    with contextlib.suppress(OSError):
+        daemons.update(pid for pid, _ in pid_files(run_dir()))
+    return await trio.to_thread.run_sync(tcp_refusal, peer[:2], ours[:2], daemons)

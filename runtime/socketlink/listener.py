@@ -25,6 +25,7 @@ from runtime.socketlink.guard import (
     check_bind_host,
     make_token,
     prepare_unix_dir,
+    tcp_peer_refusal,
     unix_peer_refusal,
     write_token_file,
 )
@@ -127,6 +128,11 @@ class SocketListener:
 
     async def _on_tcp(self, stream: trio.SocketStream) -> None:
         assert self.guard is not None
+        why = await tcp_peer_refusal(stream.socket)
+        if why is not None:
+            log.warning("socket link: refused a connection: %s", why)
+            await stream.aclose()
+            return
         await handle_connection(stream, self.guard, self._serve_link,
                                 max_frame_size=self._max_frame_size, web=self._web)
 
