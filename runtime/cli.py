@@ -240,20 +240,27 @@ def main(argv: list[str] | None = None) -> int:
             from runtime.acp.cli import parser as acp_parser
 
             acp_parser().parse_args(rest)
-        from runtime.config_file import ConfigError, host_config_json, read_config_file
+        from runtime.config_file import (
+            ConfigError,
+            daemon_paths,
+            host_config_json,
+            read_config_file,
+        )
 
         # As for serve: the configuration file is read for the host's command, and the host
         # imports beside the ACP agent.
         early = argparse.ArgumentParser(add_help=False)
         early.add_argument("--config")
         early.add_argument("--log-file")
+        early.add_argument("--data-dir", default=os.environ.get("QUIESCE_DATA_DIR") or None)
         known = early.parse_known_args(rest)[0]
         if known.log_file is not None and (why := _log_to(known.log_file)) is not None:
             print(f"quiesce acp: error: {why}", file=sys.stderr)
             return 2
         try:
             config = read_config_file(known.config)
-            acp_host = host_command(host_config_json(config[1]))
+            protected = daemon_paths(config[0], known.data_dir, config[1])
+            acp_host = host_command(host_config_json(config[1], protected=protected))
         except ConfigError as exc:
             print(f"quiesce acp: error: {exc}", file=sys.stderr)
             return 2
@@ -269,13 +276,19 @@ def main(argv: list[str] | None = None) -> int:
 
         return chat_main(rest)
     if args.command == "serve":
-        from runtime.config_file import ConfigError, host_config_json, read_config_file
+        from runtime.config_file import (
+            ConfigError,
+            daemon_paths,
+            host_config_json,
+            read_config_file,
+        )
 
         if args.log_file is not None and (why := _log_to(args.log_file)) is not None:
             serve.error(why)
         try:
             config_path, config_raw = read_config_file(args.config)
-            args.host_command = host_command(host_config_json(config_raw))
+            protected = daemon_paths(config_path, args.data_dir, config_raw)
+            args.host_command = host_command(host_config_json(config_raw, protected=protected))
         except ConfigError as exc:
             serve.error(str(exc))
         if args.listen is not None:  # refused before a host is started

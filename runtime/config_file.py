@@ -54,11 +54,31 @@ def read_config_file(option: str | None) -> tuple[pathlib.Path | None, dict[str,
             raise ConfigError(f"configuration file {str(path)!r}: {exc}") from exc
 
 
-def host_config_json(raw: dict[str, Any]) -> str | None:
+def daemon_paths(config_path: pathlib.Path | None, data_dir: str | None,
+                 raw: dict[str, Any]) -> list[str]:
+    """What no sandboxed call may write, even beneath its workspace (the user's home):
+    the configuration file (hooks, some unsandboxed) and the default configuration
+    directory, the data directories (the trust store, session logs) and the run
+    directory (the ops socket)."""
+    from runtime.ops.rundir import run_dir
+
+    paths = [default_config_path().parent, default_data_dir(), run_dir()]
+    if config_path is not None:
+        paths.append(config_path)
+        named = raw.get("data_dir")
+        if isinstance(named, str) and named:
+            paths.append(config_path.parent / os.path.expanduser(named))
+    if data_dir:
+        paths.append(pathlib.Path(data_dir))
+    return sorted({os.path.abspath(path) for path in paths})
+
+
+def host_config_json(raw: dict[str, Any], *, protected: list[str] | None = None
+                     ) -> str | None:
     """The ``[host]`` table as the host's ``--config`` argument (``None`` when absent), with
     the ``[environment]`` table as its ``environment``, the key variable a ``provider``
     table names (``apiKeyEnv``) among the names no child process sees, and the ``[sandbox]``
-    table as its ``sandbox`` (the host enforces it)."""
+    table as its ``sandbox`` (the host enforces it), ``protected`` added to its own."""
     table = raw.get("host")
     if table is not None and not isinstance(table, dict):
         raise ConfigError("'host' must be a table")
@@ -75,6 +95,10 @@ def host_config_json(raw: dict[str, Any]) -> str | None:
         raise ConfigError("'sandbox' must be a table")
     if sandbox:
         table["sandbox"] = dict(sandbox)
+    if protected:
+        sandbox_table = table.setdefault("sandbox", {})
+        own = sandbox_table.get("protected")
+        sandbox_table["protected"] = [*(own if isinstance(own, list) else ()), *protected]
     provider = raw.get("provider")
     key_env = provider.get("apiKeyEnv") if isinstance(provider, dict) else None
     if isinstance(key_env, str) and key_env:

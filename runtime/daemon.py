@@ -103,7 +103,8 @@ class Daemon:
             ping_interval=ping_interval, liveness_timeout=liveness_timeout,
             first_host=first_host, registrations=self._registrations,
         )
-        self.ops_server = OpsServer(_OpsOnFirstUse(self), data_dir=self.data_dir)
+        self.ops_server = OpsServer(_OpsOnFirstUse(self), data_dir=self.data_dir,
+                                    refuse_own_descendants=True)
         self._session_side = functools.partial(
             _session_side, data_dir=self.data_dir, host=self.host,
             permissions=self.permissions, announce=self._announce,

@@ -41,14 +41,40 @@ def tool_ruleset(settings: SandboxSettings, workspace: str, tmpdir: str, abi: in
     try:
         handled = landlock.FS_BY_ABI[min(abi, 3)]
         landlock.add_path(ruleset, "/", landlock.READ & handled)
+        protected = [os.path.realpath(p) for p in settings.protected or ()]
         for root in writable_roots(settings, workspace, tmpdir):
-            landlock.add_path(ruleset, root, (landlock.READ | landlock.WRITE) & handled)
+            # /tmp (strict_tmp false) is shared as a whole: granted entry by entry, nothing
+            # new could be made in it. What it holds is not protected (docs/sandbox.md).
+            _grant(ruleset, root, protected if root != "/tmp" else [],
+                   (landlock.READ | landlock.WRITE) & handled)
         for device in DEVICES:
             landlock.add_path(ruleset, device, (landlock.READ | landlock.WRITE) & handled)
     except BaseException:
         os.close(ruleset)
         raise
     return ruleset
+
+
+def _grant(ruleset: int, root: str, protected: list[str], access: int) -> None:
+    """Allow ``access`` beneath ``root``, but for the ``protected`` directories beneath it:
+    then each entry of ``root`` is granted apart, but the ones holding a protected
+    directory (entered in turn) and symbolic links (whose targets are elsewhere). Landlock
+    rules only add: a directory on the way to a protected one gets no rule of its own, so
+    nothing new can be made directly in it (what it holds already stays writable)."""
+    real = os.path.realpath(root)
+    inside = [p for p in protected if p == real or p.startswith(real.rstrip("/") + "/")]
+    if not inside:
+        landlock.add_path(ruleset, root, access)
+        return
+    if real in inside:
+        return
+    try:
+        entries = list(os.scandir(real))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.is_symlink():
+            _grant(ruleset, entry.path, inside, access)
 
 
 @functools.cache

@@ -36,6 +36,9 @@ class SandboxSettings:
     allow_domains: tuple[str, ...] | None = None
     """With network ``proxy``: the domains the proxy admits (``example.org`` exactly,
     ``*.example.org`` any name below it)."""
+    protected: tuple[str, ...] | None = None
+    """Directories never writable, even beneath a writable root (a workspace that is the
+    user's home): the runtime adds its configuration, data and run directories."""
 
 
 def narrowed(configured: SandboxSettings, asked: Mode | None,
@@ -54,7 +57,7 @@ def narrowed(configured: SandboxSettings, asked: Mode | None,
         net = network
     return SandboxSettings(mode, net, configured.required, configured.strict_tmp,
                            configured.extra_writable, configured.hooks,
-                           configured.allow_domains)
+                           configured.allow_domains, configured.protected)
 
 
 def admits(allow: tuple[str, ...], host: str) -> bool:

@@ -13,6 +13,7 @@ Start it like any trio service::
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -23,9 +24,16 @@ import trio
 
 from runtime.ops.backend import OpsBackend
 from runtime.ops.connection import HANDSHAKE_TIMEOUT, SERVER_VERSION, OpsConnection
-from runtime.ops.pidfile import PidFile, remove_daemon_files, socket_path, write_pid_file
+from runtime.ops.pidfile import (
+    PidFile,
+    pid_files,
+    remove_daemon_files,
+    socket_path,
+    write_pid_file,
+)
 from runtime.ops.rundir import ensure_private_dir, run_dir
 from runtime.ops.unixsock import bind_unix_listener, peer_uid
+from runtime.shared.peers import refusal
 
 log = logging.getLogger(__name__)
 
@@ -40,20 +48,24 @@ class OpsServer:
     def __init__(self, backend: OpsBackend, *, data_dir: pathlib.Path | None = None,
                  directory: pathlib.Path | None = None,
                  max_connections: int = MAX_OPS_CONNECTIONS,
-                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
-        """``directory`` overrides the run directory (default: :func:`run_dir`)."""
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT,
+                 refuse_own_descendants: bool = False) -> None:
+        """``directory`` overrides the run directory (default: :func:`run_dir`).
+        ``refuse_own_descendants``: this process is a daemon, whose descendants are its
+        sessions' processes (refused, as those of the run directory's other daemons)."""
         self.backend = backend
         self.data_dir = data_dir
         self.directory = directory
         self.socket_path: pathlib.Path | None = None  # set while serving
         self.pid_file: pathlib.Path | None = None
         self.connections = 0  # open now
-        self.refused = 0  # connections of other users
+        self.refused = 0  # connections of other users, or of a session's processes
         self.turned_away = 0  # connections over ``max_connections``
         self._max_connections = max_connections
         self._handshake_timeout = handshake_timeout
         self._uid = os.getuid()
         self._names = itertools.count(1)
+        self._own = refuse_own_descendants
 
     async def serve(self, *,
                     task_status: trio.TaskStatus[pathlib.Path] = trio.TASK_STATUS_IGNORED
@@ -82,6 +94,18 @@ class OpsServer:
             with trio.CancelScope(shield=True):
                 await listener.aclose()  # idempotent; serve_listeners may have closed it
 
+    def _daemons(self) -> set[int]:
+        """This daemon and the others of its run directory: their sessions' processes
+        are refused (``runtime.shared.peers``)."""
+        daemons: set[int] = set()
+        if self.socket_path is not None:
+            with contextlib.suppress(OSError):
+                daemons.update(pid for pid, _ in pid_files(self.socket_path.parent))
+        daemons.discard(os.getpid())
+        if self._own:
+            daemons.add(os.getpid())
+        return daemons
+
     async def _serve_connection(self, stream: trio.SocketStream) -> None:
         try:
             try:
@@ -93,6 +117,11 @@ class OpsServer:
                 self.refused += 1
                 log.warning("ops: refused a connection from uid %d (serving uid %d only)",
                             uid, self._uid)
+                return
+            why = refusal(stream.socket, self._daemons())
+            if why is not None:
+                self.refused += 1
+                log.warning("ops: refused a connection: %s", why)
                 return
             if self.connections >= self._max_connections:
                 self.turned_away += 1

@@ -14,7 +14,9 @@
 - **No cookies**: none is ever set, and a request's ``Cookie`` header is ignored.
 - **Addresses**: a non-loopback listening address is refused unless explicitly allowed.
 - **The Unix socket** lives in a directory only the user can enter (0700, ours, not a
-  symlink) and is itself 0600.
+  symlink) and is itself 0600; a process a quiesce daemon started (a session's tool,
+  hook or plugin: same user, and Landlock below ABI 9 cannot keep it from a pathname
+  socket) is refused by its ancestry (``runtime.shared.peers``).
 
 Every refusal is logged (method, target, the reason; never the token) and answered 403 or
 421 with no body worth reading.
@@ -22,6 +24,7 @@ Every refusal is logged (method, target, the reason; never the token) and answer
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hmac
 import ipaddress
@@ -30,6 +33,12 @@ import os
 import pathlib
 import secrets
 import stat
+
+import trio
+
+from runtime.ops.pidfile import pid_files
+from runtime.ops.rundir import run_dir
+from runtime.shared.peers import refusal, tcp_refusal
 
 log = logging.getLogger(__name__)
 
@@ -161,3 +170,24 @@ def _one(headers: dict[str, list[str]], name: str) -> str | None:
     if len(values) > 1:
         raise Refused(403, f"{len(values)} {name} headers")
     return values[0]
+
+
+def unix_peer_refusal(sock: trio.socket.SocketType) -> str | None:
+    """Why the peer of a ``unix:`` connection is refused (``None``: it may connect): a
+    process of this daemon's sessions or of another daemon of the user's run directory."""
+    daemons = {os.getpid()}
+    with contextlib.suppress(OSError):
+        daemons.update(pid for pid, _ in pid_files(run_dir()))
+    return refusal(sock, daemons)
+
+
+async def tcp_peer_refusal(sock: trio.socket.SocketType) -> str | None:
+    """Why the peer of a loopback TCP connection is refused (``None``: it may go on to the
+    token check): a process a quiesce daemon started, which can read the token file."""
+    peer, ours = sock.getpeername(), sock.getsockname()
+    if not ipaddress.ip_address(peer[0].split("%")[0]).is_loopback:
+        return None
+    daemons = {os.getpid()}
+    with contextlib.suppress(OSError):
+        daemons.update(pid for pid, _ in pid_files(run_dir()))
+    return await trio.to_thread.run_sync(tcp_refusal, peer[:2], ours[:2], daemons)

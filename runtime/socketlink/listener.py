@@ -25,6 +25,8 @@ from runtime.socketlink.guard import (
     check_bind_host,
     make_token,
     prepare_unix_dir,
+    tcp_peer_refusal,
+    unix_peer_refusal,
     write_token_file,
 )
 from runtime.socketlink.websocket import handle_connection
@@ -126,6 +128,11 @@ class SocketListener:
 
     async def _on_tcp(self, stream: trio.SocketStream) -> None:
         assert self.guard is not None
+        why = await tcp_peer_refusal(stream.socket)
+        if why is not None:
+            log.warning("socket link: refused a connection: %s", why)
+            await stream.aclose()
+            return
         await handle_connection(stream, self.guard, self._serve_link,
                                 max_frame_size=self._max_frame_size, web=self._web)
 
@@ -156,6 +163,10 @@ class SocketListener:
 
     async def _on_unix(self, stream: trio.SocketStream) -> None:
         async with stream:
+            why = unix_peer_refusal(stream.socket)
+            if why is not None:
+                log.warning("socket link: refused a connection: %s", why)
+                return
             await self._serve_link(stream, stream)
 
 
