@@ -32,8 +32,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-
-from runtime.shared.orphans import _prctl
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +41,17 @@ PR_GET_DUMPABLE = 3
 PR_CAPBSET_READ = 23
 PR_CAPBSET_DROP = 24
 CAP_SYS_PTRACE = 19
+
+
+def _prctl() -> Any:
+    """libc's ``prctl``, from the C library already linked in: no library search (which
+    would start ``ldconfig``), no import beyond ``ctypes``: ``serve`` calls this before it
+    starts its early host."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                      ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
 
 
 @dataclass(frozen=True)
