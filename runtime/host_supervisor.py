@@ -55,12 +55,13 @@ from protocol.messages.host import SessionOpenParams
 from runtime.host_cleanup import kill_orphans_of_dead_hosts, kill_survivors
 from runtime.host_generation import HostGeneration, HostStartFailed, StartAttempt, describe
 from runtime.host_lease import GONE_TIMEOUT, HostLease
-from runtime.host_link import HostLink, default_host_command
+from runtime.host_link import KILL_EXIT_TIMEOUT, STOP_TIMEOUT, HostLink, default_host_command
 from runtime.host_liveness import (
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_PING_INTERVAL,
     ping_until_dead,
 )
+from runtime.host_reaper import LateReaper
 from runtime.popen_process import PopenProcess
 from runtime.shared import cgroup_sweeps
 from runtime.shared.rpc import ConnectionClosed, Handler, NotificationHandler, NotSent
@@ -97,6 +98,7 @@ class HostSupervisor:
         self._failed: StartAttempt | None = None
         self._stopping = False
         self._restarting = False
+        self.late = LateReaper()
         self.generation = 0
         self.crashes = 0
         self.restarts = 0
@@ -218,13 +220,19 @@ class HostSupervisor:
                 nursery.start_soon(ping_until_dead, link, self._ping_interval,
                                    self._liveness_timeout)
                 await link.down.wait()
-                if not link.exited.is_set() and not self._stopping:
+                if not link.exited.is_set() and not self._stopping and not link.killed:
                     # Its pipe closed but the process lives on: it can do no more for us,
                     # and must not go on beside its successor.
                     log.warning("host %s closed its link but did not exit: killing it",
                                 link.pid)
                     link.kill()
-                await link.exited.wait()
+                if not await link.wait_exited(KILL_EXIT_TIMEOUT if link.killed
+                                              else KILL_EXIT_TIMEOUT + STOP_TIMEOUT):
+                    # Killed, it cannot exit (a thread stuck in the kernel): its calls get
+                    # their results now, and it is reaped whenever it exits.
+                    link.kill()
+                    assert self._nursery is not None
+                    self.late.watch(self._nursery, link)
                 nursery.cancel_scope.cancel()
             await link.release()
             if link.pid is not None:
@@ -245,7 +253,10 @@ class HostSupervisor:
             host.gone.set()
 
     async def _kill_survivors(self, host_pid: int | None) -> None:
-        spare = {self._first_host.pid} if self._first_host is not None else set()
+        # Killed hosts that could not exit are children too, not orphans to kill.
+        spare = set(self.late.pids)
+        if self._first_host is not None:
+            spare.add(self._first_host.pid)
         await kill_survivors(host_pid, spare=spare)
 
     async def request(self, method: str, params: msgspec.Struct) -> Any:

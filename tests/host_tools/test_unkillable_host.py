@@ -1,0 +1,152 @@
+"""A host that cannot die must not hang the runtime (issue 31).
+
+A Read of a file whose lower layer (a FUSE server of the test's own, ``slowfuse.py``) never
+answers leaves a thread of the host in uninterruptible sleep: SIGKILLed, the host cannot
+exit until that read returns. Whatever happens to it then (killed under a turn, or the
+daemon asked to shut down), each answers within a bound, a fresh host serves the next turn,
+and the old host is reaped once the FUSE server finally dies; nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+
+import psutil
+import pytest
+import trio
+
+from protocol.messages.events import ToolCallEvent
+from runtime.client import SHUTDOWN_TIMEOUT
+from tests.conftest import Marked
+from tests.e2e.agent_harness import Agent, agent_daemon, call, text
+from tests.host_tools.test_slow_mounts import pytestmark as needs_fuse
+from tests.host_tools.test_slow_mounts import slow_fuse
+from tests.support import command_line
+
+pytestmark = needs_fuse
+
+LIVENESS = ("--ping-interval", "0.2", "--liveness-timeout", "1")
+
+
+def hosts_of(daemon_pid: int) -> list[psutil.Process]:
+    return [p for p in psutil.Process(daemon_pid).children()
+            if "host" in command_line(p).split()]
+
+
+def exists_unreaped(pid: int) -> bool:
+    """The process is there: running, stuck, or exited and not yet reaped (a zombie)."""
+    try:
+        psutil.Process(pid).status()
+    except psutil.NoSuchProcess:
+        return False
+    return True
+
+
+def in_fuse_read(pid: int) -> bool:
+    """A thread of ``pid`` waits in the kernel for a FUSE server's answer (fs/fuse/dev.c)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        try:
+            if pathlib.Path(f"/proc/{pid}/task/{tid}/wchan").read_text() == \
+                    "request_wait_answer":
+                return True
+        except OSError:
+            continue
+    return False
+
+
+async def stuck_read(agent: Agent, nursery: trio.Nursery, host: int) -> list[object]:
+    """Prompt a turn whose Read hangs in the FUSE server; return once its body runs."""
+    answers: list[object] = agent.prompt_soon(nursery, "go")  # type: ignore[assignment]
+    await agent.wait_for(lambda e: isinstance(e, ToolCallEvent))
+    with trio.fail_after(10):  # a thread of the host waits in the kernel, in the read
+        while not in_fuse_read(host):
+            await trio.sleep(0.05)
+    return answers
+
+
+async def test_a_killed_host_stuck_in_a_read_is_replaced_and_reaped_later(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    script = [[call("r1", "Read", path="slow.txt")], [call("r2", "Read", path="fast.txt")],
+              [text("second turn works")]]
+    with slow_fuse(tmp_path, overlay=True) as (fuse, workspace):
+        async with agent_daemon(marked, extra_args=LIVENESS) as agent:
+            await agent.new_session(workspace, script)
+            old = agent.host_pid
+            async with trio.open_nursery() as nursery:
+                answers = await stuck_read(agent, nursery, old)
+                os.kill(old, signal.SIGKILL)
+                with trio.fail_after(15):  # liveness (1.2 s) + the kill's exit wait (3 s)
+                    while not answers:
+                        await trio.sleep(0.05)
+            (first,) = answers
+            assert first.stop_reason == "error"  # type: ignore[attr-defined]
+            turn = first.turn_id or ""  # type: ignore[attr-defined]
+            assert agent.results(turn)["r1"].code == "HOST_CRASHED"
+            agent.assert_balanced()
+            # The old host is still there (it cannot exit): the case is real.
+            assert in_fuse_read(old)
+            with trio.fail_after(20):  # a fresh host serves the next turn
+                second = await agent.prompt("again")
+            assert second.stop_reason == "end_turn"
+            assert agent.results(second.turn_id or "")["r2"].code is None
+            (new,) = [p.pid for p in hosts_of(agent.daemon.process.pid) if p.pid != old]
+            assert new != old
+            # The FUSE server dies: the read fails, the old host exits and is reaped.
+            fuse.release()
+            with trio.fail_after(10):
+                while exists_unreaped(old):
+                    await trio.sleep(0.05)
+            assert [p.pid for p in hosts_of(agent.daemon.process.pid)] == [new]
+
+
+@pytest.mark.parametrize("how", ["stop-then-shutdown", "shutdown"])
+async def test_a_daemon_with_a_host_stuck_in_a_read_exits_in_bounded_time(
+        tmp_path: pathlib.Path, marked: Marked, how: str) -> None:
+    script = [[call("r1", "Read", path="slow.txt")], [text("not reached")]]
+    old = 0
+    with slow_fuse(tmp_path, overlay=True) as (fuse, workspace):
+        try:
+            async with agent_daemon(marked) as agent:
+                await agent.new_session(workspace, script)
+                old = agent.host_pid
+                daemon = agent.daemon.process
+                async with trio.open_nursery() as nursery:
+                    await stuck_read(agent, nursery, old)
+                    if how == "stop-then-shutdown":
+                        with trio.fail_after(5):  # a read-only call's stop answers at once
+                            aborted = await agent.abort()
+                        assert [(c.call_id, c.code) for c in aborted.tool_calls] == [
+                            ("r1", "ABORTED")]
+                    started = trio.current_time()
+                    nursery.cancel_scope.cancel()  # a pending prompt is not awaited
+            # Leaving the block closed the daemon's stdin (EOF) and awaited its exit: it
+            # exited by itself (not killed past the client's deadline), within a bound.
+            took = trio.current_time() - started
+            assert daemon.returncode == 0, daemon.returncode
+            assert took < SHUTDOWN_TIMEOUT, took
+            assert in_fuse_read(old)  # the host it could not reap outlived it
+        finally:
+            fuse.release()
+            if old:
+                await reap_orphan(old)
+
+
+async def reap_orphan(pid: int) -> None:
+    """Once its read fails, the old host exits; re-parented (to us, if we are a
+    subreaper, else to init), it is reaped: nothing is left behind."""
+    with trio.fail_after(10):
+        while True:
+            try:
+                proc = psutil.Process(pid)
+                if proc.status() == psutil.STATUS_ZOMBIE and proc.ppid() == os.getpid():
+                    os.waitpid(pid, 0)
+                    return
+            except psutil.NoSuchProcess:
+                return
+            await trio.sleep(0.05)
