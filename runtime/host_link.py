@@ -163,12 +163,6 @@ class HostLink:
             self.killed = True
             self.down.set()
 
-    async def wait_exited(self, timeout: float) -> bool:
-        """Wait at most ``timeout`` s for the host to exit (and be reaped): whether it did."""
-        with trio.move_on_after(timeout):
-            await self.exited.wait()
-        return self.exited.is_set()
-
     async def reap(self) -> int:
         """Wait, however long, for the host to exit; reap it; its exit status."""
         assert self._process is not None

@@ -226,8 +226,10 @@ class HostSupervisor:
                     log.warning("host %s closed its link but did not exit: killing it",
                                 link.pid)
                     link.kill()
-                if not await link.wait_exited(KILL_EXIT_TIMEOUT if link.killed
-                                              else KILL_EXIT_TIMEOUT + STOP_TIMEOUT):
+                with trio.move_on_after(KILL_EXIT_TIMEOUT if link.killed
+                                        else KILL_EXIT_TIMEOUT + STOP_TIMEOUT):
+                    await link.exited.wait()
+                if not link.exited.is_set():
                     # Killed, it cannot exit (a thread stuck in the kernel): its calls get
                     # their results now, and it is reaped whenever it exits.
                     link.kill()

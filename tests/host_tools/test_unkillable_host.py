@@ -12,13 +12,16 @@ from __future__ import annotations
 import os
 import pathlib
 import signal
+import sys
 
 import psutil
 import pytest
 import trio
 
+from protocol.messages.client import AgentPromptResult
 from protocol.messages.events import ToolCallEvent
 from runtime.client import SHUTDOWN_TIMEOUT
+from runtime.host_link import KILL_EXIT_TIMEOUT
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon, call, text
 from tests.host_tools.test_slow_mounts import pytestmark as needs_fuse
@@ -60,9 +63,10 @@ def in_fuse_read(pid: int) -> bool:
     return False
 
 
-async def stuck_read(agent: Agent, nursery: trio.Nursery, host: int) -> list[object]:
+async def stuck_read(agent: Agent, nursery: trio.Nursery,
+                     host: int) -> list[AgentPromptResult]:
     """Prompt a turn whose Read hangs in the FUSE server; return once its body runs."""
-    answers: list[object] = agent.prompt_soon(nursery, "go")  # type: ignore[assignment]
+    answers = agent.prompt_soon(nursery, "go")
     await agent.wait_for(lambda e: isinstance(e, ToolCallEvent))
     with trio.fail_after(10):  # a thread of the host waits in the kernel, in the read
         while not in_fuse_read(host):
@@ -70,23 +74,29 @@ async def stuck_read(agent: Agent, nursery: trio.Nursery, host: int) -> list[obj
     return answers
 
 
+@pytest.mark.parametrize("how", ["killed", "restarted"])
 async def test_a_killed_host_stuck_in_a_read_is_replaced_and_reaped_later(
-        tmp_path: pathlib.Path, marked: Marked) -> None:
+        tmp_path: pathlib.Path, marked: Marked, how: str) -> None:
     script = [[call("r1", "Read", path="slow.txt")], [call("r2", "Read", path="fast.txt")],
               [text("second turn works")]]
     with slow_fuse(tmp_path, overlay=True) as (fuse, workspace):
         async with agent_daemon(marked, extra_args=LIVENESS) as agent:
             await agent.new_session(workspace, script)
             old = agent.host_pid
-            async with trio.open_nursery() as nursery:
-                answers = await stuck_read(agent, nursery, old)
-                os.kill(old, signal.SIGKILL)
-                with trio.fail_after(15):  # liveness (1.2 s) + the kill's exit wait (3 s)
-                    while not answers:
-                        await trio.sleep(0.05)
+            with trio.fail_after(30):
+                async with trio.open_nursery() as nursery:
+                    answers = await stuck_read(agent, nursery, old)
+                    killed_at = trio.current_time()
+                    if how == "killed":  # from outside: the liveness ping notices
+                        os.kill(old, signal.SIGKILL)
+                    else:  # an operator's restart-host kills it and starts another
+                        await restart_host(marked)
+            # A liveness ping (0.2 + 1 s) and the killed host's exit wait (3 s), or the
+            # exit wait alone; nothing waits for the host to exit.
+            assert trio.current_time() - killed_at < 1.2 + KILL_EXIT_TIMEOUT + 2
             (first,) = answers
-            assert first.stop_reason == "error"  # type: ignore[attr-defined]
-            turn = first.turn_id or ""  # type: ignore[attr-defined]
+            assert first.stop_reason == "error"
+            turn = first.turn_id or ""
             assert agent.results(turn)["r1"].code == "HOST_CRASHED"
             agent.assert_balanced()
             # The old host is still there (it cannot exit): the case is real.
@@ -137,6 +147,13 @@ async def test_a_daemon_with_a_host_stuck_in_a_read_exits_in_bounded_time(
                 await reap_orphan(old)
 
 
+async def restart_host(marked: Marked) -> None:
+    command = [sys.executable, "-m", "runtime", "ops", "restart-host", "--json"]
+    done = await trio.run_process(command, env=marked.env(), capture_stdout=True,
+                                  capture_stderr=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
 async def reap_orphan(pid: int) -> None:
     """Once its read fails, the old host exits; re-parented (to us, if we are a
     subreaper, else to init), it is reaped: nothing is left behind."""
@@ -145,7 +162,7 @@ async def reap_orphan(pid: int) -> None:
             try:
                 proc = psutil.Process(pid)
                 if proc.status() == psutil.STATUS_ZOMBIE and proc.ppid() == os.getpid():
-                    os.waitpid(pid, 0)
+                    os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 -- a zombie: never blocks
                     return
             except psutil.NoSuchProcess:
                 return
