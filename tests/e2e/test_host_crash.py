@@ -338,3 +338,31 @@ async def test_a_stopped_host_is_replaced_with_the_default_liveness(
         (host,) = [p for p in psutil.Process(agent.daemon.process.pid).children()
                    if "host" in command_line(p).split()]
         assert host.pid != pid
+
+
+async def test_a_runtime_stopped_with_its_host_keeps_it(tmp_path: pathlib.Path,
+                                                       marked: Marked) -> None:
+    # Ctrl-Z in a terminal stops the runtime and its host together; both resume together.
+    # The host did not fail to answer: the runtime, stopped too, was not there to listen.
+    # A ping whose deadline passed while the runtime itself stood still is not a hung host.
+    (tmp_path / "a.txt").write_text("served\n")
+    script = [[call("r1", "Read", path="a.txt")], [text("fine")]]
+    args = ("--ping-interval", "0.2", "--liveness-timeout", "1")
+    async with agent_daemon(marked, extra_args=args) as agent:
+        await agent.new_session(tmp_path, script)
+        pid, runtime = host_pid(agent), agent.daemon.process.pid
+        await trio.sleep(0.5)  # pings are flowing
+        os.kill(runtime, signal.SIGSTOP)
+        os.kill(pid, signal.SIGSTOP)
+        await trio.sleep(3)  # well past the liveness timeout
+        os.kill(pid, signal.SIGCONT)
+        os.kill(runtime, signal.SIGCONT)
+        await trio.sleep(2)  # several pings after the resume
+        assert running(pid)
+        with trio.fail_after(20):
+            answer = await agent.prompt("go")
+        assert answer.stop_reason == "end_turn"
+        assert agent.results(answer.turn_id or "")["r1"].code is None
+        hosts = [p.pid for p in psutil.Process(runtime).children()
+                 if "host" in command_line(p).split()]
+        assert hosts == [pid]
