@@ -8,7 +8,9 @@ call whose execute was sent; ``NotSent`` for one never sent), the tool processes
 the dead host started are killed by the marker it set on them, and only then is
 the host ``gone`` (``HostGeneration.gone``): a successor is never started beside
 it, and the next request starts a fresh host with a new handshake, to which every
-open session is re-announced.
+open session is re-announced. A killed host that cannot exit within ``KILL_EXIT_TIMEOUT`` (a
+thread stuck in the kernel: a FUSE read that is never answered) is counted dead all the
+same, its pipes closed; ``LateReaper`` (``host_reaper.py``) reaps it whenever it exits.
 
 A turn talks to its host through a ``HostLease`` (``host_lease.py``): the lease holds
 the host of the turn's first request and sends only to it. After that host died,
@@ -18,7 +20,7 @@ turn (``HostLease.held``).
 
 This module is the succession (start, adoption, replacement, stop); one host's record is
 ``host_generation.py``, its liveness ping ``host_liveness.py``, the cleanup after its death
-``host_cleanup.py``.
+``host_cleanup.py``, the late reaping of one that could not exit ``host_reaper.py``.
 
 The first host may be given, already started (``first_host``: ``quiesce serve`` starts
 it before its own imports): the first link adopts it if it runs the command this

@@ -79,8 +79,10 @@ async def test_a_killed_host_stuck_in_a_read_is_replaced_and_reaped_later(
         tmp_path: pathlib.Path, marked: Marked, how: str) -> None:
     script = [[call("r1", "Read", path="slow.txt")], [call("r2", "Read", path="fast.txt")],
               [text("second turn works")]]
+    log = tmp_path / "daemon.log"
     with slow_fuse(tmp_path, overlay=True) as (fuse, workspace):
-        async with agent_daemon(marked, extra_args=LIVENESS) as agent:
+        async with agent_daemon(marked, extra_args=(*LIVENESS, "--log-file", str(log))
+                                ) as agent:
             await agent.new_session(workspace, script)
             old = agent.host_pid
             with trio.fail_after(30):
@@ -113,6 +115,9 @@ async def test_a_killed_host_stuck_in_a_read_is_replaced_and_reaped_later(
                 while exists_unreaped(old):
                     await trio.sleep(0.05)
             assert [p.pid for p in hosts_of(agent.daemon.process.pid)] == [new]
+    said = log.read_text()  # the pid given up is named, and so is its late reaping
+    assert f"host {old} was killed but cannot exit" in said
+    assert f"host {old} exited at last" in said
 
 
 @pytest.mark.parametrize("how", ["stop-then-shutdown", "shutdown"])
@@ -120,9 +125,10 @@ async def test_a_daemon_with_a_host_stuck_in_a_read_exits_in_bounded_time(
         tmp_path: pathlib.Path, marked: Marked, how: str) -> None:
     script = [[call("r1", "Read", path="slow.txt")], [text("not reached")]]
     old = 0
+    log = tmp_path / "daemon.log"
     with slow_fuse(tmp_path, overlay=True) as (fuse, workspace):
         try:
-            async with agent_daemon(marked) as agent:
+            async with agent_daemon(marked, extra_args=("--log-file", str(log))) as agent:
                 await agent.new_session(workspace, script)
                 old = agent.host_pid
                 daemon = agent.daemon.process
@@ -141,6 +147,7 @@ async def test_a_daemon_with_a_host_stuck_in_a_read_exits_in_bounded_time(
             assert daemon.returncode == 0, daemon.returncode
             assert took < SHUTDOWN_TIMEOUT, took
             assert in_fuse_read(old)  # the host it could not reap outlived it
+            assert f"host {old} cannot exit" in log.read_text()  # and it said so
         finally:
             fuse.release()
             if old:
