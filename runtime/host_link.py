@@ -127,9 +127,9 @@ class HostLink:
                 )
             check_compatible(info.protocol_version)
         except BaseException:
-            process.kill()  # a host that failed its handshake is not left running
-            with trio.CancelScope(shield=True):
-                await process.wait()
+            self.kill()  # a host that failed its handshake is not left running
+            with trio.CancelScope(shield=True), trio.move_on_after(KILL_EXIT_TIMEOUT):
+                await process.wait()  # one that cannot exit: ``lingering``
             await self.release()
             raise
         self.info = info
@@ -145,6 +145,11 @@ class HostLink:
     async def _watch_link(self, endpoint: Endpoint) -> None:
         await endpoint.closed.wait()
         self.down.set()
+
+    @property
+    def lingering(self) -> bool:
+        """Killed, and not exited (yet): it is reaped later (``runtime/host_reaper.py``)."""
+        return self.killed and self._process is not None and self._process.returncode is None
 
     @property
     def closed(self) -> bool:

@@ -216,7 +216,13 @@ class HostSupervisor:
         link = host.link
         try:
             async with trio.open_nursery() as nursery:
-                await link.start(nursery)
+                try:
+                    await link.start(nursery)
+                except BaseException:
+                    if link.lingering:  # killed after a failed handshake, yet not exited
+                        assert self._nursery is not None
+                        self.late.watch(self._nursery, link)
+                    raise
                 self._host = host
                 task_status.started(link.pid)
                 nursery.start_soon(ping_until_dead, link, self._ping_interval,
@@ -235,6 +241,7 @@ class HostSupervisor:
                     # Killed, it cannot exit (a thread stuck in the kernel): its calls get
                     # their results now, and it is reaped whenever it exits.
                     link.kill()
+                if link.lingering:
                     assert self._nursery is not None
                     self.late.watch(self._nursery, link)
                 nursery.cancel_scope.cancel()
