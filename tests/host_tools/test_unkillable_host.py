@@ -2,8 +2,9 @@
 
 A Read of a file whose lower layer (a FUSE server of the test's own, ``slowfuse.py``) never
 answers leaves a thread of the host in uninterruptible sleep: SIGKILLed, the host cannot
-exit until that read returns. Whatever happens to it then (killed under a turn, or the
-daemon asked to shut down), each answers within a bound, a fresh host serves the next turn,
+exit until that read returns. Whatever happens to it then (killed from outside under a
+turn, replaced by an operator's ``restart-host``, or the daemon asked to shut down), each
+answers within a bound, a fresh host serves the next turn, the daemon's log names the pid,
 and the old host is reaped once the FUSE server finally dies; nothing is left behind.
 """
 
