@@ -61,12 +61,25 @@ def _log_to(path: str) -> str | None:
     return None
 
 
+# How long a killed early host may take to exit here. A daemon that adopted it has already
+# stopped it (and given a host that cannot exit ``KILL_EXIT_TIMEOUT``): short.
+_KILL_EXIT_TIMEOUT = 1.0
+
+
 def _reap(popen: subprocess.Popen[bytes]) -> None:
     """Kill the early host unless it is already reaped (a daemon that adopted it stops
-    and reaps it itself): never left running, whatever ended ``serve``."""
+    and reaps it itself): never left running, whatever ended ``serve``. One that cannot
+    exit (a thread stuck in the kernel) is not waited for: the runtime exits all the same."""
     if popen.poll() is None:
         popen.kill()
-        popen.wait()
+        try:
+            popen.wait(_KILL_EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            import logging
+
+            logging.getLogger(__name__).error(
+                "host %d was killed but cannot exit: the runtime exits without reaping it",
+                popen.pid)
     for pipe in (popen.stdin, popen.stdout):  # closed already if it was adopted
         if pipe is not None:
             pipe.close()

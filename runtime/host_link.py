@@ -4,7 +4,11 @@ The host is the runtime's child over stdio; its stderr is the runtime's stderr. 
 spawns its host, or adopts one already started for it (``quiesce serve`` starts its first
 host before its own imports: ``runtime/popen_process.py``).
 Stopping it is a request (``shutdown``), then EOF on its stdin, then, past a
-deadline, SIGKILL; the process is always reaped.
+deadline, SIGKILL. A killed host is given ``KILL_EXIT_TIMEOUT`` to exit: one that cannot
+(a thread of it in uninterruptible sleep, e.g. a read from a FUSE file system that never
+answers, holds the whole process until that read returns) is not waited for beyond that:
+its pipes are closed, so nothing waits on it, and it is reaped when it finally exits
+(``HostSupervisor``: ``runtime/host_reaper.py``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT = 20.0
 STOP_TIMEOUT = 5.0
+KILL_EXIT_TIMEOUT = 3.0
+"""How long a SIGKILLed host may take to exit before it is called unkillable."""
 
 
 def default_host_command() -> list[str]:
@@ -77,9 +83,11 @@ class HostLink:
         self._endpoint: Endpoint | None = None
         self.info: InitializeResult | None = None
         self.exited = trio.Event()
-        # Set when the host exits or its link closes, whichever comes first: a host can
-        # close its stdout and live on, and is then as dead to us as one that exited.
+        # Set when the host exits, its link closes or it is killed, whichever comes first:
+        # a host can close its stdout and live on, and is then as dead to us as one that
+        # exited; a killed one may not exit at once, or ever (see the module's text).
         self.down = trio.Event()
+        self.killed = False
 
     @property
     def pid(self) -> int | None:
@@ -119,9 +127,9 @@ class HostLink:
                 )
             check_compatible(info.protocol_version)
         except BaseException:
-            process.kill()  # a host that failed its handshake is not left running
-            with trio.CancelScope(shield=True):
-                await process.wait()
+            self.kill()  # a host that failed its handshake is not left running
+            with trio.CancelScope(shield=True), trio.move_on_after(KILL_EXIT_TIMEOUT):
+                await process.wait()  # one that cannot exit: ``lingering``
             await self.release()
             raise
         self.info = info
@@ -139,6 +147,11 @@ class HostLink:
         self.down.set()
 
     @property
+    def lingering(self) -> bool:
+        """Killed, and not exited (yet): it is reaped later (``runtime/host_reaper.py``)."""
+        return self.killed and self._process is not None and self._process.returncode is None
+
+    @property
     def closed(self) -> bool:
         return self._endpoint is None or self._endpoint.closed.is_set()
 
@@ -148,9 +161,19 @@ class HostLink:
         return await self._endpoint.request(method, params)
 
     def kill(self) -> None:
-        """SIGKILL the host (a hung one); its exit then closes the link."""
+        """SIGKILL the host (a hung one): it is down at once; its exit closes the link,
+        or, if it cannot exit, :meth:`release` does."""
         if self._process is not None and self._process.returncode is None:
             self._process.kill()
+            self.killed = True
+            self.down.set()
+
+    async def reap(self) -> int:
+        """Wait, however long, for the host to exit; reap it; its exit status."""
+        assert self._process is not None
+        code = await self._process.wait()
+        self.exited.set()
+        return code
 
     async def stop(self) -> None:
         """Ask the host to shut down, close its stdin, and make sure it is gone."""
@@ -169,8 +192,13 @@ class HostLink:
                 await process.wait()
             if process.returncode is None:
                 log.warning("host %d did not exit; killing it", process.pid)
-                process.kill()
-                await process.wait()
+                self.kill()
+                with trio.move_on_after(KILL_EXIT_TIMEOUT):
+                    await process.wait()
+            if process.returncode is None:
+                log.error("host %d cannot exit (killed %.0f s ago; a thread of it is "
+                          "likely stuck in the kernel, e.g. on a file system that does not "
+                          "answer): not waiting for it", process.pid, KILL_EXIT_TIMEOUT)
         await self.release()
 
     async def release(self) -> None:

@@ -8,7 +8,9 @@ call whose execute was sent; ``NotSent`` for one never sent), the tool processes
 the dead host started are killed by the marker it set on them, and only then is
 the host ``gone`` (``HostGeneration.gone``): a successor is never started beside
 it, and the next request starts a fresh host with a new handshake, to which every
-open session is re-announced.
+open session is re-announced. A killed host that cannot exit within ``KILL_EXIT_TIMEOUT`` (a
+thread stuck in the kernel: a FUSE read that is never answered) is counted dead all the
+same, its pipes closed; ``LateReaper`` (``host_reaper.py``) reaps it whenever it exits.
 
 A turn talks to its host through a ``HostLease`` (``host_lease.py``): the lease holds
 the host of the turn's first request and sends only to it. After that host died,
@@ -18,7 +20,7 @@ turn (``HostLease.held``).
 
 This module is the succession (start, adoption, replacement, stop); one host's record is
 ``host_generation.py``, its liveness ping ``host_liveness.py``, the cleanup after its death
-``host_cleanup.py``.
+``host_cleanup.py``, the late reaping of one that could not exit ``host_reaper.py``.
 
 The first host may be given, already started (``first_host``: ``quiesce serve`` starts
 it before its own imports): the first link adopts it if it runs the command this
@@ -55,12 +57,13 @@ from protocol.messages.host import SessionOpenParams
 from runtime.host_cleanup import kill_orphans_of_dead_hosts, kill_survivors
 from runtime.host_generation import HostGeneration, HostStartFailed, StartAttempt, describe
 from runtime.host_lease import GONE_TIMEOUT, HostLease
-from runtime.host_link import HostLink, default_host_command
+from runtime.host_link import KILL_EXIT_TIMEOUT, STOP_TIMEOUT, HostLink, default_host_command
 from runtime.host_liveness import (
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_PING_INTERVAL,
     ping_until_dead,
 )
+from runtime.host_reaper import LateReaper
 from runtime.popen_process import PopenProcess
 from runtime.shared import cgroup_sweeps
 from runtime.shared.rpc import ConnectionClosed, Handler, NotificationHandler, NotSent
@@ -97,6 +100,7 @@ class HostSupervisor:
         self._failed: StartAttempt | None = None
         self._stopping = False
         self._restarting = False
+        self.late = LateReaper()
         self.generation = 0
         self.crashes = 0
         self.restarts = 0
@@ -212,19 +216,34 @@ class HostSupervisor:
         link = host.link
         try:
             async with trio.open_nursery() as nursery:
-                await link.start(nursery)
+                try:
+                    await link.start(nursery)
+                except BaseException:
+                    if link.lingering:  # killed after a failed handshake, yet not exited
+                        assert self._nursery is not None
+                        self.late.watch(self._nursery, link)
+                    raise
                 self._host = host
                 task_status.started(link.pid)
                 nursery.start_soon(ping_until_dead, link, self._ping_interval,
                                    self._liveness_timeout)
                 await link.down.wait()
-                if not link.exited.is_set() and not self._stopping:
+                if not link.exited.is_set() and not self._stopping and not link.killed:
                     # Its pipe closed but the process lives on: it can do no more for us,
                     # and must not go on beside its successor.
                     log.warning("host %s closed its link but did not exit: killing it",
                                 link.pid)
                     link.kill()
-                await link.exited.wait()
+                with trio.move_on_after(KILL_EXIT_TIMEOUT if link.killed
+                                        else KILL_EXIT_TIMEOUT + STOP_TIMEOUT):
+                    await link.exited.wait()
+                if not link.exited.is_set():
+                    # Killed, it cannot exit (a thread stuck in the kernel): its calls get
+                    # their results now, and it is reaped whenever it exits.
+                    link.kill()
+                if link.lingering:
+                    assert self._nursery is not None
+                    self.late.watch(self._nursery, link)
                 nursery.cancel_scope.cancel()
             await link.release()
             if link.pid is not None:
@@ -245,7 +264,10 @@ class HostSupervisor:
             host.gone.set()
 
     async def _kill_survivors(self, host_pid: int | None) -> None:
-        spare = {self._first_host.pid} if self._first_host is not None else set()
+        # Killed hosts that could not exit are children too, not orphans to kill.
+        spare = set(self.late.pids)
+        if self._first_host is not None:
+            spare.add(self._first_host.pid)
         await kill_survivors(host_pid, spare=spare)
 
     async def request(self, method: str, params: msgspec.Struct) -> Any:

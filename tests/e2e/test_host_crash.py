@@ -16,7 +16,12 @@ import trio
 
 from protocol.messages.client import AgentPromptResult
 from protocol.messages.events import ToolCallEvent, ToolProgressEvent, TurnEnd
-from runtime.host_supervisor import HostSupervisor
+from runtime.host_link import KILL_EXIT_TIMEOUT
+from runtime.host_supervisor import (
+    DEFAULT_LIVENESS_TIMEOUT,
+    DEFAULT_PING_INTERVAL,
+    HostSupervisor,
+)
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon, call, text
 from tests.support import (
@@ -294,3 +299,70 @@ async def test_an_unmarked_escapee_of_a_crashed_host_is_killed(tmp_path: pathlib
         text_pid = pid_file.read_text().strip() if pid_file.exists() else ""
         if text_pid and psutil.pid_exists(int(text_pid)):
             os.kill(int(text_pid), signal.SIGKILL)
+
+
+async def test_a_stopped_host_is_replaced_with_the_default_liveness(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    # The defaults (a ping every 2 s, answered within 10 s; a process call's grace 10 s): a
+    # Stop pressed under a SIGSTOPped host answers once the grace runs out (the call's
+    # cgroup killed: ABORTED) or the host is killed (HOST_CRASHED), whichever comes first;
+    # the host is killed (SIGKILL ends a stopped process too) within ~12 s, and the next
+    # turn gets a fresh one.
+    script = [[call("b1", "Bash", command="echo up; sleep 60")],
+              [call("r2", "Read", path="a.txt")], [text("fine")]]
+    (tmp_path / "a.txt").write_text("served\n")
+    bound = DEFAULT_PING_INTERVAL + DEFAULT_LIVENESS_TIMEOUT + KILL_EXIT_TIMEOUT + 3
+    async with agent_daemon(marked) as agent:
+        await agent.new_session(tmp_path, script)
+        pid = host_pid(agent)
+        async with trio.open_nursery() as nursery:
+            prompts = agent.prompt_soon(nursery, "go")
+            await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
+            os.kill(pid, signal.SIGSTOP)
+            started = time.monotonic()
+            aborted = await agent.stop_and_check(within=bound, spare=(pid,))
+        assert aborted.turn_id == prompts[0].turn_id
+        assert [c.call_id for c in aborted.tool_calls] == ["b1"]
+        assert aborted.tool_calls[0].code in {"ABORTED", "HOST_CRASHED"}
+        with trio.fail_after(bound - (time.monotonic() - started)):
+            while running(pid):
+                await trio.sleep(0.05)
+        took = time.monotonic() - started
+        assert took > DEFAULT_LIVENESS_TIMEOUT - 1  # it was the liveness ping that ended it
+        agent.assert_balanced()
+        assert tool_processes(marked.mark) == []
+        with trio.fail_after(20):
+            second = await agent.prompt("again")
+        assert second.stop_reason == "end_turn"
+        assert agent.results(second.turn_id or "")["r2"].code is None
+        (host,) = [p for p in psutil.Process(agent.daemon.process.pid).children()
+                   if "host" in command_line(p).split()]
+        assert host.pid != pid
+
+
+async def test_a_runtime_stopped_with_its_host_keeps_it(tmp_path: pathlib.Path,
+                                                       marked: Marked) -> None:
+    # Ctrl-Z in a terminal stops the runtime and its host together; both resume together.
+    # The host did not fail to answer: the runtime, stopped too, was not there to listen.
+    # A ping whose deadline passed while the runtime itself stood still is not a hung host.
+    (tmp_path / "a.txt").write_text("served\n")
+    script = [[call("r1", "Read", path="a.txt")], [text("fine")]]
+    args = ("--ping-interval", "0.2", "--liveness-timeout", "1")
+    async with agent_daemon(marked, extra_args=args) as agent:
+        await agent.new_session(tmp_path, script)
+        pid, runtime = host_pid(agent), agent.daemon.process.pid
+        await trio.sleep(0.5)  # pings are flowing
+        os.kill(runtime, signal.SIGSTOP)
+        os.kill(pid, signal.SIGSTOP)
+        await trio.sleep(3)  # well past the liveness timeout
+        os.kill(pid, signal.SIGCONT)
+        os.kill(runtime, signal.SIGCONT)
+        await trio.sleep(2)  # several pings after the resume
+        assert running(pid)
+        with trio.fail_after(20):
+            answer = await agent.prompt("go")
+        assert answer.stop_reason == "end_turn"
+        assert agent.results(answer.turn_id or "")["r1"].code is None
+        hosts = [p.pid for p in psutil.Process(runtime).children()
+                 if "host" in command_line(p).split()]
+        assert hosts == [pid]
