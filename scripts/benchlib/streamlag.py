@@ -39,13 +39,14 @@ async def stream_lag(bench: Bench, n: int, warmup: int) -> Series:
     streams = 1 if n < 5 else 3  # the CI smoke streams once
     async with trio.open_nursery() as nursery:
         await server.start(nursery)
-        opened = await bench.request("session.new", SessionNewParams(
-            str(workspace), "auto", OpenAIProviderConfig(base_url=server.base_url,
-                                                         model="bench-local")))
-        session = opened.session_id
         for _ in range(streams):
+            # A session a stream: a second turn in one session would carry the first's
+            # 1 MB answer, past the model's context window (the turn then ends error).
+            opened = await bench.request("session.new", SessionNewParams(
+                str(workspace), "auto", OpenAIProviderConfig(base_url=server.base_url,
+                                                             model="bench-local")))
             server.bodies.append(text_stream(TOTAL, DELTA))
-            await _one_stream(bench, session, series)
+            await _one_stream(bench, opened.session_id, series)
         nursery.cancel_scope.cancel()
     series.notes.append(f"the streaming turn took {min(series.extra['turnMs']):.0f} ms at best "
                         f"({streams} runs; {TOTAL // DELTA:,} deltas each)")
