@@ -85,7 +85,12 @@ class Workspace:
             # realpath gives up at a symlink loop and returns the rest unresolved, so
             # "loop/../link" would come back as "link" with the link still in it:
             # resolve until nothing changes.
-            resolved = posixpath.normpath(os.path.realpath(real))
+            try:
+                resolved = posixpath.normpath(os.path.realpath(real))
+            except OSError as exc:  # a component swapped while it was read (EINVAL from
+                # readlink of what was a symlink a moment before): the call's error
+                raise ToolInputError(ErrorCode.NOT_FOUND, f"{rel_path!r} cannot be "
+                                     f"resolved: {exc.strerror}") from None
             if resolved == real:
                 break
             real = resolved

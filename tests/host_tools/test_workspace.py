@@ -79,6 +79,23 @@ def test_symlink_swapped_between_resolves(ws: Workspace, tmp_path: Path) -> None
     assert _code(ws, "target/file.txt") is ErrorCode.PATH_OUTSIDE_WORKSPACE
 
 
+def test_a_component_swapped_during_resolution_is_the_calls_error(
+        ws: Workspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory flipped to a symlink and back while ``realpath`` walks it makes
+    ``readlink`` fail EINVAL (it was a symlink at ``lstat``): that is the call's error,
+    ``NOT_FOUND`` naming the path, never an internal failure of the tool."""
+    import errno
+
+    def swapped(path: str) -> str:
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL), path)
+
+    monkeypatch.setattr(os.path, "realpath", swapped)
+    with pytest.raises(ToolInputError) as raised:
+        ws.resolve("d/file.txt")
+    assert raised.value.code == ErrorCode.NOT_FOUND
+    assert "'d/file.txt' cannot be resolved: Invalid argument" in str(raised.value)
+
+
 def test_open_regular_checks_the_descriptor(ws: Workspace, tmp_path: Path) -> None:
     os.mkfifo(ws.root / "fifo")
     with pytest.raises(ToolInputError, match="not a regular file"):
