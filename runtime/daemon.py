@@ -184,16 +184,7 @@ class Daemon:
         if self._requests is not None:
             self._requests.client = client
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            if self._requests is not None:
-                self._requests.nursery = nursery
-            # In the outer nursery: it must not hold the client's drain open.
-            nursery.start_soon(self._shutdown_on_signal)
-            await nursery.start(self.host.run)
-            try:
-                await nursery.start(self.ops_server.serve)
-            except (UnsafeRunDir, OSError) as exc:  # raised before it listens
-                log.error("ops control socket disabled: %s", exc)
+            await self._start_services(nursery)
             async with trio.open_nursery() as client_nursery:
                 client_nursery.start_soon(client.run)
                 client_nursery.start_soon(self._shutdown_on_eof, client)
@@ -205,6 +196,20 @@ class Daemon:
                 client_nursery.cancel_scope.deadline = trio.current_time() + DRAIN_TIMEOUT
             nursery.cancel_scope.cancel()
         log.info("daemon stopped")
+
+    async def _start_services(self, nursery: trio.Nursery) -> None:
+        """What every link's daemon runs in its outer nursery (so none holds a client's
+        drain open): the signal handler, the host (ready when it returns) and the ops
+        socket (or a logged reason it is off)."""
+        self._nursery = nursery
+        if self._requests is not None:
+            self._requests.nursery = nursery
+        nursery.start_soon(self._shutdown_on_signal)
+        await nursery.start(self.host.run)
+        try:
+            await nursery.start(self.ops_server.serve)
+        except (UnsafeRunDir, OSError) as exc:  # raised before it listens
+            log.error("ops control socket disabled: %s", exc)
 
     async def serve_listening(
             self, listen: Callable[[ServeLink], Callable[..., Any]],
@@ -218,16 +223,9 @@ class Daemon:
         clients = self.socket_clients = SocketClients(self)
         self.permissions.hub = clients.hub
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
             if self._requests is not None:
-                self._requests.nursery = nursery
                 self._requests.caught_up = clients.hub.caught_up
-            nursery.start_soon(self._shutdown_on_signal)
-            await nursery.start(self.host.run)
-            try:
-                await nursery.start(self.ops_server.serve)
-            except (UnsafeRunDir, OSError) as exc:  # raised before it listens
-                log.error("ops control socket disabled: %s", exc)
+            await self._start_services(nursery)
             async with trio.open_nursery() as links:
                 listening = await links.start(listen(clients.serve_link))
                 await announce(listening)

@@ -19,6 +19,8 @@ import os
 import platform
 from dataclasses import dataclass
 
+from runtime.shared.libc import libc
+
 SYS_CREATE_RULESET = 444
 SYS_ADD_RULE = 445
 SYS_RESTRICT_SELF = 446
@@ -66,13 +68,8 @@ class LandlockError(OSError):
     """A Landlock system call failed (its ``errno`` set)."""
 
 
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-
-
 def _syscall(number: int, *args: object) -> int:
-    result: int = _libc().syscall(ctypes.c_long(number), *args)
+    result: int = libc().syscall(ctypes.c_long(number), *args)
     return result
 
 

@@ -32,7 +32,8 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+
+from runtime.shared.libc import prctl
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +44,7 @@ PR_CAPBSET_DROP = 24
 CAP_SYS_PTRACE = 19
 
 
-def _prctl() -> Any:
-    """libc's ``prctl``, from the C library already linked in: no library search (which
-    would start ``ldconfig``), no import beyond ``ctypes``: ``serve`` calls this before it
-    starts its early host."""
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                      ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return prctl
+_prctl = prctl
 
 
 @dataclass(frozen=True)

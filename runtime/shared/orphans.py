@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import functools
 import logging
 import os
 import sys
 import threading
 from collections.abc import Collection
-from typing import Any
 
 import psutil  # type: ignore[import-untyped, unused-ignore]  # types-psutil not a dev dep
+
+from runtime.shared.libc import prctl
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +32,7 @@ child being started is never taken for an orphan."""
 _started: set[int] = set()
 """Pids of the processes we started and have not reaped yet: never orphans."""
 
-@functools.cache
-def _prctl() -> Any:
-    prctl = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True).prctl
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                      ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    return prctl
+_prctl = prctl  # the name the spawner and the sandbox import
 
 
 _sweeping_orphans: list[bool] = [False]
