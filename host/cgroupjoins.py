@@ -1,7 +1,7 @@
 """Which of the host's cgroups someone else wrote a process into: the cgroups a stop must
 look through for processes of its call that joined another call's cgroup.
 
-A root process may write itself into any ``cgroup.procs`` (``runtime.shared.escapes``,
+A root process may write itself into any ``cgroup.procs`` (``runtime.proc.escapes``,
 ``joined_elsewhere``). Looking through every cgroup of the host at every stop would read
 every member of every call (in a wave of 50 stops, twice the wave's time). The kernel
 says, though, when a ``cgroup.procs`` is written: an ``inotify`` ``IN_MODIFY`` on it, for

@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from runtime.shared.secretenv import PROVIDER_KEYS, SECRET_PATTERNS, passes
+from runtime.proc.secretenv import PROVIDER_KEYS, SECRET_PATTERNS, passes
 
 __all__ = ["PROVIDER_KEYS", "SECRET_PATTERNS", "ChildEnvironment", "EnvironmentPolicy",
            "child_environment", "configure", "hide"]

@@ -30,8 +30,8 @@ from protocol.errors import ErrorCode
 from protocol.messages.host import ToolsExecuteParams, ToolsOutputParams, ToolsStartedParams
 from protocol.toolclass import ToolClass
 from protocol.tools import TextContent, ToolResult, aborted_result, error_result
-from runtime.shared.cgroups import call_cgroup_name
-from runtime.shared.proctree import ENV_MARKER
+from runtime.proc.cgroups import call_cgroup_name
+from runtime.proc.proctree import ENV_MARKER
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ grace, KILL), as every tool tree is, and ``hooks.run`` answers how it ended.
 The host runs the command the runtime names: the runtime is trusted (it started this
 host), and it takes hooks from its own configuration file only, never a workspace's.
 What the hook's answer means (allow, deny, ask, stop) is the runtime's business
-(``runtime.hooks``): here it is only a process.
+(``runtime.agent.hooks``): here it is only a process.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from protocol.messages.host import (
     HooksRunParams,
     HooksRunResult,
 )
-from runtime.shared.cgroups import call_cgroup_name
-from runtime.shared.proctree import ENV_MARKER
+from runtime.proc.cgroups import call_cgroup_name
+from runtime.proc.proctree import ENV_MARKER
 
 log = logging.getLogger(__name__)
 

@@ -24,11 +24,11 @@ from host.sandbox import settings as sandbox_settings
 from host.sandbox.session import remove_base
 from host.sandbox.settings import SandboxSettings
 from host.server import HostServer
-from runtime.shared import cgroups
-from runtime.shared.hardening import harden
-from runtime.shared.logs import setup_logging
-from runtime.shared.orphans import become_subreaper
-from runtime.shared.stdio import take_stdio
+from runtime.link.logs import setup_logging
+from runtime.link.stdio import take_stdio
+from runtime.proc import cgroups
+from runtime.proc.hardening import harden
+from runtime.proc.orphans import become_subreaper
 
 log = logging.getLogger(__name__)
 

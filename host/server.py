@@ -2,7 +2,7 @@
 
 ``initialize`` comes first: before a successful one, every method but
 ``initialize`` and ``shutdown`` is refused (``NOT_INITIALIZED``).
-Requests take effect in wire order (``runtime.shared.rpc``): ``tools.execute`` has taken
+Requests take effect in wire order (``runtime.link``): ``tools.execute`` has taken
 its effect once its call is registered, so a ``tools.abort`` written after it
 always finds it. ``tools.abort`` never passes through admission, so it is read
 and acted on while every execution slot is busy. When the runtime's pipe closes,
@@ -55,8 +55,7 @@ from protocol.messages.host import (
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
 from protocol.tools import Decision, ToolResult, error_result
 from protocol.version import PROTOCOL_VERSION, check_compatible
-from runtime.shared import cgroups
-from runtime.shared.rpc import (
+from runtime.link import (
     ConnectionClosed,
     Endpoint,
     Handler,
@@ -64,6 +63,7 @@ from runtime.shared.rpc import (
     effect_status,
     effect_taken,
 )
+from runtime.proc import cgroups
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig
 from protocol.messages.host import PluginsListResult
 from protocol.sandbox import SandboxPolicy
-from runtime.shared.proctree import ENV_MARKER
+from runtime.proc.proctree import ENV_MARKER
 
 
 def _check_sandbox(settings: SandboxSettings) -> None:

@@ -2,12 +2,12 @@
 
 A tool process is started in a new session (its pid is its session and group id) with an
 attribution marker in its environment, and, where the host has cgroups
-(:mod:`runtime.shared.cgroups`), inside a fresh cgroup of its own, as a member before it
+(:mod:`runtime.proc.cgroups`), inside a fresh cgroup of its own, as a member before it
 can fork: a tool process (stdin from /dev/null) through the gate (``_gated``: vfork,
 ``setpriv --pdeathsig KILL``, a shell that waits on a pipe while the host moves it into its
 cgroup), a plugin server by a ``preexec_fn`` that writes itself into ``cgroup.procs``
 (``_forked``). ``Child.finish`` then stops the tree by its cgroup and kills whatever left
-it (``_kill_escapees``); without one, :mod:`runtime.shared.proctree` finds and kills its
+it (``_kill_escapees``); without one, :mod:`runtime.proc.proctree` finds and kills its
 tree.
 
 ``start_process`` starts every child from one spawner thread that lives as
@@ -36,13 +36,13 @@ from host.cgroupjoins import JOINS
 from host.childenv import child_environment
 from host.sandbox.confine import Confinement
 from host.spawn_start import _forked, _gated, gate_tools
-from runtime.shared import cgroups, escapes
-from runtime.shared.orphans import (
+from runtime.proc import cgroups, escapes
+from runtime.proc.orphans import (
     _started,
     adopted_children,
     reap_members,
 )
-from runtime.shared.proctree import KILL_TIMEOUT, KillReport, Marker, kill_tree
+from runtime.proc.proctree import KILL_TIMEOUT, KillReport, Marker, kill_tree
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ forked.
   or where ``setpriv`` or bash is missing: a ``preexec_fn`` arms the parent-death
   signal and writes the child into its cgroup before exec (``_die_with_parent``).
 
-Both register the child as ours under the spawn lock (``runtime.shared.orphans``), so it
+Both register the child as ours under the spawn lock (``runtime.proc.orphans``), so it
 is never taken for an orphan.
 """
 
@@ -30,8 +30,8 @@ from typing import Any
 
 from host.sandbox.confine import Confinement, child_step
 from host.sandbox.confine import in_child as confine_child
-from runtime.shared import cgroups
-from runtime.shared.orphans import PR_SET_PDEATHSIG, _prctl, _spawn_lock, _started
+from runtime.proc import cgroups
+from runtime.proc.orphans import PR_SET_PDEATHSIG, _prctl, _spawn_lock, _started
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,14 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING
 
-from runtime.cli_options import (
+from runtime.daemon.cli_options import (
     PROVIDER_METAVAR,
     add_trust_options,
     apply_config_file,
     daemon_from_args,
     host_command,
 )
-from runtime.config_file import positive_float, positive_int
+from runtime.daemon.config_file import positive_float, positive_int
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,17 +29,17 @@ if TYPE_CHECKING:
 
     import trio
 
-    from runtime.daemon import Daemon
-    from runtime.popen_process import PopenProcess
-    from runtime.socketlink.listener import ServeLink
+    from runtime.daemon.daemon import Daemon
+    from runtime.daemon.socketlink.listener import ServeLink
+    from runtime.supervision.popen_process import PopenProcess
 
 
 def _spawn_host(command: list[str]) -> subprocess.Popen[bytes]:
     """The host, as the daemon's host link would spawn it: the same command, environment,
     pipes and fds (its stderr is ours; ``close_fds``: nothing else is inherited, the
     client's stdin and stdout included, which become its pipes)."""
-    from runtime import logfaults  # noqa: F401 -- takes its test-only variable out of our env
-    from runtime.shared.secretenv import host_environment
+    from runtime.agent import logfaults  # noqa: F401 -- takes its test-only variable out of our env
+    from runtime.proc.secretenv import host_environment
 
     return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             env=host_environment(command))
@@ -89,8 +89,8 @@ def _run_serve(args: argparse.Namespace, host: subprocess.Popen[bytes]) -> int:
     import trio
 
     from protocol.framing import DEFAULT_MAX_FRAME_SIZE
-    from runtime.popen_process import adopt_or_kill
-    from runtime.shared.logs import setup_logging
+    from runtime.link.logs import setup_logging
+    from runtime.supervision.popen_process import adopt_or_kill
 
     setup_logging("runtime")
     if args.max_frame_size is None:
@@ -100,8 +100,8 @@ def _run_serve(args: argparse.Namespace, host: subprocess.Popen[bytes]) -> int:
 
 
 async def _serve(args: argparse.Namespace, first_host: PopenProcess | None) -> None:
-    from runtime.shared.orphans import become_subreaper
-    from runtime.shared.stdio import take_stdio
+    from runtime.link.stdio import take_stdio
+    from runtime.proc.orphans import become_subreaper
 
     daemon = daemon_from_args(args, first_host)
     # Orphans of a crashed host are re-parented to us and killed by their marker.
@@ -117,7 +117,7 @@ async def _serve_listening(args: argparse.Namespace, daemon: Daemon,
                            out: trio.abc.SendStream) -> None:
     """``--listen``: the socket link instead of stdio; where it listens is one JSON line
     on stdout (docs/renderers.md)."""
-    from runtime.socketlink.listener import Listening, SocketListener, parse_listen
+    from runtime.daemon.socketlink.listener import Listening, SocketListener, parse_listen
 
     spec = parse_listen(args.listen)
 
@@ -133,8 +133,8 @@ async def _serve_listening(args: argparse.Namespace, daemon: Daemon,
 
 
 def _check_listen(serve: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    from runtime.socketlink.guard import UnsafeAddress
-    from runtime.socketlink.listener import check_listen
+    from runtime.daemon.socketlink.guard import UnsafeAddress
+    from runtime.daemon.socketlink.listener import check_listen
 
     try:
         check_listen(args.listen, allow_remote=args.allow_remote)
@@ -239,21 +239,21 @@ def main(argv: list[str] | None = None) -> int:
 
         return host_main(rest)
     if args.command == "ops":
-        from runtime.ops.cli import main as ops_main
+        from runtime.clients.ops.cli import main as ops_main
 
         return ops_main(rest)
     if args.command in ("serve", "acp", "chat"):
         # They hold the user's provider keys in their environment: not readable by the
         # tools of the same user they run (docs/configuration.md).
-        from runtime.shared.secretenv import keep_environ_private
+        from runtime.proc.secretenv import keep_environ_private
 
         keep_environ_private()
     if args.command == "acp":
         if _is_help(rest):  # help only: no configuration read, no host started
-            from runtime.acp.cli import parser as acp_parser
+            from runtime.clients.acp.cli import parser as acp_parser
 
             acp_parser().parse_args(rest)
-        from runtime.config_file import (
+        from runtime.daemon.config_file import (
             ConfigError,
             daemon_paths,
             host_config_json,
@@ -279,17 +279,17 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         host = _spawn_host(acp_host)
         try:
-            from runtime.acp.cli import main as acp_main
+            from runtime.clients.acp.cli import main as acp_main
 
             return acp_main(rest, early_host=host, config=config, host_command=acp_host)
         finally:
             _reap(host)
     if args.command == "chat":
-        from runtime.chat.cli import main as chat_main
+        from runtime.clients.chat.cli import main as chat_main
 
         return chat_main(rest)
     if args.command == "serve":
-        from runtime.config_file import (
+        from runtime.daemon.config_file import (
             ConfigError,
             daemon_paths,
             host_config_json,
@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             _reap(host)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
-    from runtime.demo import run_demo
+    from runtime.clients.demo import run_demo
 
     return run_demo(keep=args.keep)
 

@@ -45,9 +45,9 @@ import trio
 from benchlib import sseserver
 from benchlib.harness import MARK_VAR, kill_all, marked
 
-from runtime.client import serve_command
-from runtime.providers.bounds import MAX_CALL_ARGUMENTS, MAX_RESPONSE_TEXT
-from runtime.shared.rpc.endpoint import MAX_QUEUED
+from runtime.agent.providers.bounds import MAX_CALL_ARGUMENTS, MAX_RESPONSE_TEXT
+from runtime.clients.daemon_client import serve_command
+from runtime.link.endpoint import MAX_QUEUED
 
 MIB = 1024 * 1024
 INIT = {"protocolVersion": "1.0", "clientInfo": {"name": "bounds"}}

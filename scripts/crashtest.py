@@ -54,9 +54,9 @@ from protocol.messages.events import (
     TurnEnd,
     TurnStart,
 )
-from runtime.client import DaemonClient, serve_command, spawn_daemon
-from runtime.sessionlog import LogContents, read_log
-from runtime.shared.rpc import ConnectionClosed
+from runtime.agent.sessionlog import LogContents, read_log
+from runtime.clients.daemon_client import DaemonClient, serve_command, spawn_daemon
+from runtime.link import ConnectionClosed
 
 INTERRUPTED = "the runtime stopped before this turn's end was recorded"
 TURNS_PER_SCRIPT = 200

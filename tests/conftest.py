@@ -39,7 +39,7 @@ def marked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Marked]:
 def no_cgroup_left() -> Iterator[None]:
     """No test leaves a host's cgroup directory behind (``quiesce-host-<pid>`` of a host
     that is gone); one left is removed, and fails the test."""
-    from runtime.shared import cgroups
+    from runtime.proc import cgroups
 
     yield
     base = cgroups.own_cgroup_dir()

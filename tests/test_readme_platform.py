@@ -16,6 +16,6 @@ def test_the_readme_says_linux_and_the_optional_kernel_features() -> None:
         assert feature in section, feature
     assert section.count("Without it") == 3  # what happens without each
     # The switch and the figure it names exist.
-    assert "QUIESCE_CGROUPS=off" in ROOT.joinpath("runtime/shared/cgroups.py").read_text()
-    assert "processes" in ROOT.joinpath("runtime/ops/render.py").read_text()
+    assert "QUIESCE_CGROUPS=off" in ROOT.joinpath("runtime/proc/cgroups.py").read_text()
+    assert "processes" in ROOT.joinpath("runtime/clients/ops/render.py").read_text()
     assert "QUIESCE_LANDLOCK_ABI" in ROOT.joinpath("host/sandbox/landlock.py").read_text()

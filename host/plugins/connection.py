@@ -54,7 +54,7 @@ from protocol.mcp import (
     RequestMeta,
 )
 from protocol.messages.common import McpServerConfig
-from runtime.shared.rpc import ConnectionClosed, Endpoint
+from runtime.link import ConnectionClosed, Endpoint
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from protocol.messages.common import McpServerConfig, PluginServerStatus
 from protocol.messages.host import PluginsListResult, PluginTool
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, aborted_result, error_result
-from runtime.shared.rpc import ConnectionClosed
+from runtime.link import ConnectionClosed
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from host.sandbox import landlock, netns
-from runtime.shared.orphans import _prctl
+from runtime.proc.orphans import _prctl
 
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAPBSET_DROP = 24

@@ -19,7 +19,7 @@ import os
 import platform
 from dataclasses import dataclass
 
-from runtime.shared.libc import libc
+from runtime.proc.libc import libc
 
 SYS_CREATE_RULESET = 444
 SYS_ADD_RULE = 445

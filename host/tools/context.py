@@ -63,7 +63,7 @@ class ToolContext:
     """Register a hook the call's first stop runs as it arrives, before any task wakes
     (``Call.stop_hooks``): a process tool TERMs its tree there. It must not raise."""
     cgroup_name_of: Callable[[], str | None] = lambda: None
-    """The name of the call's cgroup (``runtime.shared.cgroups.call_cgroup_name``), where there are
+    """The name of the call's cgroup (``runtime.proc.cgroups.call_cgroup_name``), where there are
     cgroups: the runtime can find it by the same name. Computed when a tool asks for it (a
     digest: most calls spawn nothing)."""
 

@@ -21,7 +21,7 @@ from typing import Literal, Protocol
 import trio
 
 from host import limits, spawn
-from runtime.shared.proctree import KillReport
+from runtime.proc.proctree import KillReport
 
 DRAIN_TIMEOUT = 1.0
 """How long to wait for EOF on the pipes once the tree is dead."""

@@ -36,7 +36,7 @@ from host import fsnames, spawn
 from host.sandbox import SessionSandbox
 from host.workspace import ToolInputError
 from protocol.errors import ErrorCode
-from runtime.shared.proctree import Marker
+from runtime.proc.proctree import Marker
 
 KILL_GRACE = 0.2
 """Seconds between TERM and KILL for an ``rg`` stopped early (it honours TERM at once)."""

@@ -68,16 +68,16 @@ from runtime.agent.compaction import (
 from runtime.agent.history import ModelHistory
 from runtime.agent.journal import Journal
 from runtime.agent.phase import PhaseEvent, PhaseKind, PhaseMachine
-from runtime.agent.task import TaskTool
-from runtime.agent.turn import StepListener, Turn, TurnConfig, TurnEnding
-from runtime.providers.base import Provider
-from runtime.registry import (
+from runtime.agent.providers.base import Provider
+from runtime.agent.registry import (
     AbortController,
     AbortSignal,
     Cause,
     ToolDefinition,
     ToolRegistry,
 )
+from runtime.agent.task import TaskTool
+from runtime.agent.turn import StepListener, Turn, TurnConfig, TurnEnding
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ class Agent:
         """Told each stop that settled as ``aborted``: ms from its first request to then."""
         self.on_stopping: Callable[[], None] | None = None
         """Told when a stop of the current phase begins and when that phase settles (what
-        the stop waits on is announced from there: ``runtime/stop_waiting.py``)."""
+        the stop waits on is announced from there: ``runtime/daemon/stop_waiting.py``)."""
         self._stop_at: float | None = None  # the current phase's first stop request
         self._owed: list[tuple[str, str]] = []
         """(turn id, why) of turns whose turn/end the log could not take, oldest first."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from runtime.providers.base import (
+from runtime.agent.providers.base import (
     ReasoningDelta,
     ReasoningSeal,
     StreamChunk,

@@ -48,7 +48,7 @@ from protocol.messages.events import (
 )
 from runtime.agent.history import ModelHistory, summary_message
 from runtime.agent.journal import Journal
-from runtime.providers.base import (
+from runtime.agent.providers.base import (
     AssistantMessage,
     ModelMessage,
     ModelRequest,
@@ -59,8 +59,8 @@ from runtime.providers.base import (
     UsageReport,
     UserMessage,
 )
-from runtime.providers.usage import history_tokens, usage_of
-from runtime.registry import AbortError, AbortSignal, cancel_on_abort
+from runtime.agent.providers.usage import history_tokens, usage_of
+from runtime.agent.registry import AbortError, AbortSignal, cancel_on_abort
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from protocol.messages.events import (
     UserMessageEvent,
 )
 from protocol.tools import TextContent
-from runtime.providers.base import (
+from runtime.agent.providers.base import (
     AssistantMessage,
     ModelMessage,
     SealedReasoning,

@@ -58,7 +58,7 @@ from protocol.toolclass import TOOL_CLASSES, ToolClass
 from protocol.tools import TOOL_ARGS, ToolResult, aborted_result, error_result
 from protocol.toolspecs import TOOL_SPECS, bash_description
 from runtime.agent.hostcall import Execution, HostCall, HostCallEvent, InFlightCall
-from runtime.registry import (
+from runtime.agent.registry import (
     AbortSignal,
     JsonObjectArgs,
     ToolDefinition,
@@ -67,7 +67,7 @@ from runtime.registry import (
     cancel_on_abort,
     define_tool,
 )
-from runtime.shared.rpc import ConnectionClosed, NotSent, OversizedMessage
+from runtime.link import ConnectionClosed, NotSent, OversizedMessage
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ HOST_RESTARTED = "hostRestarted"  # details key of a call an operator's restart-
 
 
 class HostPort(Protocol):
-    """A turn's way to its host (``runtime.host_supervisor.HostLease``)."""
+    """A turn's way to its host (``runtime.supervision.supervisor.HostLease``)."""
 
     async def ready(self) -> None:
         """Until the turn holds a live host (one is started if need be)."""

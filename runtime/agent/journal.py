@@ -13,7 +13,7 @@ import pathlib
 from collections.abc import Callable
 
 from protocol.messages.events import AnnouncedEvent, DurableEvent
-from runtime.sessionlog import SessionLog
+from runtime.agent.sessionlog import SessionLog
 
 Announce = Callable[[AnnouncedEvent], None]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import trio
 
-from runtime.registry import AbortController
+from runtime.agent.registry import AbortController
 
 
 class PhaseKind(enum.Enum):

@@ -21,7 +21,7 @@ from protocol.messages.events import TurnEnd
 from protocol.toolclass import ToolClass
 from protocol.tools import TaskArgs, ToolResult, aborted_result, error_result, ok_result
 from protocol.toolspecs import TOOL_SPECS
-from runtime.registry import (
+from runtime.agent.registry import (
     AbortController,
     ParentCause,
     ToolDefinition,

@@ -39,8 +39,7 @@ from runtime.agent.history import ModelHistory
 from runtime.agent.hosttools import HOST_RESTARTED, lost_host
 from runtime.agent.instructions import DEFAULT_SYSTEM_PROMPT, system_message
 from runtime.agent.journal import Journal
-from runtime.agent.task import HOST_CRASHED_ERROR, HOST_RESTARTED_ERROR
-from runtime.providers.base import (
+from runtime.agent.providers.base import (
     ModelRequest,
     Provider,
     ProviderError,
@@ -49,8 +48,8 @@ from runtime.providers.base import (
     ToolSchema,
     UsageReport,
 )
-from runtime.providers.usage import request_tokens, usage_of
-from runtime.registry import (
+from runtime.agent.providers.usage import request_tokens, usage_of
+from runtime.agent.registry import (
     AbortError,
     AbortSignal,
     ToolCallRequest,
@@ -59,6 +58,7 @@ from runtime.registry import (
     cancel_on_abort,
     run_tool_calls,
 )
+from runtime.agent.task import HOST_CRASHED_ERROR, HOST_RESTARTED_ERROR
 
 log = logging.getLogger(__name__)
 

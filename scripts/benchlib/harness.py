@@ -34,8 +34,8 @@ from protocol.messages.host import (
     PermissionRequestResult,
     PermissionWithdrawnParams,
 )
-from runtime.client import DaemonClient, serve_command, spawn_daemon
-from runtime.shared.rpc import effect_taken
+from runtime.clients.daemon_client import DaemonClient, serve_command, spawn_daemon
+from runtime.link import effect_taken
 
 MARK_VAR = "QUIESCE_BENCH_MARK"
 """Set on the daemon; the host and every process a tool starts inherit it."""

@@ -25,7 +25,7 @@ from benchlib.stats import Goal, Series
 from protocol.messages.common import Empty
 from protocol.messages.host import SessionOpenParams, ToolsExecuteParams
 from protocol.tools import ToolResult
-from runtime.host_link import HostLink
+from runtime.supervision.link import HostLink
 
 HOSTILE = 25
 PROBES = 300

@@ -1,6 +1,6 @@
 """Round trip, throughput and start-up, side by side with the floor and the peer.
 
-quiesce's side is the runtime's own link to a host: ``runtime.host_link.HostLink``
+quiesce's side is the runtime's own link to a host: ``runtime.supervision.link.HostLink``
 spawns ``python -m host`` (default config, as ``quiesce serve`` does) and this process
 plays the runtime, sending ``tools.execute`` for a ``Read`` of a 1-byte file in a
 session with permission mode ``auto``. The floor is a raw pipe echo between two Python
@@ -37,8 +37,8 @@ from protocol.messages.client import (
 from protocol.messages.common import Empty
 from protocol.messages.host import SessionOpenParams, ToolsExecuteParams
 from protocol.tools import ToolResult
-from runtime.client import spawn_daemon
-from runtime.host_link import HostLink
+from runtime.clients.daemon_client import spawn_daemon
+from runtime.supervision.link import HostLink
 
 HERE = pathlib.Path(__file__).resolve().parent
 IN_FLIGHT = 64
@@ -264,11 +264,12 @@ IMPORTS = (("startup-python", "start-up part: a bare `python -c pass`", "pass"),
             "the host needs before its handshake (trio, msgspec, psutil)",
             "import trio, msgspec, psutil"),
            ("startup-import-runtime", "start-up part: `python` importing the runtime "
-            "(`runtime.cli`, `runtime.daemon`)", "import runtime.cli, runtime.daemon"),
+            "(`runtime.cli`, `runtime.daemon.daemon`)",
+            "import runtime.cli, runtime.daemon.daemon"),
            ("startup-import-host", "start-up part: `python` importing the host (`host.main`)",
             "import host.main"),
            ("startup-import-jsonrpcserver", "start-up part: `python` importing jsonrpcserver "
-            "as both processes load it (`runtime/shared/rpc/jsonrpcserver_load.py` run alone: "
+            "as both processes load it (`runtime/link/jsonrpcserver_load.py` run alone: "
             "three submodules, the package `__init__` skipped)", None),
            ("startup-import-jsonrpcserver-whole", "start-up part: `python` importing the whole "
             "jsonrpcserver package (how it was loaded before: asyncio, jsonschema)",

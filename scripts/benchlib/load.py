@@ -89,10 +89,10 @@ from protocol.messages.events import (
     TurnStart,
 )
 from protocol.toolclass import ToolClass
-from runtime.ops import OpsClient, connect
-from runtime.percentiles import percentile
-from runtime.sessionlog import read_log
-from runtime.shared.rpc import ConnectionClosed
+from runtime.agent.sessionlog import read_log
+from runtime.daemon.ops import OpsClient, connect
+from runtime.daemon.percentiles import percentile
+from runtime.link import ConnectionClosed
 
 ABD = "ABORTED_BEFORE_DISPATCH"
 ABORTED = "ABORTED"

@@ -32,7 +32,7 @@ before a turn, in a stream, in a call or after the turn (then it answers `idle`)
 Write target must then hold, whole, the content of one of its Writes. Memory, descriptors
 and CPU time are psutil's, of the daemon and of the host; tombstones and calls in flight
 come from the host through the daemon's `ops.stats`. Transcripts are read back from the
-session logs (`runtime.sessionlog.read_log`); a process "survives" if it carries the run's
+session logs (`runtime.agent.sessionlog.read_log`); a process "survives" if it carries the run's
 environment marker and is neither daemon nor host. The machine is shared and noisy: compare
 medians, not absolute figures across runs."""
 

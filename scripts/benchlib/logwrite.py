@@ -3,7 +3,7 @@
 ``floor-log-append`` is what a ``turn/end`` costs the daemon (``SessionLog.append`` and
 its ``sync``, the fsync in a worker thread); ``floor-log-cut`` is a failed append undone
 (half the record written, the error, ``fstat`` and ``ftruncate`` back to the last whole
-record), made to fail through the writer's test seam (``runtime.logfaults``);
+record), made to fail through the writer's test seam (``runtime.agent.logfaults``);
 ``floor-log-recover`` is that failed append undone and then the record appended and
 fsynced: a ``turn/end`` that met a failing disk once.
 """
@@ -20,8 +20,8 @@ from benchlib.harness import Bench, now_ms
 from benchlib.stats import Series
 from protocol.causes import UserCause
 from protocol.messages.events import SessionMeta, TurnEnd, TurnOutcome
-from runtime import logfaults
-from runtime.sessionlog import SessionLog
+from runtime.agent import logfaults
+from runtime.agent.sessionlog import SessionLog
 
 _logs = itertools.count()
 
@@ -41,7 +41,7 @@ async def _timed(bench: Bench, series: Series, n: int, warmup: int, *, fail: boo
     log = _log(bench)
     # The writer logs each failure, as in the daemon (the record is made and handled);
     # here it goes nowhere instead of to the bench's stderr.
-    logger = logging.getLogger("runtime.sessionlog")
+    logger = logging.getLogger("runtime.agent.sessionlog")
     quiet = logging.NullHandler()
     logger.addHandler(quiet)
     logger.propagate = False

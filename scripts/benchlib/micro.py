@@ -1,7 +1,7 @@
 """Dispatch overhead and encode/decode per message, in process, so regressions show.
 
 Each sample is the mean of a batch of operations, in microseconds. The dispatch
-layer (``runtime.shared.rpc.dispatch.dispatch_request``) is timed around a handler that
+layer (``runtime.link.dispatch.dispatch_request``) is timed around a handler that
 returns at once, driven without an event loop (the handler never suspends), minus
 the same handler called directly: what the layer itself adds per request. The
 messages are the hot path's: a ``tools.execute`` request (a ``Read``) and its
@@ -27,7 +27,7 @@ from protocol.messages.common import Empty
 from protocol.messages.host import ToolsExecuteParams
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
 from protocol.tools import ok_result
-from runtime.shared.rpc.dispatch import dispatch_request, encode_response
+from runtime.link.dispatch import dispatch_request, encode_response
 
 BATCH = 2000
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pathlib
 
 from benchlib.stats import Series
-from runtime.percentiles import percentile
+from runtime.daemon.percentiles import percentile
 
 LEVEL_PREFIX = "growth-"
 ALL_PREFIX = "growth-all-"

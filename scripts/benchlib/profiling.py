@@ -45,8 +45,8 @@ from protocol.messages.client import (
 )
 from protocol.messages.common import Empty
 from protocol.messages.host import SessionOpenParams, ToolsExecuteParams
-from runtime.client import spawn_daemon
-from runtime.host_link import HostLink
+from runtime.clients.daemon_client import spawn_daemon
+from runtime.supervision.link import HostLink
 
 HOOK = pathlib.Path(__file__).resolve().parent / "profhook"
 IN_FLIGHT = 64
@@ -65,10 +65,9 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
       "host/tombstones", "host/server", "host/sessions", "host/tools/context",
       "contextlib", "dataclasses", "<string>:__init__", "protocol/tools")),
     ("jsonrpcserver and oslash", ("jsonrpcserver", "oslash")),
-    ("link endpoint and dispatch (runtime/shared/rpc)", ("runtime/shared/rpc",)),
+    ("link endpoint and dispatch (runtime/link)", ("runtime/link/",)),
     ("JSON codec and framing (msgspec, protocol/)", ("msgspec", "protocol/")),
-    ("runtime daemon handlers", ("runtime/daemon", "runtime/sessions", "runtime/host_",
-                                 "runtime/session", "runtime/percentiles")),
+    ("runtime daemon handlers", ("runtime/daemon/", "runtime/supervision/")),
     ("bench driver", ("benchlib/",)),
     ("trio scheduler, epoll, streams, channels", ("trio/", "select.epoll", "outcome/",
                                                   "contextvars", "sniffio", "attr")),

@@ -24,7 +24,7 @@ from wsproto.events import AcceptConnection, Request, TextMessage
 from benchlib.harness import now_ms
 from benchlib.report_perf import num
 from benchlib.stats import Series
-from runtime.client import serve_command
+from runtime.clients.daemon_client import serve_command
 
 IN_FLIGHT = 64
 INIT = {"protocolVersion": "1.0", "clientInfo": {"name": "bench"}}

@@ -1,6 +1,7 @@
 """Samples and their summary: median, percentiles, min, max (all in milliseconds).
 
-Percentiles are ``runtime.percentiles.percentile``, the daemon's own (``quiesce ops stats``)."""
+Percentiles are ``runtime.daemon.percentiles.percentile``, the daemon's own
+(``quiesce ops stats``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.percentiles import percentile
+from runtime.daemon.percentiles import percentile
 
 P99_MIN_SAMPLES = 50
 """Below this many samples a p99 is just the maximum; it is not quoted."""

@@ -16,7 +16,7 @@ import trio
 from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms, open_bench
 from benchlib.stats import Goal, Series
 from protocol.messages.events import ToolProgressEvent
-from runtime.shared import cgroups
+from runtime.proc import cgroups
 
 TREES = 50
 MANY_TREE = "sleep 300 & setsid sleep 300 & echo tree-started; sleep 300"
@@ -104,7 +104,7 @@ async def stop_many_trees(bench: Bench, n: int, warmup: int) -> Series:
 
 async def stop_many_trees_fallback(bench: Bench, n: int, warmup: int) -> Series:
     """The same, with the host's cgroups forced off (``QUIESCE_CGROUPS=off``): trees found
-    by ancestry and session (``runtime.shared.proctree``)."""
+    by ancestry and session (``runtime.proc.proctree``)."""
     series = Series("stop-50-trees-fallback", f"stop: {TREES} TERM-honouring trees at once, "
                     "no cgroups (`QUIESCE_CGROUPS=off`: the process-tree fallback)",
                     goal=MANY_GOAL)

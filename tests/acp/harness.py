@@ -30,7 +30,7 @@ from acp.schema import (
 from acp.stdio import spawn_agent_process
 
 from protocol.messages.events import DurableEvent, ToolCallEvent, ToolResultEvent
-from runtime.sessionlog import read_log
+from runtime.agent.sessionlog import read_log
 from tests.conftest import Marked
 
 TIMEOUT = 20.0

@@ -19,8 +19,8 @@ from protocol.messages.events import (
     UserMessageEvent,
 )
 from protocol.tools import TextContent
-from runtime.acp.convert import mcp_servers, prompt_text
-from runtime.acp.messages import (
+from runtime.clients.acp.convert import mcp_servers, prompt_text
+from runtime.clients.acp.messages import (
     AgentMessageChunk,
     AgentThoughtChunk,
     ResourceBlock,
@@ -30,7 +30,7 @@ from runtime.acp.messages import (
     ToolCallStart,
     UserMessageChunk,
 )
-from runtime.acp.translate import PROGRESS_TAIL, Translator
+from runtime.clients.acp.translate import PROGRESS_TAIL, Translator
 
 CALL = ToolCallEvent(3, "t1", 1, "c1", "Bash", "process", {"command": "make"})
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.chat.keys import SEEN_S
+from runtime.clients.chat.keys import SEEN_S
 from tests.chat.pane import Pane, chat_command, needs_tmux
 from tests.conftest import Marked
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from runtime.chat.keys import SEEN_S
+from runtime.clients.chat.keys import SEEN_S
 from tests.chat.pane import Pane, chat_command, needs_tmux
 from tests.conftest import Marked
 from tests.support import command_line, marked_processes

@@ -10,8 +10,8 @@ import pathlib
 import trio
 
 from protocol.messages.client import ScriptedProviderConfig
-from runtime.chat.commands import Compact, Prompt, Quit, Stop, parse_line
-from runtime.chat.controller import ChatOptions, Controller
+from runtime.clients.chat.commands import Compact, Prompt, Quit, Stop, parse_line
+from runtime.clients.chat.controller import ChatOptions, Controller
 from tests.chat.test_controller import Recording
 from tests.conftest import Marked
 

@@ -13,8 +13,8 @@ import trio
 from rich.text import Text
 
 from protocol.messages.client import ScriptedProviderConfig
-from runtime.chat.commands import Prompt, Quit
-from runtime.chat.controller import ChatError, ChatOptions, Controller
+from runtime.clients.chat.commands import Prompt, Quit
+from runtime.clients.chat.controller import ChatError, ChatOptions, Controller
 from tests.conftest import Marked
 from tests.support import command_line, marked_processes
 

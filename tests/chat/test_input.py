@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prompt_toolkit.buffer import Buffer
 
-from runtime.chat.commands import (
+from runtime.clients.chat.commands import (
     Answer,
     Command,
     Help,
@@ -18,7 +18,7 @@ from runtime.chat.commands import (
     parse_answer,
     parse_line,
 )
-from runtime.chat.keys import ChatKeys
+from runtime.clients.chat.keys import ChatKeys
 
 
 def test_lines_become_commands() -> None:

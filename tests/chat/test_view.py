@@ -23,7 +23,7 @@ from protocol.messages.events import (
     WaitingCall,
 )
 from protocol.tools import TextContent
-from runtime.chat.view import ChatView, session_lines, summarize_args
+from runtime.clients.chat.view import ChatView, session_lines, summarize_args
 
 
 def plain(lines: list[object]) -> list[str]:

@@ -46,10 +46,10 @@ from protocol.messages.host import (
     PermissionRequestResult,
     PermissionWithdrawnParams,
 )
-from runtime.client import DaemonClient, spawn_daemon
-from runtime.sessionlog import read_log
-from runtime.shared.proctree import ENV_MARKER
-from runtime.shared.rpc import effect_taken
+from runtime.agent.sessionlog import read_log
+from runtime.clients.daemon_client import DaemonClient, spawn_daemon
+from runtime.link import effect_taken
+from runtime.proc.proctree import ENV_MARKER
 from tests.conftest import Marked
 from tests.support import command_line, marked_processes
 
@@ -212,7 +212,7 @@ async def agent_daemon(marked: Marked, *, answer: Answer = never,
     def on_event(params: SessionEventParams) -> None:
         holder[0].on_event(params)
 
-    from runtime.client import serve_command
+    from runtime.clients.daemon_client import serve_command
 
     async with spawn_daemon(serve_command(*extra_args), env=env,
                             handlers={"permission.request": on_permission},

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import trio
 
-from runtime.client import serve_command
+from runtime.clients.daemon_client import serve_command
 
 
 class RawClient:

@@ -28,7 +28,7 @@ from wsproto.events import (
     TextMessage,
 )
 
-from runtime.client import serve_command
+from runtime.clients.daemon_client import serve_command
 
 INIT = {"protocolVersion": "1.0", "clientInfo": {"name": "test"}}
 

@@ -30,8 +30,8 @@ from protocol.messages.events import (
     ModelUsageEvent,
     TurnEnd,
 )
-from runtime.sessionlog import read_log
-from runtime.shared.rpc import ConnectionClosed
+from runtime.agent.sessionlog import read_log
+from runtime.link import ConnectionClosed
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon, sleep, text
 from tests.e2e.pipeline import INIT, Pipeline

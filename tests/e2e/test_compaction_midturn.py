@@ -31,7 +31,7 @@ from protocol.messages.events import (
 )
 from runtime.agent.compaction import COMPACTION_PROMPT
 from runtime.agent.history import SUMMARY_HEADING
-from runtime.shared.rpc import ConnectionClosed
+from runtime.link import ConnectionClosed
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon, call, sleep, text
 from tests.e2e.test_usage_compaction_http import OPENAI_ENV, openai_reply, openai_session

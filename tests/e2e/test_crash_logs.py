@@ -24,8 +24,8 @@ from protocol.messages.events import (
     TurnOutcome,
     TurnStart,
 )
-from runtime.sessionlog import LogContents
-from runtime.shared.rpc import ConnectionClosed
+from runtime.agent.sessionlog import LogContents
+from runtime.link import ConnectionClosed
 from tests.conftest import Marked
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import sys
 import trio
 
 from protocol.messages.events import TurnEnd
-from runtime.sessionlog import read_log
+from runtime.agent.sessionlog import read_log
 from tests.conftest import Marked
 from tests.e2e.agent_harness import assert_balanced
 from tests.support import marked_processes

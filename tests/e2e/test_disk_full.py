@@ -19,7 +19,7 @@ import trio
 from protocol.causes import UserCause
 from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.events import AssistantDeltaEvent, ToolResultEvent, TurnEnd
-from runtime.sessionlog import read_log
+from runtime.agent.sessionlog import read_log
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, call, sleep, text
 from tests.e2e.test_log_faults import reload_and_check, turns

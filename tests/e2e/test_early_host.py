@@ -20,12 +20,12 @@ from protocol.messages.common import InitializeParams, InitializeResult, PeerInf
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.version import PROTOCOL_VERSION
 from runtime.cli import _spawn_host
-from runtime.cli_options import host_command
-from runtime.client import DaemonClient, serve_command, spawn_daemon
-from runtime.daemon import Daemon
-from runtime.host_link import default_host_command
-from runtime.popen_process import PopenProcess
-from runtime.shared.rpc import Endpoint
+from runtime.clients.daemon_client import DaemonClient, serve_command, spawn_daemon
+from runtime.daemon.cli_options import host_command
+from runtime.daemon.daemon import Daemon
+from runtime.link import Endpoint
+from runtime.supervision.link import default_host_command
+from runtime.supervision.popen_process import PopenProcess
 from tests.conftest import Marked
 from tests.support import MARK_VAR, marked_processes
 

@@ -27,8 +27,8 @@ import pytest
 import trio
 
 from protocol.messages.events import ToolProgressEvent
-from runtime.shared import cgroups
-from runtime.shared.rpc import ConnectionClosed
+from runtime.link import ConnectionClosed
+from runtime.proc import cgroups
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon, call, text
 

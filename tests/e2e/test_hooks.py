@@ -13,7 +13,7 @@ import trio
 from protocol.causes import HookCause
 from protocol.messages.events import ToolResultEvent
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
-from runtime.shared.rpc import effect_taken
+from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.e2e.agent_harness import call, text
 from tests.e2e.hookkit import (

@@ -16,8 +16,8 @@ import trio
 
 from protocol.messages.client import AgentPromptResult
 from protocol.messages.events import ToolCallEvent, ToolProgressEvent, TurnEnd
-from runtime.host_link import KILL_EXIT_TIMEOUT
-from runtime.host_supervisor import (
+from runtime.supervision.link import KILL_EXIT_TIMEOUT
+from runtime.supervision.supervisor import (
     DEFAULT_LIVENESS_TIMEOUT,
     DEFAULT_PING_INTERVAL,
     HostSupervisor,

@@ -13,8 +13,8 @@ import trio
 from protocol.bounds import MAX_BATCH_MEMBERS
 from protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from protocol.messages.events import ToolCallEvent, UserMessageEvent
-from runtime.ops.connection import MAX_OPS_FRAME
-from runtime.sessionlog import read_log
+from runtime.agent.sessionlog import read_log
+from runtime.daemon.ops.connection import MAX_OPS_FRAME
 from tests.conftest import Marked
 from tests.e2e.pipeline import INIT, Pipeline
 from tests.e2e.rawclient import raw_daemon

@@ -1,5 +1,5 @@
 """A failing disk under the real daemon, through the log writer's fault seam
-(``QUIESCE_LOG_FAULTS``, ``runtime/logfaults.py``): EIO, EROFS and a failing fsync; the
+(``QUIESCE_LOG_FAULTS``, ``runtime/agent/logfaults.py``): EIO, EROFS and a failing fsync; the
 seam itself never reaches the host.
 Nothing torn is ever left in the middle of a log, the same session takes new prompts
 once the error clears, and a fresh daemon loads every turn with an honest end."""
@@ -23,8 +23,8 @@ from protocol.messages.events import (
     TurnEnd,
     TurnStart,
 )
-from runtime.logfaults import ENV
-from runtime.sessionlog import read_log
+from runtime.agent.logfaults import ENV
+from runtime.agent.sessionlog import read_log
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, assert_balanced, call, sleep, text
 

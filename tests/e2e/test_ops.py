@@ -18,8 +18,8 @@ import trio
 from protocol.messages.client import SessionEventParams
 from protocol.messages.events import ToolCallEvent, ToolProgressEvent, TurnEnd
 from protocol.messages.ops import OpsSession
-from runtime.client import serve_command, spawn_daemon
-from runtime.ops.client import OpsClient, connect
+from runtime.clients.daemon_client import serve_command, spawn_daemon
+from runtime.clients.ops.client import OpsClient, connect
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon, call, text
 from tests.plugins.support import QUIET, alive, new_plugin_session, wait_file

@@ -14,7 +14,7 @@ import msgspec
 import psutil
 import trio
 
-from runtime.ops.connection import MAX_OPS_FRAME
+from runtime.daemon.ops.connection import MAX_OPS_FRAME
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon
 

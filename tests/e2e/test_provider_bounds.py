@@ -2,7 +2,7 @@
 end.
 
 The runtime holds a call's fragments until the call is complete; past the bound
-(``runtime.providers.bounds``) the response is refused: the turn ends ``error`` naming the
+(``runtime.agent.providers.bounds``) the response is refused: the turn ends ``error`` naming the
 bound, the HTTP stream is closed, and the runtime's memory stays put. Before, the runtime
 read on and grew (400 MB of fragments: 435 MB) and the turn never ended.
 """
@@ -15,7 +15,7 @@ import psutil
 import trio
 
 from protocol.messages.events import TurnEnd
-from runtime.providers.bounds import MAX_CALL_ARGUMENTS, MAX_RESPONSE_TEXT, MAX_TOOL_NAME
+from runtime.agent.providers.bounds import MAX_CALL_ARGUMENTS, MAX_RESPONSE_TEXT, MAX_TOOL_NAME
 from tests.conftest import Marked
 from tests.e2e import test_anthropic_turns, test_openai_turns
 from tests.e2e.agent_harness import Agent, agent_daemon

@@ -12,7 +12,7 @@ import trio
 from protocol.messages.client import SessionLoadParams
 from protocol.messages.common import Empty
 from protocol.messages.events import ToolProgressEvent, ToolResultEvent, TurnEnd
-from runtime.shared.rpc import ConnectionClosed
+from runtime.link import ConnectionClosed
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, call
 from tests.support import marked_processes

@@ -18,7 +18,7 @@ import sys
 import pytest
 import trio
 
-from runtime.shared import cgroups
+from runtime.proc import cgroups
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon
 from tests.e2e.sandboxkit import (

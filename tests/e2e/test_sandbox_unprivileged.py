@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from protocol.messages.client import SessionNewParams, SessionNewResult
-from runtime.client import spawn_daemon
+from runtime.clients.daemon_client import spawn_daemon
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, call, text
 from tests.e2e.sandboxkit import listeners, needs_landlock, output, quote, sh

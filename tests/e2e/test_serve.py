@@ -11,7 +11,7 @@ import trio
 from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.client import DebugRunToolParams, SessionNewParams
 from protocol.messages.common import Empty, InitializeParams
-from runtime.client import spawn_daemon
+from runtime.clients.daemon_client import spawn_daemon
 from tests.conftest import Marked
 from tests.e2e.rawclient import raw_daemon
 

@@ -10,7 +10,7 @@ import pytest
 import trio
 from wsproto.events import TextMessage
 
-from runtime.client import serve_command
+from runtime.clients.daemon_client import serve_command
 from tests.conftest import Marked
 from tests.e2e.socketclient import (
     INIT,

@@ -16,7 +16,7 @@ from tests.conftest import Marked
 # loaded when ``initialize`` is answered (its handler's return) to stderr, one JSON line.
 SERVE = """
 import json, sys
-import runtime.daemon as daemon
+import runtime.daemon.daemon as daemon
 
 answer = daemon.Daemon.initialize
 
@@ -32,15 +32,21 @@ sys.exit(main(["serve"]))
 
 # Modules (or packages: any module beneath them too) the first answer must not need.
 HEAVY = (
-    "runtime.agent", "runtime.registry", "runtime.providers", "runtime.sessions",
-    "runtime.session_requests", "runtime.session_tools", "runtime.daemon_ops",
-    "runtime.ops_view", "runtime.acp", "runtime.chat", "runtime.demo", "runtime.ops.client",
+    "runtime.agent", "runtime.daemon.sessions", "runtime.daemon.session_requests",
+    "runtime.daemon.session_tools", "runtime.daemon.ops_backend", "runtime.daemon.ops_view",
+    "runtime.clients",
     "httpx", "rich", "prompt_toolkit",
 )
 
 
+# What the daemon's configuration needs of the agent's package: light, and loaded at start.
+LIGHT = ("runtime.agent", "runtime.agent.hooks", "runtime.agent.hooks.config",
+         "runtime.agent.hooks.matcher", "runtime.agent.sessionlog", "runtime.agent.logfaults")
+
+
 def _heavy(modules: list[str]) -> list[str]:
-    return [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+    return [m for m in modules
+            if m not in LIGHT and any(m == h or m.startswith(h + ".") for h in HEAVY)]
 
 
 def _request(rid: int, method: str, params: dict[str, object]) -> bytes:
@@ -61,5 +67,5 @@ def test_serve_answers_initialize_without_the_heavy_modules(marked: Marked) -> N
     seen = [line for line in done.stderr.decode().splitlines() if line.startswith("MODULES ")]
     assert len(seen) == 1, done.stderr.decode()[-2000:]
     modules = json.loads(seen[0].removeprefix("MODULES "))
-    assert "runtime.daemon" in modules and "runtime.host_supervisor" in modules
+    assert "runtime.daemon.daemon" in modules and "runtime.supervision.supervisor" in modules
     assert _heavy(modules) == []

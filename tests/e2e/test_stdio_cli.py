@@ -145,7 +145,7 @@ async def test_quiesce_host_over_stdio(marked: Marked, tmp_path: pathlib.Path) -
 STRAY = """
 import os, subprocess, sys
 import trio
-from runtime.shared.stdio import take_stdio
+from runtime.link.stdio import take_stdio
 
 receive, send = take_stdio()
 print("stray print")

@@ -15,7 +15,7 @@ import trio
 
 from protocol.messages.common import Empty
 from protocol.messages.events import AssistantMessageEvent
-from runtime.percentiles import percentile
+from runtime.daemon.percentiles import percentile
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon
 from tests.e2e.test_openai_turns import open_session

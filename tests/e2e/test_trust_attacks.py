@@ -28,7 +28,7 @@ from protocol.messages.client import (
     WorkspaceTrustParams,
     WorkspaceTrustResult,
 )
-from runtime.client import spawn_daemon
+from runtime.clients.daemon_client import spawn_daemon
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon, call, text
 from tests.e2e.test_child_env import SECRETS, names

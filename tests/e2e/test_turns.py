@@ -35,7 +35,7 @@ from protocol.messages.events import (
     TurnStart,
 )
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
-from runtime.shared.rpc import effect_taken
+from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.e2e.agent_harness import (
     agent_daemon,

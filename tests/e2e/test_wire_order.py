@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from protocol.messages.events import ToolResultEvent, TurnEnd
-from runtime.sessionlog import read_log
+from runtime.agent.sessionlog import read_log
 from tests.conftest import Marked
 from tests.e2e.pipeline import INIT, Pipeline, write_then_end
 from tests.e2e.rawclient import raw_daemon

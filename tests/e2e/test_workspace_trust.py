@@ -23,8 +23,8 @@ from protocol.messages.client import (
     WorkspaceTrustParams,
     WorkspaceTrustResult,
 )
-from runtime.client import DaemonClient, serve_command, spawn_daemon
-from runtime.shared.rpc import effect_taken
+from runtime.clients.daemon_client import DaemonClient, serve_command, spawn_daemon
+from runtime.link import effect_taken
 from tests.conftest import Marked
 
 TrustAnswer = Callable[[WorkspaceTrustParams], Awaitable[WorkspaceTrustResult]]

@@ -26,7 +26,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from protocol.messages.events import ToolCallEvent, ToolResultEvent, TurnEnd, TurnStart
-from runtime.sessionlog import read_log
+from runtime.agent.sessionlog import read_log
 from tests.e2e.pipeline import Pipeline
 
 SESSIONS = 3

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import trio
 
 from protocol.bounds import MAX_BATCH_MEMBERS
-from runtime.client import serve_command
+from runtime.clients.daemon_client import serve_command
 from tests.conftest import Marked
 from tests.fuzz.stream import Peer, host_command, spawned
 

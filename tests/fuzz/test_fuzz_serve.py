@@ -18,8 +18,8 @@ import msgspec
 import trio
 
 from protocol.messages.events import SessionMeta, ToolCallEvent, ToolResultEvent
-from runtime.client import serve_command
-from runtime.sessionlog import read_log
+from runtime.agent.sessionlog import read_log
+from runtime.clients.daemon_client import serve_command
 from tests.conftest import Marked
 from tests.fuzz import wire
 from tests.fuzz.stream import (

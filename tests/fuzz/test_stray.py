@@ -13,8 +13,8 @@ import psutil
 import trio
 
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
-from runtime.client import serve_command
-from runtime.shared.rpc import effect_taken
+from runtime.clients.daemon_client import serve_command
+from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.fuzz.stream import Peer, host_command, log_errors, spawned

@@ -26,9 +26,9 @@ from protocol.messages.host import (
     ToolsStartedParams,
 )
 from protocol.tools import Decision, ToolResult
-from runtime.host_link import HostLink
-from runtime.shared import cgroup_sweeps
-from runtime.shared.rpc import effect_taken
+from runtime.link import effect_taken
+from runtime.supervision import cgroup_sweeps
+from runtime.supervision.link import HostLink
 
 
 class NoRuntime:

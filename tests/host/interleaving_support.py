@@ -47,8 +47,8 @@ from protocol.tools import (
     TextContent,
     ToolResult,
 )
-from runtime.host_link import HostLink
-from runtime.shared.rpc import effect_taken
+from runtime.link import effect_taken
+from runtime.supervision.link import HostLink
 from tests.support import command_line, marked_processes
 
 # -- what an example is made of ------------------------------------------------------

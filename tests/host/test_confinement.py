@@ -8,7 +8,7 @@ import pathlib
 import trio
 
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
-from runtime.shared.rpc import effect_taken
+from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.host.harness import running_host
 

@@ -26,7 +26,7 @@ from protocol.messages.host import (
 )
 from protocol.toolclass import ToolClass, tool_class
 from protocol.tools import Decision, ToolResult, ok_result
-from runtime.shared.rpc import effect_taken
+from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.host.harness import running_host
 

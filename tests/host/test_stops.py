@@ -18,7 +18,7 @@ from protocol.messages.host import (
     ToolsStartedParams,
 )
 from protocol.tools import ToolResult
-from runtime.shared.rpc import effect_taken
+from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.host.harness import running_host
 from tests.support import command_line, marked_processes, stuck_grep_file

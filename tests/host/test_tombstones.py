@@ -7,7 +7,7 @@ import pytest
 
 from host.tombstones import TombstoneRegistry
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
-from runtime.shared.rpc import effect_taken
+from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.host.harness import running_host
 

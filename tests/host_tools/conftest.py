@@ -21,8 +21,8 @@ import trio
 
 from host.tools.context import HostToolConfig, ToolContext
 from host.workspace import Workspace
-from runtime.shared.orphans import become_subreaper
-from runtime.shared.proctree import find_marked
+from runtime.proc.orphans import become_subreaper
+from runtime.proc.proctree import find_marked
 
 MARKER_KEY = "QUIESCE_TEST_MARKER"
 TEST_GRACE = 0.3

@@ -8,7 +8,7 @@ import trio
 
 from host.tools import TOOLS
 from protocol.tools import BashArgs, TextContent, ToolResult
-from runtime.shared.proctree import find_marked
+from runtime.proc.proctree import find_marked
 
 from .conftest import TEST_GRACE, Harness, wait_until
 

@@ -14,7 +14,7 @@ import trio
 
 from host import limits
 from protocol.tools import ToolResult
-from runtime.shared import cgroups
+from runtime.proc import cgroups
 from tests.conftest import Marked
 from tests.host.harness import running_host
 

@@ -18,7 +18,8 @@ import pytest
 import trio
 
 from protocol.tools import ToolResult
-from runtime.shared import cgroup_sweeps, cgroups
+from runtime.proc import cgroups
+from runtime.supervision import cgroup_sweeps
 from tests.conftest import Marked
 from tests.host.harness import Host, running_host
 

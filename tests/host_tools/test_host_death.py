@@ -22,8 +22,8 @@ import psutil  # type: ignore[import-untyped, unused-ignore]
 import pytest
 import trio
 
-from runtime.shared.proctree import ENV_MARKER
-from runtime.shared.rpc import ConnectionClosed
+from runtime.link import ConnectionClosed
+from runtime.proc.proctree import ENV_MARKER
 from tests.conftest import Marked
 from tests.host.harness import Host, running_host
 from tests.support import command_line

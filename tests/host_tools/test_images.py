@@ -12,7 +12,7 @@ from PIL import Image
 from host.imaging import render
 from host.tools import TOOLS
 from protocol.tools import GenerateImagesArgs, ImageContent, TextContent, ToolResult
-from runtime.shared.proctree import find_marked
+from runtime.proc.proctree import find_marked
 
 from .conftest import Harness, wait_until
 

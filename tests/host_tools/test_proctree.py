@@ -19,8 +19,8 @@ import pytest
 import trio
 
 from host import spawn, spawn_start
-from runtime.shared import orphans
-from runtime.shared.proctree import find_marked, kill_marked, kill_tree
+from runtime.proc import orphans
+from runtime.proc.proctree import find_marked, kill_marked, kill_tree
 
 from .conftest import TEST_GRACE, wait_until
 
@@ -200,7 +200,7 @@ def test_a_missing_command_fails_as_popen_would(tmp_path: pathlib.Path) -> None:
 async def test_trees_stopped_together_share_their_listings(
         monkeypatch: pytest.MonkeyPatch, marker: tuple[str, str]) -> None:
     """The fallback lists the process table once per wave, not once per tree."""
-    from runtime.shared import proclisting
+    from runtime.proc import proclisting
 
     taken = 0
     take = proclisting.Listing.take

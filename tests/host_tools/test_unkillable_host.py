@@ -21,8 +21,8 @@ import trio
 
 from protocol.messages.client import AgentPromptResult
 from protocol.messages.events import ToolCallEvent
-from runtime.client import SHUTDOWN_TIMEOUT
-from runtime.host_link import KILL_EXIT_TIMEOUT
+from runtime.clients.daemon_client import SHUTDOWN_TIMEOUT
+from runtime.supervision.link import KILL_EXIT_TIMEOUT
 from tests.conftest import Marked
 from tests.e2e.agent_harness import Agent, agent_daemon, call, text
 from tests.host_tools.test_slow_mounts import pytestmark as needs_fuse

@@ -20,7 +20,7 @@ from protocol.messages.ops import (
     OpsSessionsResult,
     OpsStatsResult,
 )
-from runtime.ops.backend import EventListener
+from runtime.daemon.ops.backend import EventListener
 
 STUCK = OpsSession("s-stuck", "/work/a", "running", turn_id="t-7", turn_age_s=95.0,
                    stop_waiting_s=64.0, stuck=True, inbox=1, calls=(

@@ -14,8 +14,8 @@ import trio
 
 from protocol.causes import OperatorCause
 from protocol.messages.events import ToolResultEvent, TurnEnd, TurnOutcome
-from runtime.ops.pidfile import PidFile, write_pid_file
-from runtime.ops.server import OpsServer
+from runtime.daemon.ops.pidfile import PidFile, write_pid_file
+from runtime.daemon.ops.server import OpsServer
 from tests.ops.support import FakeBackend, tool_call, turn_start
 
 PID = os.getpid()

@@ -16,9 +16,9 @@ from protocol.messages.events import ToolCallEvent, TurnEnd, TurnOutcome
 from protocol.messages.host import HostCallInfo, HostStatsResult
 from protocol.toolclass import ToolClass
 from runtime.agent.hostcall import HostCallState, InFlightCall
-from runtime.daemon_ops import DaemonOps, shown_state
-from runtime.ops_view import SessionOpsView
-from runtime.shared.rpc import ConnectionClosed, NotSent
+from runtime.daemon.ops_backend import DaemonOps, shown_state
+from runtime.daemon.ops_view import SessionOpsView
+from runtime.link import ConnectionClosed, NotSent
 
 
 @dataclass

@@ -13,11 +13,11 @@ import time
 import pytest
 import trio
 
-from runtime.ops.client import RunningDaemon, discover
-from runtime.ops.pidfile import PidFile, write_pid_file
-from runtime.ops.rundir import UnsafeRunDir, check_private_dir, ensure_private_dir, run_dir
-from runtime.ops.server import OpsServer
-from runtime.ops.targets import TargetError, parse_target, pick_daemon
+from runtime.clients.ops.client import RunningDaemon, discover
+from runtime.clients.ops.targets import TargetError, parse_target, pick_daemon
+from runtime.daemon.ops.pidfile import PidFile, write_pid_file
+from runtime.daemon.ops.rundir import UnsafeRunDir, check_private_dir, ensure_private_dir, run_dir
+from runtime.daemon.ops.server import OpsServer
 from tests.ops.support import FakeBackend
 
 

@@ -28,7 +28,7 @@ from protocol.messages.events import (
     WaitingCall,
 )
 from protocol.messages.ops import OpsEventParams
-from runtime.ops.render import duration, event_line, event_summary, table
+from runtime.clients.ops.render import duration, event_line, event_summary, table
 from tests.ops.support import tool_call, turn_start
 
 

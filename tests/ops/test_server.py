@@ -15,11 +15,11 @@ import trio
 from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.ops import OpsEventParams
 from protocol.version import PROTOCOL_VERSION
-from runtime.ops.client import connect
-from runtime.ops.connection import MAX_TAIL_LAG
-from runtime.ops.pidfile import read_pid_file
-from runtime.ops.rundir import UnsafeRunDir
-from runtime.ops.server import OpsServer
+from runtime.clients.ops.client import connect
+from runtime.daemon.ops.connection import MAX_TAIL_LAG
+from runtime.daemon.ops.pidfile import read_pid_file
+from runtime.daemon.ops.rundir import UnsafeRunDir
+from runtime.daemon.ops.server import OpsServer
 from tests.ops.support import STUCK, FakeBackend, tool_call, turn_start
 
 

@@ -18,8 +18,8 @@ from protocol.messages.common import McpServerConfig
 from protocol.messages.host import PluginTool, ToolsAbortResult
 from protocol.toolclass import ToolClass, tool_class
 from runtime.agent.hosttools import HostTools
+from runtime.agent.registry import JsonObjectArgs
 from runtime.agent.turn import tool_schemas
-from runtime.registry import JsonObjectArgs
 
 
 def test_the_common_file_shape() -> None:

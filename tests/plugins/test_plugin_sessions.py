@@ -17,7 +17,7 @@ from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.client import SessionCloseParams, SessionLoadParams
 from protocol.messages.common import McpServerConfig
 from protocol.messages.events import SessionMeta
-from runtime.shared.rpc import ConnectionClosed
+from runtime.link import ConnectionClosed
 from tests.conftest import Marked
 from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.plugins.support import QUIET, SERVER, alive, new_plugin_session, pid_in, wait_file

@@ -23,7 +23,7 @@ from protocol.envelope import (
     parse_frame,
 )
 from protocol.methods import DIRECTIONS, Direction, MethodSpec
-from runtime.shared.rpc.dispatch import encode_response
+from runtime.link.dispatch import encode_response
 
 INT64 = (-(2**63), 2**63 - 1)
 

@@ -19,7 +19,7 @@ from protocol.messages.client import (
 )
 from protocol.messages.events import ToolCallEvent, ToolResultEvent
 from protocol.tools import TextContent
-from runtime.shared.rpc.dispatch import encode_response
+from runtime.link.dispatch import encode_response
 
 
 def _result(value: msgspec.Struct) -> Any:

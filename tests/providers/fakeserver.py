@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 import trio
 
-from runtime.providers.base import ModelRequest, StreamChunk, UsageReport
+from runtime.agent.providers.base import ModelRequest, StreamChunk, UsageReport
 
 SSE_HEADERS = (("Content-Type", "text/event-stream; charset=utf-8"),
                ("Cache-Control", "no-cache"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import trio
 
-from runtime.providers.anthropic import AnthropicConfig, AnthropicProvider
-from runtime.providers.base import (
+from runtime.agent.providers.anthropic import AnthropicConfig, AnthropicProvider
+from runtime.agent.providers.base import (
     AssistantMessage,
     ModelRequest,
     ProviderError,

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.messages.client import AnthropicProviderConfig
-from runtime.providers.anthropic import AnthropicConfig, provider_from_config, recorded
-from runtime.providers.anthropic_stream import MessagesStreamDecoder, error_text
-from runtime.providers.anthropic_wire import Settings, encode_request
-from runtime.providers.base import (
+from runtime.agent.providers.anthropic import AnthropicConfig, provider_from_config, recorded
+from runtime.agent.providers.anthropic_stream import MessagesStreamDecoder, error_text
+from runtime.agent.providers.anthropic_wire import Settings, encode_request
+from runtime.agent.providers.base import (
     AssistantMessage,
     ModelRequest,
     ProviderError,

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import trio
 
-from runtime.providers.base import (
+from runtime.agent.providers.base import (
     AssistantMessage,
     ModelRequest,
     ProviderError,
@@ -21,7 +21,7 @@ from runtime.providers.base import (
     ToolSchema,
     UserMessage,
 )
-from runtime.providers.openai import OpenAIConfig, OpenAIProvider
+from runtime.agent.providers.openai import OpenAIConfig, OpenAIProvider
 from tests.providers import fakeserver, recorded
 from tests.providers.fakeserver import FakeServer, Reply, split
 from tests.providers.recorded import event, sse

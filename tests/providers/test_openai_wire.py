@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.messages.client import OpenAIProviderConfig
-from runtime.providers.base import (
+from runtime.agent.providers.base import (
     AssistantMessage,
     ModelRequest,
     ProviderError,
@@ -23,7 +23,7 @@ from runtime.providers.base import (
     UsageReport,
     UserMessage,
 )
-from runtime.providers.openai import (
+from runtime.agent.providers.openai import (
     ChatStreamDecoder,
     OpenAIConfig,
     encode_request,

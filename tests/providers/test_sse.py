@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.providers.sse import ServerSentEvent, SSEDecoder, SSEError
+from runtime.agent.providers.sse import ServerSentEvent, SSEDecoder, SSEError
 
 
 def decode(*pieces: bytes) -> list[ServerSentEvent]:

@@ -11,7 +11,7 @@ import trio
 
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, ok_result
-from runtime.registry import (
+from runtime.agent.registry import (
     AbortController,
     AbortSignal,
     StopHandler,

@@ -23,7 +23,7 @@ from protocol.tools import (
     error_result,
     ok_result,
 )
-from runtime.registry import (
+from runtime.agent.registry import (
     AbortController,
     AbortError,
     AbortSignal,

@@ -19,7 +19,7 @@ from protocol.tools import (
     ToolResult,
     ok_result,
 )
-from runtime.registry import (
+from runtime.agent.registry import (
     AbortController,
     AbortSignal,
     Allow,

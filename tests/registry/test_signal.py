@@ -5,7 +5,7 @@ import pytest
 import trio
 import trio.testing
 
-from runtime.registry import (
+from runtime.agent.registry import (
     AbortController,
     AbortError,
     AbortSignal,

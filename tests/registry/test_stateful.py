@@ -23,7 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 from protocol.errors import ErrorCode
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, error_result
-from runtime.registry import (
+from runtime.agent.registry import (
     AbortController,
     Allow,
     Ask,

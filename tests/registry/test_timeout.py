@@ -9,7 +9,7 @@ import trio.testing
 from protocol.errors import ErrorCode
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, ok_result
-from runtime.registry import (
+from runtime.agent.registry import (
     AbortController,
     Delegate,
     TimeoutPolicy,

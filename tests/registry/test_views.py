@@ -10,7 +10,7 @@ import pytest
 from protocol.errors import ErrorCode
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, ok_result
-from runtime.registry import (
+from runtime.agent.registry import (
     AbortController,
     Allow,
     Delegate,

@@ -28,11 +28,9 @@ from runtime.agent.agent import Agent
 from runtime.agent.assembler import Assembler
 from runtime.agent.journal import Journal
 from runtime.agent.phase import InvalidTransition, PhaseEvent, PhaseKind, PhaseMachine
-from runtime.agent.turn import TurnConfig
-from runtime.daemon import Daemon
-from runtime.providers.base import ReasoningDelta, ReasoningSeal, TextDelta, ToolCallChunk
-from runtime.providers.scripted import ScriptedProvider, parse_script
-from runtime.registry import (
+from runtime.agent.providers.base import ReasoningDelta, ReasoningSeal, TextDelta, ToolCallChunk
+from runtime.agent.providers.scripted import ScriptedProvider, parse_script
+from runtime.agent.registry import (
     AbortSignal,
     HookCause,
     ToolDefinition,
@@ -42,7 +40,9 @@ from runtime.registry import (
     cancel_on_abort,
     define_tool,
 )
-from runtime.sessionlog import SessionLog, read_log
+from runtime.agent.sessionlog import SessionLog, read_log
+from runtime.agent.turn import TurnConfig
+from runtime.daemon.daemon import Daemon
 
 
 def no_route(params: ToolsOutputParams) -> bool:

@@ -12,9 +12,9 @@ import trio.testing
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.events import ToolCallEvent, ToolResultEvent, TurnEnd, TurnStart
-from runtime import logfaults
-from runtime.registry import DisposedCause, UserCause
-from runtime.sessionlog import read_log
+from runtime.agent import logfaults
+from runtime.agent.registry import DisposedCause, UserCause
+from runtime.agent.sessionlog import read_log
 from tests.runtime.test_agent import ECHO, make_agent, tool_call
 
 

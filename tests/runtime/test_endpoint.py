@@ -26,7 +26,7 @@ from protocol.messages.host import (
     ToolsOutputParams,
 )
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
-from runtime.shared.rpc import (
+from runtime.link import (
     ConnectionClosed,
     Endpoint,
     Handler,
@@ -199,7 +199,7 @@ async def test_a_failing_notification_handler_is_logged_and_the_link_keeps_servi
     async def abort(params: ToolsAbortParams) -> ToolsAbortResult:
         return ToolsAbortResult(True, "running")
 
-    with caplog.at_level(logging.ERROR, logger="runtime.shared.rpc.endpoint"):
+    with caplog.at_level(logging.ERROR, logger="runtime.link.endpoint"):
         async with linked({"tools.abort": abort}, on_output=on_output) as (runtime, host):
             host.notify("tools.output", ToolsOutputParams("s", "c", 1, "stdout", "a\n"))
             host.notify("tools.output", ToolsOutputParams("s", "c", 2, "stdout", "b\n"))

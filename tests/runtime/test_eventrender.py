@@ -13,7 +13,7 @@ from protocol.messages.events import (
     TurnOutcome,
 )
 from protocol.tools import TextContent
-from runtime.eventrender import render
+from runtime.clients.eventrender import render
 from tests.ops.support import tool_call
 
 

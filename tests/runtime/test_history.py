@@ -11,7 +11,7 @@ from protocol.messages.events import (
 )
 from protocol.tools import TextContent
 from runtime.agent.history import ModelHistory, model_messages
-from runtime.providers.base import AssistantMessage, ToolCallChunk, ToolMessage, UserMessage
+from runtime.agent.providers.base import AssistantMessage, ToolCallChunk, ToolMessage, UserMessage
 
 
 def index(events: list[DurableEvent]) -> tuple[dict[str, list[DurableEvent]], list[str]]:

@@ -1,5 +1,5 @@
-"""A hook's answer read sans-IO (``runtime.hooks.answer``) and its configuration checked
-(``runtime.hooks.config``)."""
+"""A hook's answer read sans-IO (``runtime.agent.hooks.answer``) and its configuration checked
+(``runtime.agent.hooks.config``)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 
 from protocol.messages.host import HooksRunResult
 from protocol.tools import ok_result
-from runtime.config import ServeConfig, hook_config, parse_serve_config
-from runtime.config_file import ConfigError
-from runtime.hooks.answer import Verdict, hook_input, verdict
+from runtime.agent.hooks.answer import Verdict, hook_input, verdict
+from runtime.daemon.config import ServeConfig, hook_config, parse_serve_config
+from runtime.daemon.config_file import ConfigError
 
 
 def exited(status: int, stdout: str = "", stderr: str = "") -> HooksRunResult:

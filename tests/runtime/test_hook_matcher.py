@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runtime.hooks.matcher import MAX_STATES, Matcher, MatcherError
+from runtime.agent.hooks.matcher import MAX_STATES, Matcher, MatcherError
 
 PATTERNS = [
     "Bash", "Write|Edit", "mcp__.*", "(Read|Glob|Grep)", "B.sh", "[A-Z][a-z]+",

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from protocol.errors import ErrorCode, RpcError
-from runtime.host_link import HostLink
+from runtime.supervision.link import HostLink
 from tests.conftest import Marked
 
 # A "host" of a future major version: it answers initialize, then waits on stdin.

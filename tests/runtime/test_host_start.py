@@ -13,8 +13,8 @@ import trio
 
 from protocol.tools import ToolResult
 from runtime.agent.hosttools import HostTools
-from runtime.host_supervisor import START_RETRY_AFTER, HostStartFailed, HostSupervisor
-from runtime.registry import AbortController, ToolCallRequest, ToolRegistry, run_tool_calls
+from runtime.agent.registry import AbortController, ToolCallRequest, ToolRegistry, run_tool_calls
+from runtime.supervision.supervisor import START_RETRY_AFTER, HostStartFailed, HostSupervisor
 from tests.conftest import Marked
 from tests.runtime.test_hosttools import Recorder
 from tests.support import MARK_VAR

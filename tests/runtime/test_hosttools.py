@@ -24,16 +24,16 @@ from protocol.messages.host import (
 )
 from protocol.tools import ToolResult, aborted_result, ok_result
 from runtime.agent.hosttools import HostTools, lost_host
-from runtime.host_generation import HostGeneration
-from runtime.host_lease import END_WAIT, HostLease
-from runtime.registry import (
+from runtime.agent.registry import (
     AbortController,
     ToolCallRequest,
     ToolRegistry,
     UserCause,
     run_tool_calls,
 )
-from runtime.shared.rpc import ConnectionClosed, NotSent
+from runtime.link import ConnectionClosed, NotSent
+from runtime.supervision.generation import HostGeneration
+from runtime.supervision.lease import END_WAIT, HostLease
 
 NEVER = trio.Event()  # never set: a host that never answers
 

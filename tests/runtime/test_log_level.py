@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-PROGRAM = ("import logging; from runtime.shared.logs import setup_logging; "
+PROGRAM = ("import logging; from runtime.link.logs import setup_logging; "
            "setup_logging('runtime'); "
            "logging.getLogger('t').info('an info line'); "
            "logging.getLogger('t').warning('a warning line')")

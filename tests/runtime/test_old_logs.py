@@ -20,7 +20,7 @@ from protocol.causes import (
 )
 from protocol.messages.events import DurableEvent, ToolResultEvent, TurnEnd, TurnOutcome
 from protocol.messages.host import ToolsAbortParams
-from runtime.sessionlog import read_log
+from runtime.agent.sessionlog import read_log
 
 FIXTURE = pathlib.Path(__file__).parent.parent / "fixtures" / "log_before_issue17.jsonl"
 

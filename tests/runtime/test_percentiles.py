@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runtime.percentiles import percentile
+from runtime.daemon.percentiles import percentile
 
 
 def test_small_samples() -> None:

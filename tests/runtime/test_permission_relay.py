@@ -13,8 +13,8 @@ from protocol.messages.host import (
     PermissionWithdrawnParams,
 )
 from protocol.methods import CLIENT_TO_RUNTIME, HOST_TO_RUNTIME, RUNTIME_TO_CLIENT, RUNTIME_TO_HOST
-from runtime.permission_relay import PermissionRelay
-from runtime.shared.rpc import Endpoint, effect_taken
+from runtime.daemon.permission_relay import PermissionRelay
+from runtime.link import Endpoint, effect_taken
 
 
 async def test_a_withdrawal_that_overtakes_its_request_refuses_it() -> None:

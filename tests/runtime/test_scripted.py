@@ -4,14 +4,14 @@ import pytest
 import trio
 import trio.testing
 
-from runtime.providers.base import (
+from runtime.agent.providers.base import (
     ModelRequest,
     ProviderError,
     ReasoningDelta,
     TextDelta,
     ToolCallChunk,
 )
-from runtime.providers.scripted import ScriptedProvider, parse_script
+from runtime.agent.providers.scripted import ScriptedProvider, parse_script
 
 REQUEST = ModelRequest("", ())
 

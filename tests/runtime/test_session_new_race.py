@@ -12,8 +12,8 @@ import trio
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import ScriptedProviderConfig, SessionNewParams
 from protocol.messages.host import PluginsListParams, PluginsListResult, SessionOpenResult
-from runtime.daemon import Daemon
-from runtime.session_life import SessionLife
+from runtime.daemon.daemon import Daemon
+from runtime.daemon.session_life import SessionLife
 
 
 class _Host:

@@ -16,8 +16,8 @@ from protocol.messages.events import (
     TurnOutcome,
     TurnStart,
 )
-from runtime import logfaults
-from runtime.sessionlog import SessionLog, is_live_elsewhere, read_log
+from runtime.agent import logfaults
+from runtime.agent.sessionlog import SessionLog, is_live_elsewhere, read_log
 
 
 def meta(seq: int = 0) -> SessionMeta:
@@ -92,7 +92,7 @@ def test_a_parent_and_its_subagent_can_both_be_open(tmp_path: pathlib.Path) -> N
 
 @pytest.fixture
 def faults() -> Iterator[Callable[[str], None]]:
-    """Set ``runtime.logfaults`` in this process (as QUIESCE_LOG_FAULTS does in a daemon)."""
+    """Set ``runtime.agent.logfaults`` in this process (as QUIESCE_LOG_FAULTS does in a daemon)."""
     yield logfaults.configure
     logfaults.configure("")
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runtime.shared import cgroups
+from runtime.proc import cgroups
 
 
 @pytest.fixture

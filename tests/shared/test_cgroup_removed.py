@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from runtime.shared import cgroups, escapes
+from runtime.proc import cgroups, escapes
 
 
 def test_populated_and_kill_of_a_removed_cgroup(scratch_cgroup: cgroups.HostCgroups,

@@ -11,7 +11,7 @@ import time
 
 import trio
 
-from runtime.shared import cgroups
+from runtime.proc import cgroups
 
 COUNTER = """
 import signal, sys, time

@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 import trio.testing
 
-from runtime.shared.coalesced import Coalesced
+from runtime.proc.coalesced import Coalesced
 
 
 async def test_callers_at_once_share_a_run_begun_after_they_asked() -> None:

@@ -18,13 +18,13 @@ def _run(code: str) -> str:
 
 
 def test_both_processes_load_the_dispatcher_without_the_heavy_modules() -> None:
-    out = _run("import sys, host.main, runtime.shared.rpc.dispatch\n"
+    out = _run("import sys, host.main, runtime.link.dispatch\n"
                f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))")
     assert out == "[]"
 
 
 def test_the_whole_package_loads_on_first_use_of_what_the_init_defines() -> None:
-    out = _run("import runtime.shared.rpc.dispatch, sys\n"
+    out = _run("import runtime.link.dispatch, sys\n"
                "import jsonrpcserver, oslash\n"
                "assert 'jsonschema' not in sys.modules\n"
                "from jsonrpcserver import dispatch, Success\n"
@@ -34,6 +34,6 @@ def test_the_whole_package_loads_on_first_use_of_what_the_init_defines() -> None
 
 def test_a_package_imported_first_is_left_as_it_is() -> None:
     out = _run("import jsonrpcserver\n"
-               "from runtime.shared.rpc.jsonrpcserver_load import bare_package\n"
+               "from runtime.link.jsonrpcserver_load import bare_package\n"
                "print(bare_package('jsonrpcserver') is jsonrpcserver)")
     assert out == "True"

@@ -12,7 +12,7 @@ import msgspec
 
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, ok_result
-from runtime.registry import (
+from runtime.agent.registry import (
     AbortController,
     AbortSignal,
     Allow,

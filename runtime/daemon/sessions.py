@@ -1,0 +1,402 @@
+"""Sessions: their logs in the data directory, their agents, and loading after a crash."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import os
+import pathlib
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+import trio
+
+from protocol import ids
+from protocol.errors import ErrorCode, RpcError
+from protocol.messages.client import PermissionMode, ProviderConfig, SandboxMode, SessionInfo
+from protocol.messages.common import McpServerConfig
+from protocol.messages.events import (
+    AnnouncedEvent,
+    HistoryCompacted,
+    MaintenanceEnd,
+    MaintenanceStart,
+    SessionMeta,
+    ToolCallEvent,
+    ToolResultEvent,
+    TurnEnd,
+    TurnOutcome,
+    TurnStart,
+)
+from protocol.messages.host import PluginTool
+from protocol.sandbox import SandboxPolicy
+from protocol.tools import ToolResult, aborted_result
+from runtime.agent import logfaults
+from runtime.agent.agent import Agent, ToolsFactory
+from runtime.agent.compaction import settings_from_meta, usage_sum
+from runtime.agent.journal import Journal
+from runtime.agent.providers.base import Provider
+from runtime.agent.sessionlog import (
+    LogContents,
+    SessionBusy,
+    SessionLog,
+    is_live_elsewhere,
+    read_log,
+)
+from runtime.agent.turn import TurnConfig
+from runtime.daemon.ops_view import SessionOpsView
+from runtime.daemon.session_picker import picker_fields
+from runtime.daemon.stop_waiting import StopWaiting
+
+if TYPE_CHECKING:
+    from runtime.supervision.lease import HostLease
+
+log = logging.getLogger(__name__)
+
+_SESSION_ID = re.compile(r"^s-[0-9a-f]{12}$")
+
+
+@dataclass
+class Session:
+    session_id: str
+    workspace: str
+    permission_mode: PermissionMode
+    created_at: float
+    agent: Agent
+    mcp_servers: tuple[McpServerConfig, ...] = ()
+    hidden_env: tuple[str, ...] = ()
+    """The variable its provider configuration names for its key (``apiKeyEnv``): the
+    host keeps it from every child process."""
+    sandbox: SandboxMode | None = None
+    """The sandbox mode the session narrowed to (``session.new``), or None."""
+    plugin_tools: tuple[PluginTool, ...] = ()
+    """The plugin tools the host listed for this session (what the model is offered)."""
+    sandbox_policy: SandboxPolicy | None = None
+    """The session's sandbox as the host enforces it (``session.open``'s answer): what
+    the Bash specification the model receives states."""
+    closing: bool = False
+    """``session.close`` is settling its turn: no new prompt; still visible to ``agent.abort``
+    and operators (who may have to force a stuck call for the close to finish)."""
+    ops: SessionOpsView = field(default_factory=SessionOpsView)
+    """What operators see of its calls."""
+    lease: tuple[str, HostLease] | None = None
+    """Its current top-level turn and that turn's hold on a host, which the turn's
+    subagents share: nothing of a turn reaches a host started after its own died."""
+    waiting: StopWaiting = field(init=False)
+    """What a stop of it waits on, announced as ``stop/waiting`` when it changes."""
+
+    def __post_init__(self) -> None:
+        self.waiting = StopWaiting(self.agent, self.ops)
+        self.agent.on_stopping = self.waiting.changed
+
+    def info(self) -> SessionInfo:
+        agent = self.agent
+        return SessionInfo(self.session_id, self.workspace, self.permission_mode,
+                           self.created_at, usage=self.agent.usage,
+                           phase=self.agent.machine.phase.kind.value,
+                           **picker_fields(
+                               agent.journal.events, agent.journal.log_path,
+                               running=agent.busy or bool(agent.inbox),
+                               stopping=agent.stopping))
+
+
+@dataclass(frozen=True)
+class Loaded:
+    session: Session
+    recovered: bool
+
+
+class SessionStore:
+    """Sessions of this daemon, each with a log under ``data_dir/sessions``."""
+
+    def __init__(self, data_dir: pathlib.Path, config: TurnConfig | None = None) -> None:
+        self.dir = data_dir / "sessions"
+        self._config = config or TurnConfig()
+        self._sessions: dict[str, Session] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        self._listing: dict[pathlib.Path, tuple[tuple[int, int] | None, SessionInfo]] = {}
+        """Each log's listing, by (size, mtime) of the file read (None: an OS error)."""
+        # session.list and ops list from worker threads, maybe at once.
+        self._listing_lock = threading.Lock()
+        logfaults.warn_if_active(log)
+        self._scan_lock = trio.Lock()  # one scan of the logs on disk at a time
+        self._scans = 0
+        self._scanned: list[SessionInfo] = []
+
+    def path_of(self, session_id: str) -> pathlib.Path:
+        if not _SESSION_ID.fullmatch(session_id):
+            raise RpcError(ErrorCode.INVALID_PARAMS, f"malformed session id {session_id!r}")
+        return self.dir / f"{session_id}.jsonl"
+
+    def create(self, workspace: str, mode: PermissionMode,
+               provider_config: ProviderConfig | None,
+               provider: Provider, announce: Callable[[str, AnnouncedEvent], None],
+               tools: Callable[[str], ToolsFactory],
+               mcp_servers: tuple[McpServerConfig, ...] = (),
+               system_prompt: str | None = None,
+               sandbox: SandboxMode | None = None) -> Session:
+        if not os.path.isabs(workspace):
+            raise RpcError(ErrorCode.INVALID_PARAMS, "workspace must be an absolute path",
+                           {"workspace": workspace})
+        if not os.path.isdir(workspace):
+            raise RpcError(ErrorCode.INVALID_PARAMS, "workspace is not a directory",
+                           {"workspace": workspace})
+        session_id = ids.session_id(uuid.uuid4().hex[:12])
+        real = os.path.realpath(workspace)
+        try:
+            slog = SessionLog.create(self.path_of(session_id))
+        except OSError as exc:
+            raise RpcError(ErrorCode.INTERNAL, f"cannot create the session log: "
+                                               f"{exc.strerror}") from exc
+        journal = Journal(slog, lambda event: announce(session_id, event))
+        try:
+            meta = journal.append(lambda seq: SessionMeta(
+                seq, "", session_id, real, mode, time.time(),
+                msgspec.to_builtins(provider_config) if provider_config else {}, mcp_servers,
+                system_prompt, sandbox))
+        except OSError as exc:  # a full or failing disk: no session, and no empty log left
+            slog.close()
+            with contextlib.suppress(OSError):
+                slog.path.unlink()
+            raise RpcError(ErrorCode.INTERNAL, f"cannot write the session log: "
+                                               f"{exc.strerror or exc}") from exc
+        assert isinstance(meta, SessionMeta)
+        return self._add(meta, journal, provider, tools)
+
+    def _add(self, meta: SessionMeta, journal: Journal, provider: Provider,
+             tools: Callable[[str], ToolsFactory]) -> Session:
+        config = dataclasses.replace(
+            self._config, workspace=meta.workspace,
+            system_prompt=meta.system_prompt or self._config.system_prompt)
+        agent = Agent(meta.session_id, journal, provider, tools(meta.session_id), config)
+        key_env = meta.provider.get("apiKeyEnv") if isinstance(meta.provider, dict) else None
+        agent.context = settings_from_meta(meta.provider)
+        session = Session(meta.session_id, meta.workspace, meta.permission_mode,  # type: ignore[arg-type]
+                          meta.created_at, agent, meta.mcp_servers,
+                          (key_env,) if isinstance(key_env, str) else (),
+                          meta.sandbox)  # type: ignore[arg-type]
+        self._sessions[session.session_id] = session
+        return session
+
+    async def load(self, session_id: str, *, provider: Callable[[dict[str, Any]], Provider],
+                   announce: Callable[[str, AnnouncedEvent], None],
+                   tools: Callable[[str], ToolsFactory]) -> Loaded:
+        """Open a session from its log; close the turns a crash cut off, honestly.
+        The caller holds :meth:`lock` for the id."""
+        if session_id in self._sessions:
+            return Loaded(self._sessions[session_id], False)
+        path = self.path_of(session_id)
+        if not path.exists():
+            raise RpcError(ErrorCode.NOT_FOUND, f"no session {session_id!r}")
+        if is_live_elsewhere(path):
+            raise RpcError(ErrorCode.BUSY, f"session {session_id} is open in another daemon")
+        try:
+            # Off the event loop: a long log must not hold up agent.abort elsewhere.
+            contents = await trio.to_thread.run_sync(read_log, path)
+            meta = contents.meta
+        except (OSError, ValueError) as exc:
+            raise RpcError(ErrorCode.INTERNAL, f"session log unreadable: {_why(exc)}",
+                           {"path": str(path)}) from exc
+        try:
+            slog = SessionLog.reopen(path, contents)
+        except SessionBusy as exc:
+            raise RpcError(ErrorCode.BUSY, str(exc)) from exc
+        except OSError as exc:  # the torn last line could not be cut (EROFS, EIO)
+            raise RpcError(ErrorCode.INTERNAL, f"session log cannot be reopened for "
+                           f"appending: {_why(exc)}", {"path": str(path)}) from exc
+        try:
+            journal, recovered = await self._repair(session_id, slog, contents)
+        except OSError as exc:  # the log refuses the repair: the load fails, nothing is torn
+            slog.close()
+            raise RpcError(ErrorCode.INTERNAL, f"session log cannot take the repair of its "
+                           f"interrupted turns: {_why(exc)}", {"path": str(path)}) from exc
+        journal = Journal(slog, lambda event: announce(session_id, event), tuple(journal.events))
+        return Loaded(self._add(meta, journal, provider(meta.provider), tools), recovered)
+
+    @staticmethod
+    async def _repair(session_id: str, slog: SessionLog,
+                      contents: LogContents) -> tuple[Journal, bool]:
+        """Close every turn the log leaves open: a result for each unanswered call and an
+        ``interrupted`` end. Repairs are announced with the replay that follows the load,
+        not twice."""
+        journal = Journal(slog, lambda event: None, contents.events)
+        recovered = False
+        result = aborted_result(before_dispatch=False,
+                                details={"recovered": "the runtime stopped mid-call"})
+        # A crash during a compaction: its end says so, before the end of the turn it ran
+        # inside (at a step boundary), if it ran inside one.
+        cut = _open_maintenance(contents)
+        if cut is not None:
+            recovered = True
+            inside, compacted = cut
+            await journal.append_durably(lambda seq: MaintenanceEnd(
+                seq, inside, TurnOutcome("interrupted"), compacted))
+            log.info("session %s: closed an interrupted maintenance", session_id)
+        # Innermost (latest) first: a subagent's turn ends before its parent's call does.
+        for open_turn in reversed(contents.open_turns()):
+            recovered = True
+            for call in contents.unanswered_calls(open_turn.turn_id):
+                journal.append(functools.partial(_synthetic_result, call, result))
+            await journal.append_durably(functools.partial(_interrupted_end, open_turn))
+            log.info("session %s: closed interrupted turn %s", session_id, open_turn.turn_id)
+        return journal, recovered
+
+    def discard(self, session_id: str, *, forget: bool = False) -> None:
+        """Drop a session; ``forget``: also delete its log (it never became usable)."""
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.agent.journal.close()
+            if forget:
+                with contextlib.suppress(OSError):
+                    self.path_of(session_id).unlink()
+
+    def lock(self, session_id: str) -> trio.Lock:
+        """Held by a load or a close of the session for its whole length: two loads make one
+        session, not two agents, and a close and a load never interleave (the host would see
+        their ``session.open`` and ``session.close`` in either order)."""
+        return self._locks.setdefault(session_id, trio.Lock())
+
+    def remove(self, session_id: str) -> None:
+        """Forget a closed session (its journal already closed)."""
+        self._sessions.pop(session_id, None)
+
+    def find(self, session_id: str) -> Session | None:
+        return self._sessions.get(session_id)
+
+    def get(self, session_id: str) -> Session:
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise RpcError(ErrorCode.NOT_FOUND, f"no session {session_id!r}") from None
+
+    def all(self) -> tuple[Session, ...]:
+        return tuple(self._sessions.values())
+
+    async def scan_disk(self) -> list[SessionInfo]:
+        """The sessions on disk, read off the event loop (a long log must not hold up
+        agent.abort), by a scan that started after this call: lists that wait for the same
+        scan share it, so a burst of them (a batch) costs two scans, not a thread each
+        (which would take the worker threads and the interpreter lock a stop needs)."""
+        wanted = self._scans + 1
+        async with self._scan_lock:
+            if self._scans < wanted:
+                self._scans += 1
+                self._scanned = await trio.to_thread.run_sync(self.on_disk)
+            return self._scanned
+
+    def on_disk(self) -> list[SessionInfo]:
+        """Sessions in the data directory that this daemon has not loaded; a log that cannot
+        be read is listed with ``error`` saying why, never left out."""
+        found: list[SessionInfo] = []
+        if not self.dir.is_dir():
+            return found
+        paths = sorted(self.dir.glob("s-*.jsonl"))
+        with self._listing_lock:
+            for gone in set(self._listing) - set(paths):  # logs deleted since last listed
+                self._listing.pop(gone, None)
+            for path in paths:
+                session_id = path.stem
+                if session_id in self._sessions or not _SESSION_ID.fullmatch(session_id):
+                    continue
+                found.append(self._listed(path))
+        return found
+
+    def _listed(self, path: pathlib.Path) -> SessionInfo:
+        """How ``session.list`` shows a log not loaded here; logs unchanged since they were
+        last read (same size and mtime) are not read again, unless that read met an OS
+        error (a permission fixed by ``chmod`` changes neither)."""
+        try:
+            stat = path.stat()
+        except OSError as exc:
+            return _unreadable(path, exc, None)
+        key = (stat.st_size, stat.st_mtime_ns)
+        cached = self._listing.get(path)
+        if cached is not None and cached[0] == key:
+            info = cached[1]
+        else:
+            try:
+                contents = read_log(path)
+                meta = contents.meta
+            except OSError as exc:  # read again next time: it may clear, the file unchanged
+                info = _unreadable(path, exc, stat.st_mtime)
+                if cached is None or cached[1].error != info.error:  # said once, not each time
+                    log.warning("session log %s is unreadable: %s", path, _why(exc))
+                self._listing[path] = (None, info)
+                return info
+            except ValueError as exc:
+                log.warning("session log %s is unreadable: %s", path, _why(exc))
+                info = _unreadable(path, exc, stat.st_mtime)
+            else:
+                info = SessionInfo(meta.session_id, meta.workspace,
+                                   meta.permission_mode,  # type: ignore[arg-type]
+                                   meta.created_at, loaded=False,
+                                   interrupted=bool(contents.open_turns()),
+                                   usage=usage_sum(contents.events),
+                                   **picker_fields(contents.events, path))
+            self._listing[path] = (key, info)
+        # A session open in another daemon is running there, not interrupted.
+        if info.interrupted and is_live_elsewhere(path):
+            info = msgspec.structs.replace(info, interrupted=False)
+        return info
+
+
+def _open_maintenance(contents: LogContents) -> tuple[str, bool] | None:
+    """The log's last maintenance/start, if it has no end (None: it has one, or there is
+    none): the turn it ran inside (empty: the maintenance phase) and whether its
+    history/compacted made it to the log."""
+    open_: tuple[str, bool] | None = None
+    for event in contents.events:
+        if isinstance(event, MaintenanceStart):
+            open_ = (event.turn_id, False)
+        elif isinstance(event, HistoryCompacted) and open_ is not None:
+            open_ = (open_[0], True)
+        elif isinstance(event, MaintenanceEnd):
+            open_ = None
+    return open_
+
+
+def _why(exc: OSError | ValueError) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
+    return str(exc)
+
+
+def _unreadable(path: pathlib.Path, exc: OSError | ValueError,
+                mtime: float | None) -> SessionInfo:
+    """A listing of a log that cannot be read: what its first line says, if it can be
+    read, else only its id (workspace empty, no permission mode, created at the file's
+    mtime)."""
+    meta = _first_meta(path)
+    if meta is not None:
+        return SessionInfo(path.stem, meta.workspace, meta.permission_mode,  # type: ignore[arg-type]
+                           meta.created_at, loaded=False, error=_why(exc))
+    return SessionInfo(path.stem, "", None, mtime or 0.0, loaded=False, error=_why(exc))
+
+
+def _first_meta(path: pathlib.Path) -> SessionMeta | None:
+    try:
+        with path.open("rb") as f:
+            first = f.readline(1 << 20)
+        event = msgspec.json.decode(first, type=SessionMeta)
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    return event
+
+
+def _synthetic_result(call: ToolCallEvent, result: ToolResult, seq: int) -> ToolResultEvent:
+    return ToolResultEvent(seq, call.turn_id, call.step, call.call_id, True, result.code,
+                           result.content, result.details)
+
+
+def _interrupted_end(turn: TurnStart, seq: int) -> TurnEnd:
+    return TurnEnd(seq, turn.turn_id,
+                   TurnOutcome("interrupted",
+                               error="the runtime stopped before this turn's end was recorded"),
+                   "error")
