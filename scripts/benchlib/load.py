@@ -90,7 +90,7 @@ from protocol.messages.events import (
 )
 from protocol.toolclass import ToolClass
 from runtime.agent.sessionlog import read_log
-from runtime.daemon.ops import OpsClient, connect
+from runtime.clients.ops.client import OpsClient, connect
 from runtime.daemon.percentiles import percentile
 from runtime.link import ConnectionClosed
 
