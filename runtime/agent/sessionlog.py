@@ -32,10 +32,9 @@ from protocol.messages.events import (
     DurableEvent,
     SessionMeta,
     ToolCallEvent,
-    ToolResultEvent,
-    TurnEnd,
     TurnStart,
 )
+from protocol.transcript import Transcript
 from runtime.agent import logfaults
 
 log = logging.getLogger(__name__)
@@ -57,26 +56,11 @@ class LogContents:
         return first
 
     def open_turns(self) -> list[TurnStart]:
-        """Turns that started and never ended (the runtime died inside them), in start
-        order: a subagent's turn and its parent's can both be open."""
-        open_: dict[str, TurnStart] = {}
-        for event in self.events:
-            if isinstance(event, TurnStart):
-                open_[event.turn_id] = event
-            elif isinstance(event, TurnEnd):
-                open_.pop(event.turn_id, None)
-        return list(open_.values())
+        """Turns that started and never ended (the transcript rulebook's reading)."""
+        return Transcript(self.events).open_turns()
 
     def unanswered_calls(self, turn_id: str) -> list[ToolCallEvent]:
-        calls: dict[str, ToolCallEvent] = {}
-        for event in self.events:
-            if event.turn_id != turn_id:
-                continue
-            if isinstance(event, ToolCallEvent):
-                calls[event.call_id] = event
-            elif isinstance(event, ToolResultEvent):
-                calls.pop(event.call_id, None)
-        return list(calls.values())
+        return Transcript(self.events).unanswered_calls(turn_id)
 
 
 def read_log(path: pathlib.Path) -> LogContents:

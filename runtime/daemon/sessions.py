@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import pathlib
@@ -25,19 +24,14 @@ from protocol.messages.client import PermissionMode, ProviderConfig, SandboxMode
 from protocol.messages.common import McpServerConfig
 from protocol.messages.events import (
     AnnouncedEvent,
-    HistoryCompacted,
+    DurableEvent,
     MaintenanceEnd,
-    MaintenanceStart,
     SessionMeta,
-    ToolCallEvent,
     ToolResultEvent,
-    TurnEnd,
-    TurnOutcome,
-    TurnStart,
 )
 from protocol.messages.host import PluginTool
 from protocol.sandbox import SandboxPolicy
-from protocol.tools import ToolResult, aborted_result
+from protocol.transcript import Transcript
 from runtime.agent import logfaults
 from runtime.agent.agent import Agent, ToolsFactory
 from runtime.agent.compaction import settings_from_meta, usage_sum
@@ -223,30 +217,22 @@ class SessionStore:
     @staticmethod
     async def _repair(session_id: str, slog: SessionLog,
                       contents: LogContents) -> tuple[Journal, bool]:
-        """Close every turn the log leaves open: a result for each unanswered call and an
-        ``interrupted`` end. Repairs are announced with the replay that follows the load,
-        not twice."""
+        """Close every turn the log leaves open, as the transcript rulebook says: a result
+        for each unanswered call and an ``interrupted`` end (and the end of a compaction a
+        crash cut). Repairs are announced with the replay that follows the load, not
+        twice."""
         journal = Journal(slog, lambda event: None, contents.events)
-        recovered = False
-        result = aborted_result(before_dispatch=False,
-                                details={"recovered": "the runtime stopped mid-call"})
-        # A crash during a compaction: its end says so, before the end of the turn it ran
-        # inside (at a step boundary), if it ran inside one.
-        cut = _open_maintenance(contents)
-        if cut is not None:
-            recovered = True
-            inside, compacted = cut
-            await journal.append_durably(lambda seq: MaintenanceEnd(
-                seq, inside, TurnOutcome("interrupted"), compacted))
-            log.info("session %s: closed an interrupted maintenance", session_id)
-        # Innermost (latest) first: a subagent's turn ends before its parent's call does.
-        for open_turn in reversed(contents.open_turns()):
-            recovered = True
-            for call in contents.unanswered_calls(open_turn.turn_id):
-                journal.append(functools.partial(_synthetic_result, call, result))
-            await journal.append_durably(functools.partial(_interrupted_end, open_turn))
-            log.info("session %s: closed interrupted turn %s", session_id, open_turn.turn_id)
-        return journal, recovered
+        repair = Transcript(contents.events).repair()
+        for event in repair:
+            if isinstance(event, ToolResultEvent):
+                journal.append(_renumbered(event))
+                continue
+            await journal.append_durably(_renumbered(event))  # an end: durable at once
+            if isinstance(event, MaintenanceEnd):
+                log.info("session %s: closed an interrupted maintenance", session_id)
+            else:
+                log.info("session %s: closed interrupted turn %s", session_id, event.turn_id)
+        return journal, bool(repair)
 
     def discard(self, session_id: str, *, forget: bool = False) -> None:
         """Drop a session; ``forget``: also delete its log (it never became usable)."""
@@ -347,21 +333,6 @@ class SessionStore:
         return info
 
 
-def _open_maintenance(contents: LogContents) -> tuple[str, bool] | None:
-    """The log's last maintenance/start, if it has no end (None: it has one, or there is
-    none): the turn it ran inside (empty: the maintenance phase) and whether its
-    history/compacted made it to the log."""
-    open_: tuple[str, bool] | None = None
-    for event in contents.events:
-        if isinstance(event, MaintenanceStart):
-            open_ = (event.turn_id, False)
-        elif isinstance(event, HistoryCompacted) and open_ is not None:
-            open_ = (open_[0], True)
-        elif isinstance(event, MaintenanceEnd):
-            open_ = None
-    return open_
-
-
 def _why(exc: OSError | ValueError) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
@@ -390,13 +361,7 @@ def _first_meta(path: pathlib.Path) -> SessionMeta | None:
     return event
 
 
-def _synthetic_result(call: ToolCallEvent, result: ToolResult, seq: int) -> ToolResultEvent:
-    return ToolResultEvent(seq, call.turn_id, call.step, call.call_id, True, result.code,
-                           result.content, result.details)
-
-
-def _interrupted_end(turn: TurnStart, seq: int) -> TurnEnd:
-    return TurnEnd(seq, turn.turn_id,
-                   TurnOutcome("interrupted",
-                               error="the runtime stopped before this turn's end was recorded"),
-                   "error")
+def _renumbered(event: DurableEvent) -> Callable[[int], DurableEvent]:
+    """The event at the seq the journal gives it (the rulebook numbers on from the log's
+    last seq, which is the journal's next)."""
+    return lambda seq: msgspec.structs.replace(event, seq=seq)

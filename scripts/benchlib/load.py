@@ -86,9 +86,9 @@ from protocol.messages.events import (
     ToolProgressEvent,
     ToolResultEvent,
     TurnEnd,
-    TurnStart,
 )
 from protocol.toolclass import ToolClass
+from protocol.transcript import Transcript
 from runtime.agent.sessionlog import read_log
 from runtime.clients.ops.client import OpsClient, connect
 from runtime.daemon.percentiles import percentile
@@ -320,30 +320,11 @@ def _count(table: dict[str, int], key: str, by: int = 1) -> None:
 
 
 def transcript_problems(events: tuple[DurableEvent, ...] | list[DurableEvent]) -> list[str]:
-    """Why a session log does not balance: a ``tool/call`` without exactly one
-    ``tool/result`` in the same turn and step (or the reverse), a turn without exactly
-    one ``turn/end``."""
-    calls: Counter[tuple[str, int, str]] = Counter()
-    results: Counter[tuple[str, int, str]] = Counter()
-    starts: Counter[str] = Counter()
-    ends: Counter[str] = Counter()
-    for event in events:
-        if isinstance(event, ToolCallEvent):
-            calls[(event.turn_id, event.step, event.call_id)] += 1
-        elif isinstance(event, ToolResultEvent):
-            results[(event.turn_id, event.step, event.call_id)] += 1
-        elif isinstance(event, TurnStart):
-            starts[event.turn_id] += 1
-        elif isinstance(event, TurnEnd):
-            ends[event.turn_id] += 1
-    problems = []
-    for key in sorted(set(calls) | set(results)):
-        if calls[key] != 1 or results[key] != 1:
-            problems.append(f"call {key}: {calls[key]} tool/call, {results[key]} tool/result")
-    for turn in sorted(set(starts) | set(ends)):
-        if starts[turn] != 1 or ends[turn] != 1:
-            problems.append(f"turn {turn}: {starts[turn]} turn/start, {ends[turn]} turn/end")
-    return problems
+    """Why a session log does not balance, by the transcript rulebook: a ``tool/call``
+    without exactly one ``tool/result`` in the same turn and step (or the reverse), a turn
+    without exactly one ``turn/start`` and one ``turn/end``."""
+    transcript = Transcript(events)
+    return transcript.call_problems() + transcript.turn_problems()
 
 
 def session_log(bench: Bench, session: Session) -> tuple[DurableEvent, ...]:

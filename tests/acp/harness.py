@@ -29,7 +29,8 @@ from acp.schema import (
 )
 from acp.stdio import spawn_agent_process
 
-from protocol.messages.events import DurableEvent, ToolCallEvent, ToolResultEvent
+from protocol.messages.events import DurableEvent, ToolResultEvent
+from protocol.transcript import balance_problems
 from runtime.agent.sessionlog import read_log
 from tests.conftest import Marked
 
@@ -192,13 +193,11 @@ def native_log(marked: Marked, session_id: str) -> list[DurableEvent]:
 
 
 def assert_balanced(marked: Marked, session_id: str) -> dict[str, ToolResultEvent]:
-    """Every durable tool/call has exactly one tool/result; the results by call id."""
+    """Every durable tool/call has exactly one tool/result (the transcript rulebook); the
+    results by call id."""
     events = native_log(marked, session_id)
-    calls = [(e.turn_id, e.step, e.call_id) for e in events if isinstance(e, ToolCallEvent)]
-    results = [(e.turn_id, e.step, e.call_id) for e in events
-               if isinstance(e, ToolResultEvent)]
-    assert sorted(calls) == sorted(results), (calls, results)
-    assert len(set(calls)) == len(calls)
+    problems = balance_problems(events)
+    assert not problems, problems
     return {e.call_id: e for e in events if isinstance(e, ToolResultEvent)}
 
 

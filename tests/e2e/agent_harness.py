@@ -46,6 +46,7 @@ from protocol.messages.host import (
     PermissionRequestResult,
     PermissionWithdrawnParams,
 )
+from protocol.transcript import balance_problems
 from runtime.agent.sessionlog import read_log
 from runtime.clients.daemon_client import DaemonClient, spawn_daemon
 from runtime.link import effect_taken
@@ -245,14 +246,10 @@ def encode(obj: Any) -> str:
 
 def assert_balanced(events: Sequence[AnnouncedEvent | DurableEvent], where: str) -> None:
     """In every turn that has ended: each tool/call has exactly one tool/result (same turn
-    and step). Turns still running (a queued prompt's, started after the stop) are skipped."""
-    ended = {e.turn_id for e in events if isinstance(e, TurnEnd)}
-    calls = [(e.turn_id, e.step, e.call_id) for e in events
-             if isinstance(e, ToolCallEvent) and e.turn_id in ended]
-    results = [(e.turn_id, e.step, e.call_id) for e in events
-               if isinstance(e, ToolResultEvent) and e.turn_id in ended]
-    assert sorted(calls) == sorted(results), f"{where}: calls {calls} != results {results}"
-    assert len(set(calls)) == len(calls), f"{where}: a call recorded twice: {calls}"
+    and step), by the transcript rulebook. Turns still running (a queued prompt's, started
+    after the stop) are skipped."""
+    problems = balance_problems(events, ended_only=True)
+    assert not problems, f"{where}: {problems}"
 
 
 def check_answer(answer: AgentAbortResult, log: Sequence[DurableEvent],

@@ -24,6 +24,8 @@ from protocol.messages.events import (
     TurnOutcome,
     TurnStart,
 )
+from protocol.tools import ABORTED_TEXT, TextContent
+from protocol.transcript import INTERRUPTED
 from runtime.agent.sessionlog import LogContents
 from runtime.link import ConnectionClosed
 from tests.conftest import Marked
@@ -64,9 +66,9 @@ def test_the_checks_catch_what_a_load_must_not_do() -> None:
     start = TurnStart(1, "t1")
     call = ToolCallEvent(2, "t1", 0, "c1", "Read", "read-only", {})
     before = LogContents((meta, start, call), 0)
-    result = ToolResultEvent(3, "t1", 0, "c1", True, "ABORTED", (),
+    result = ToolResultEvent(3, "t1", 0, "c1", True, "ABORTED", (TextContent(ABORTED_TEXT),),
                              {"recovered": "the runtime stopped mid-call"})
-    end = TurnEnd(4, "t1", TurnOutcome("interrupted", error=crashtest().INTERRUPTED), "error")
+    end = TurnEnd(4, "t1", TurnOutcome("interrupted", error=INTERRUPTED), "error")
     assert check_log("s", before, [meta, start, call, result, end]) == []
     # An invented end, an unanswered call, a changed prefix, a gap in the seqs:
     invented = TurnEnd(4, "t1", TurnOutcome("aborted", UserCause()), "cancelled")

@@ -25,7 +25,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from protocol.messages.events import ToolCallEvent, ToolResultEvent, TurnEnd, TurnStart
+from protocol.messages.events import ToolResultEvent
+from protocol.transcript import Transcript
 from runtime.agent.sessionlog import read_log
 from tests.e2e.pipeline import Pipeline
 
@@ -219,19 +220,10 @@ def check_logs(log_paths: Sequence[pathlib.Path], model: Model,
                workspace: pathlib.Path) -> list[str]:
     problems = []
     for number, path in enumerate(log_paths):
-        contents = read_log(path)
-        events = list(contents.events)
-        if contents.open_turns():
-            problems.append(f"s{number}: turns without an end: {contents.open_turns()}")
-        calls = [e.call_id + "/" + e.turn_id for e in events if isinstance(e, ToolCallEvent)]
-        results = [e.call_id + "/" + e.turn_id for e in events
-                   if isinstance(e, ToolResultEvent)]
-        if sorted(calls) != sorted(results):
-            problems.append(f"s{number}: unbalanced: calls {calls}, results {results}")
-        starts = [e.turn_id for e in events if isinstance(e, TurnStart)]
-        ends = [e.turn_id for e in events if isinstance(e, TurnEnd)]
-        if sorted(starts) != sorted(ends):
-            problems.append(f"s{number}: turn starts {starts} vs ends {ends}")
+        events = list(read_log(path).events)
+        transcript = Transcript(events)  # every turn ended, every call answered
+        problems += [f"s{number}: {p}"
+                     for p in transcript.turn_problems() + transcript.call_problems()]
         for e in events:
             if isinstance(e, ToolResultEvent) and (number, e.turn_id) in model.stopped_turns \
                     and e.code != "ABORTED_BEFORE_DISPATCH":

@@ -17,7 +17,8 @@ import time
 import msgspec
 import trio
 
-from protocol.messages.events import SessionMeta, ToolCallEvent, ToolResultEvent
+from protocol.messages.events import SessionMeta, ToolCallEvent
+from protocol.transcript import balance_problems
 from runtime.agent.sessionlog import read_log
 from runtime.clients.daemon_client import serve_command
 from tests.conftest import Marked
@@ -133,9 +134,8 @@ async def test_fuzz_quiesce_serve(marked: Marked, tmp_path: pathlib.Path) -> Non
             kinds = {m["params"]["event"]["kind"] for m in daemon.from_peer}
             assert {"turn/start", "tool/call", "tool/result", "turn/end"} <= kinds, kinds
             events = read_log(marked.data_dir / "sessions" / f"{LIVE}.jsonl").events
-            calls = [e.call_id for e in events if isinstance(e, ToolCallEvent)]
-            results = [e.call_id for e in events if isinstance(e, ToolResultEvent)]
-            assert calls and sorted(calls) == sorted(results), (calls, results)
+            assert any(isinstance(e, ToolCallEvent) for e in events)
+            assert not balance_problems(events), balance_problems(events)
 
             end_rss = daemon.rss_now()
             assert end_rss - baseline < RSS_GROWTH_LIMIT, (baseline, end_rss, where)
