@@ -12,7 +12,8 @@ from typing import Any
 from acp.schema import AvailableCommandsUpdate
 
 from protocol.messages.events import HistoryCompacted, MaintenanceEnd
-from tests.acp.harness import (
+from tests.conftest import Marked
+from tests.kit.acpclient import (
     TIMEOUT,
     Editor,
     acp_agent,
@@ -21,7 +22,6 @@ from tests.acp.harness import (
     run,
     workspace,
 )
-from tests.conftest import Marked
 
 
 def test_compact_then_cancel_a_slow_one(marked: Marked, tmp_path: pathlib.Path) -> None:

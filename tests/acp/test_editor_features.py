@@ -14,7 +14,8 @@ import pytest
 from acp import RequestError, text_block
 from acp.schema import McpServerStdio
 
-from tests.acp.harness import (
+from tests.conftest import Marked
+from tests.kit.acpclient import (
     TIMEOUT,
     Editor,
     acp_agent,
@@ -24,7 +25,6 @@ from tests.acp.harness import (
     select,
     workspace,
 )
-from tests.conftest import Marked
 from tests.plugins.support import SERVER
 
 

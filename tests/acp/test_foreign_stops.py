@@ -19,7 +19,8 @@ from typing import Any
 
 from acp.schema import DeniedOutcome, PermissionOption, RequestPermissionResponse, ToolCallUpdate
 
-from tests.acp.harness import (
+from tests.conftest import Marked
+from tests.kit.acpclient import (
     TIMEOUT,
     Editor,
     acp_agent,
@@ -28,7 +29,6 @@ from tests.acp.harness import (
     run,
     workspace,
 )
-from tests.conftest import Marked
 
 FINAL = ("completed", "failed")
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from protocol.messages.events import TurnEnd
-from tests.acp.harness import (
+from tests.conftest import Marked
+from tests.kit.acpclient import (
     TIMEOUT,
     Editor,
     acp_agent,
@@ -26,7 +27,6 @@ from tests.acp.harness import (
     run,
     workspace,
 )
-from tests.conftest import Marked
 
 
 def test_cancel_during_stream_keeps_the_interrupted_prefix(marked: Marked,

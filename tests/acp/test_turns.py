@@ -9,7 +9,8 @@ from typing import Any
 from acp import text_block
 
 from protocol.messages.events import TurnEnd
-from tests.acp.harness import (
+from tests.conftest import Marked
+from tests.kit.acpclient import (
     TIMEOUT,
     Editor,
     acp_agent,
@@ -23,7 +24,6 @@ from tests.acp.harness import (
     wait_file,
     workspace,
 )
-from tests.conftest import Marked
 
 
 def test_prompt_streams_text_thought_and_tool_calls(marked: Marked, tmp_path: pathlib.Path

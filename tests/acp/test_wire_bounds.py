@@ -7,8 +7,8 @@ import asyncio
 import pathlib
 import time
 
-from tests.acp.harness import TIMEOUT, acp_agent, new_session, run, workspace
 from tests.conftest import Marked
+from tests.kit.acpclient import TIMEOUT, acp_agent, new_session, run, workspace
 
 
 def test_a_lone_surrogate_keeps_the_id_over_acp(marked: Marked, tmp_path: pathlib.Path) -> None:

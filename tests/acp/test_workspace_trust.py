@@ -15,9 +15,9 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-from tests.acp.harness import TIMEOUT, Editor, acp_agent, run
 from tests.conftest import Marked
 from tests.e2e.test_workspace_trust import hostile
+from tests.kit.acpclient import TIMEOUT, Editor, acp_agent, run
 
 
 def test_editor_is_asked_before_workspace_servers_start(marked: Marked,

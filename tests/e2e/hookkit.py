@@ -13,7 +13,7 @@ import trio
 
 from protocol.messages.events import HookDecisionEvent
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, Answer, agent_daemon, never
+from tests.kit.daemon import Agent, Answer, agent_daemon, never
 
 
 def script(tmp_path: pathlib.Path, name: str, body: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import trio
 
-from tests.e2e.rawclient import RawClient
+from tests.kit.rawclient import RawClient
 
 INIT = {"protocolVersion": "1.0", "clientInfo": {"name": "pipeline"}}
 

@@ -17,7 +17,7 @@ import trio
 
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, call, text
+from tests.kit.daemon import Agent, call, text
 
 PY = sys.executable
 

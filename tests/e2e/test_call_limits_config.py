@@ -10,8 +10,8 @@ import sys
 import trio
 
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.e2e.test_serve_config import refused, write_config
+from tests.kit.daemon import agent_daemon, call, text
 
 ALLOCATE = f"{sys.executable} -c 'bytearray(600 << 20); print(\"allocated\")'"
 

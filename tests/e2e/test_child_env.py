@@ -18,8 +18,8 @@ from protocol.messages.client import (
 )
 from protocol.messages.common import McpServerConfig
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.e2e.hookkit import hook_table, script, wait_for_file
+from tests.kit.daemon import agent_daemon, call, text
 from tests.plugins.support import SERVER
 
 SECRETS = {

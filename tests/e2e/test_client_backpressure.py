@@ -20,7 +20,7 @@ from protocol.messages.events import TurnEnd
 from runtime.agent.sessionlog import read_log
 from runtime.link.endpoint import MAX_QUEUED
 from tests.conftest import Marked
-from tests.e2e.rawclient import RawClient, raw_daemon
+from tests.kit.rawclient import RawClient, raw_daemon
 
 INIT = {"protocolVersion": "1.0", "clientInfo": {"name": "test"}}
 MIB = 1024 * 1024

@@ -33,9 +33,9 @@ from protocol.messages.events import (
 from runtime.agent.sessionlog import read_log
 from runtime.link import ConnectionClosed
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, agent_daemon, sleep, text
 from tests.e2e.pipeline import INIT, Pipeline
-from tests.e2e.rawclient import raw_daemon
+from tests.kit.daemon import Agent, agent_daemon, sleep, text
+from tests.kit.rawclient import raw_daemon
 
 
 def usage(i: int, o: int, cached: int = 0) -> dict[str, Any]:

@@ -33,8 +33,8 @@ from runtime.agent.compaction import COMPACTION_PROMPT
 from runtime.agent.history import SUMMARY_HEADING
 from runtime.link import ConnectionClosed
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, agent_daemon, call, sleep, text
 from tests.e2e.test_usage_compaction_http import OPENAI_ENV, openai_reply, openai_session
+from tests.kit.daemon import Agent, agent_daemon, call, sleep, text
 from tests.providers.fakeserver import FakeServer, Reply
 from tests.providers.recorded import call as call_chunk
 from tests.providers.recorded import event, sse

@@ -13,7 +13,7 @@ import trio
 from protocol.messages.events import TurnEnd
 from runtime.agent.sessionlog import read_log
 from tests.conftest import Marked
-from tests.e2e.agent_harness import assert_balanced
+from tests.kit.daemon import assert_balanced
 from tests.support import marked_processes
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -21,8 +21,8 @@ from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.events import AssistantDeltaEvent, ToolResultEvent, TurnEnd
 from runtime.agent.sessionlog import read_log
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, sleep, text
 from tests.e2e.test_log_faults import reload_and_check, turns
+from tests.kit.daemon import agent_daemon, call, sleep, text
 
 SIZE = 1024 * 1024
 

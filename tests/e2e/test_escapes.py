@@ -30,7 +30,7 @@ from protocol.messages.events import ToolProgressEvent
 from runtime.link import ConnectionClosed
 from runtime.proc import cgroups
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, agent_daemon, call, text
+from tests.kit.daemon import Agent, agent_daemon, call, text
 
 FORGED = ("( ( env QUIESCE_HOST_CALL=${{QUIESCE_HOST_CALL%%:*}}:x:y setsid sleep 300 & "
           "echo $! > {pid_file} ) & )")

@@ -17,7 +17,7 @@ from protocol.messages.client import OpenAIProviderConfig, SessionLoadParams, Se
 from protocol.messages.common import Empty
 from protocol.messages.events import ToolProgressEvent, TurnEnd, TurnStart
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, text
+from tests.kit.daemon import agent_daemon, call, text
 from tests.providers.fakeserver import FakeServer, Reply
 from tests.support import command_line, marked_processes
 

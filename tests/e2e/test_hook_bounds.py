@@ -8,8 +8,8 @@ import trio
 
 from protocol.messages.common import Empty
 from tests.conftest import Marked
-from tests.e2e.agent_harness import call, text
 from tests.e2e.hookkit import decisions, hook_table, hooked, script
+from tests.kit.daemon import call, text
 
 DONE = [text("done")]
 

@@ -35,8 +35,8 @@ from hypothesis.stateful import (
 from protocol.messages.client import AgentPromptResult
 from protocol.messages.events import HookDecisionEvent, ToolResultEvent
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, call, text
 from tests.e2e.hookkit import hook_table, hooked, script, wait_for_file
+from tests.kit.daemon import Agent, call, text
 
 EXAMPLES = int(os.environ.get("QUIESCE_HOOKSTOPS", "5"))
 STEP_DEADLINE = 20.0

@@ -15,7 +15,6 @@ from protocol.messages.events import ToolResultEvent
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from runtime.link import effect_taken
 from tests.conftest import Marked
-from tests.e2e.agent_harness import call, text
 from tests.e2e.hookkit import (
     decisions,
     gone,
@@ -25,6 +24,7 @@ from tests.e2e.hookkit import (
     script,
     wait_for_file,
 )
+from tests.kit.daemon import call, text
 
 DONE = [text("done")]
 
@@ -183,7 +183,7 @@ async def test_additional_context_reaches_the_next_model_request(
     )
     config = tmp_path / "config.toml"
     config.write_text(hook_table("post_tool_use", "Write|Edit", lint))
-    from tests.e2e.agent_harness import agent_daemon
+    from tests.kit.daemon import agent_daemon
 
     async with trio.open_nursery() as nursery:
         await server.start(nursery)

@@ -19,8 +19,8 @@ import pytest
 import trio
 
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, agent_daemon, call, text
 from tests.e2e.hookkit import decisions
+from tests.kit.daemon import Agent, agent_daemon, call, text
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "hooks.md"
 INSTALLED = "/usr/local/lib/quiesce/"

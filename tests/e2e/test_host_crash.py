@@ -23,7 +23,7 @@ from runtime.supervision.supervisor import (
     HostSupervisor,
 )
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, agent_daemon, call, text
+from tests.kit.daemon import Agent, agent_daemon, call, text
 from tests.support import (
     MARK_VAR,
     STUCK_GREP_FILE,

@@ -10,7 +10,7 @@ import trio
 from protocol.messages.client import OpenAIProviderConfig, SessionLoadParams, SessionNewParams
 from runtime.agent.instructions import DEFAULT_SYSTEM_PROMPT
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, agent_daemon
+from tests.kit.daemon import Agent, agent_daemon
 from tests.providers.fakeserver import FakeServer, Reply
 from tests.providers.recorded import event, sse
 

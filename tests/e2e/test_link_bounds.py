@@ -17,7 +17,7 @@ from runtime.agent.sessionlog import read_log
 from runtime.daemon.ops.connection import MAX_OPS_FRAME
 from tests.conftest import Marked
 from tests.e2e.pipeline import INIT, Pipeline
-from tests.e2e.rawclient import raw_daemon
+from tests.kit.rawclient import raw_daemon
 
 INVALID_REQUEST, INVALID_PARAMS = -32600, -32602
 

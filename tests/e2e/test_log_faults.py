@@ -26,7 +26,7 @@ from protocol.messages.events import (
 from runtime.agent.logfaults import ENV
 from runtime.agent.sessionlog import read_log
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, assert_balanced, call, sleep, text
+from tests.kit.daemon import agent_daemon, assert_balanced, call, sleep, text
 
 
 def turns(events: Sequence[DurableEvent]) -> dict[str, list[TurnEnd]]:

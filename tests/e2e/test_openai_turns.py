@@ -15,7 +15,7 @@ from protocol.messages.events import (
     TurnStart,
 )
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, agent_daemon
+from tests.kit.daemon import Agent, agent_daemon
 from tests.providers.fakeserver import FakeServer, Reply
 from tests.providers.recorded import call, event, sse
 

@@ -21,7 +21,7 @@ from protocol.messages.ops import OpsSession
 from runtime.clients.daemon_client import serve_command, spawn_daemon
 from runtime.clients.ops.client import OpsClient, connect
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, agent_daemon, call, text
+from tests.kit.daemon import Agent, agent_daemon, call, text
 from tests.plugins.support import QUIET, alive, new_plugin_session, wait_file
 
 

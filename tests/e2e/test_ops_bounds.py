@@ -16,7 +16,7 @@ import trio
 
 from runtime.daemon.ops.connection import MAX_OPS_FRAME
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon
+from tests.kit.daemon import agent_daemon
 
 LINE = b'{"jsonrpc": "2.0", "id": 1, "method": "ops.stats", "params": {"x": "' + b"a" * (1 << 20)
 

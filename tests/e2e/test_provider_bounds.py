@@ -18,7 +18,7 @@ from protocol.messages.events import TurnEnd
 from runtime.agent.providers.bounds import MAX_CALL_ARGUMENTS, MAX_RESPONSE_TEXT, MAX_TOOL_NAME
 from tests.conftest import Marked
 from tests.e2e import test_anthropic_turns, test_openai_turns
-from tests.e2e.agent_harness import Agent, agent_daemon
+from tests.kit.daemon import Agent, agent_daemon
 from tests.providers.fakeserver import FakeServer, Reply
 from tests.providers.messages_recorded import ev, json_delta, start, tool_start
 from tests.providers.recorded import call, event, sse

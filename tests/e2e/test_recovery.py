@@ -14,7 +14,7 @@ from protocol.messages.common import Empty
 from protocol.messages.events import ToolProgressEvent, ToolResultEvent, TurnEnd
 from runtime.link import ConnectionClosed
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call
+from tests.kit.daemon import agent_daemon, call
 from tests.support import marked_processes
 
 

@@ -20,7 +20,6 @@ import trio
 
 from runtime.proc import cgroups
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon
 from tests.e2e.sandboxkit import (
     PY,
     as_root,
@@ -34,6 +33,7 @@ from tests.e2e.sandboxkit import (
     run_calls,
     sh,
 )
+from tests.kit.daemon import agent_daemon
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 

@@ -17,7 +17,6 @@ from protocol.errors import ErrorCode, RemoteError
 from protocol.messages.client import ScriptedProviderConfig, SessionNewParams
 from protocol.messages.common import McpServerConfig
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.e2e.sandboxkit import (
     PY,
     allow,
@@ -32,6 +31,7 @@ from tests.e2e.sandboxkit import (
     run_calls,
     sh,
 )
+from tests.kit.daemon import agent_daemon, call, text
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 

@@ -20,8 +20,8 @@ import trio
 
 from protocol.messages.events import ToolCallEvent
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.e2e.sandboxkit import PY, as_root, config, needs_landlock, output, py, quote, run_calls
+from tests.kit.daemon import agent_daemon, call, text
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 

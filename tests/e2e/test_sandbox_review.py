@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.e2e.sandboxkit import PY, needs_landlock, output, quote, run_calls, sh
+from tests.kit.daemon import agent_daemon, call, text
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -74,7 +74,7 @@ async def test_a_sandboxed_call_cannot_join_the_unix_client_link(
     import msgspec
 
     from protocol.messages.client import ScriptedProviderConfig, SessionNewParams
-    from tests.e2e.socketclient import INIT, listening_daemon, unix_connect
+    from tests.kit.socketclient import INIT, listening_daemon, unix_connect
 
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -149,7 +149,7 @@ async def test_a_call_with_the_network_on_cannot_join_the_websocket_link(
     import msgspec
 
     from protocol.messages.client import ScriptedProviderConfig, SessionNewParams
-    from tests.e2e.socketclient import listening_daemon, ws_connect
+    from tests.kit.socketclient import listening_daemon, ws_connect
 
     workspace = tmp_path / "ws"
     workspace.mkdir()

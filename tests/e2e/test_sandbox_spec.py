@@ -12,8 +12,8 @@ import trio
 
 from protocol.messages.client import OpenAIProviderConfig, SessionNewParams
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon
 from tests.e2e.sandboxkit import as_root, config
+from tests.kit.daemon import agent_daemon
 from tests.providers.fakeserver import FakeServer, Reply
 from tests.providers.recorded import event, sse
 

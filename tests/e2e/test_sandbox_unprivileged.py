@@ -18,9 +18,9 @@ import trio
 from protocol.messages.client import SessionNewParams, SessionNewResult
 from runtime.clients.daemon_client import spawn_daemon
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, call, text
 from tests.e2e.sandboxkit import listeners, needs_landlock, output, quote, sh
 from tests.e2e.test_trust_attacks import NOBODY, python_for_nobody
+from tests.kit.daemon import Agent, call, text
 from tests.support import marked_env
 
 pytestmark = [needs_landlock,

@@ -13,7 +13,7 @@ from protocol.messages.client import DebugRunToolParams, SessionNewParams
 from protocol.messages.common import Empty, InitializeParams
 from runtime.clients.daemon_client import spawn_daemon
 from tests.conftest import Marked
-from tests.e2e.rawclient import raw_daemon
+from tests.kit.rawclient import raw_daemon
 
 INIT = {"protocolVersion": "1.0", "clientInfo": {"name": "test"}}
 

@@ -18,7 +18,7 @@ import trio
 from protocol.messages.client import AgentPromptResult, SessionNewParams
 from protocol.messages.events import AssistantMessageEvent
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, agent_daemon, call, text
+from tests.kit.daemon import Agent, agent_daemon, call, text
 
 
 def json_script(responses: list[list[dict[str, object]]]) -> str:

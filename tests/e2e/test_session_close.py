@@ -20,8 +20,8 @@ from protocol.messages.common import Empty
 from protocol.messages.events import AssistantDeltaEvent, ToolProgressEvent, TurnEnd
 from protocol.tools import TextContent
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.e2e.test_ops import find_key, ops
+from tests.kit.daemon import agent_daemon, call, text
 from tests.plugins.support import alive, new_plugin_session, wait_file
 from tests.support import command_line, marked_processes
 

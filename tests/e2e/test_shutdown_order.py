@@ -16,7 +16,7 @@ import trio
 
 from protocol.errors import ErrorCode
 from tests.conftest import Marked
-from tests.e2e.rawclient import RawClient, raw_daemon
+from tests.kit.rawclient import RawClient, raw_daemon
 
 INIT = {"protocolVersion": "1.0", "clientInfo": {"name": "test"}}
 

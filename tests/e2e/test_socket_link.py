@@ -12,7 +12,7 @@ from wsproto.events import TextMessage
 
 from runtime.clients.daemon_client import serve_command
 from tests.conftest import Marked
-from tests.e2e.socketclient import (
+from tests.kit.socketclient import (
     INIT,
     Refused,
     listening_daemon,

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from tests.conftest import Marked
-from tests.e2e.socketclient import INIT, WsClient, listening_daemon, ws_connect
+from tests.kit.socketclient import INIT, WsClient, listening_daemon, ws_connect
 from tests.plugins.support import SERVER, alive, wait_file
 
 pytestmark = pytest.mark.timeout(120)

@@ -17,8 +17,8 @@ from protocol.messages.common import Empty
 from protocol.messages.events import AssistantMessageEvent
 from runtime.daemon.percentiles import percentile
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon
 from tests.e2e.test_openai_turns import open_session
+from tests.kit.daemon import agent_daemon
 from tests.providers.fakeserver import FakeServer, Reply
 
 DELTA = 16

@@ -17,7 +17,7 @@ import pathlib
 import pytest
 
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, text
+from tests.kit.daemon import agent_daemon, call, text
 
 PROBE = (
     # The shell's own descriptors, listed by a child (a glob would open the directory).

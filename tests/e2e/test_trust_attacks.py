@@ -30,9 +30,9 @@ from protocol.messages.client import (
 )
 from runtime.clients.daemon_client import spawn_daemon
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, agent_daemon, call, text
 from tests.e2e.test_child_env import SECRETS, names
 from tests.e2e.test_workspace_trust import answers, hostile, new_session, settle, trust_daemon
+from tests.kit.daemon import Agent, agent_daemon, call, text
 from tests.plugins.support import SERVER
 from tests.support import marked_env
 

@@ -37,7 +37,7 @@ from protocol.messages.events import (
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from runtime.link import effect_taken
 from tests.conftest import Marked
-from tests.e2e.agent_harness import (
+from tests.kit.daemon import (
     agent_daemon,
     call,
     freeze,

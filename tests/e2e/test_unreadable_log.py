@@ -16,7 +16,7 @@ from protocol.messages.client import SessionLoadParams
 from protocol.messages.common import Empty
 from protocol.messages.events import SessionMeta, TurnStart
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon
+from tests.kit.daemon import agent_daemon
 
 SESSION = "s-0123456789ab"
 

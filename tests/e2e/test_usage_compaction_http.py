@@ -25,7 +25,7 @@ from protocol.messages.events import (
 from runtime.agent.compaction import COMPACTION_PROMPT
 from runtime.agent.history import SUMMARY_HEADING
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, agent_daemon
+from tests.kit.daemon import Agent, agent_daemon
 from tests.providers.fakeserver import FakeServer, Reply
 from tests.providers.messages_recorded import MODEL, ev, finish, text_block
 from tests.providers.recorded import event, sse

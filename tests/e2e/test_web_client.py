@@ -17,7 +17,7 @@ import trio
 
 from tests.conftest import Marked
 from tests.e2e.browser import CHROMIUM, Page, headless_chromium
-from tests.e2e.socketclient import INIT, listening_daemon, ws_connect
+from tests.kit.socketclient import INIT, listening_daemon, ws_connect
 from tests.plugins.support import SERVER, wait_file
 
 pytestmark = [pytest.mark.timeout(180),

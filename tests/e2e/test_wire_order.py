@@ -18,7 +18,7 @@ from protocol.messages.events import ToolResultEvent, TurnEnd
 from runtime.agent.sessionlog import read_log
 from tests.conftest import Marked
 from tests.e2e.pipeline import INIT, Pipeline, write_then_end
-from tests.e2e.rawclient import raw_daemon
+from tests.kit.rawclient import raw_daemon
 
 ROUNDS = 100
 FRESH_DAEMONS = int(os.environ.get("QUIESCE_FRESH_DAEMONS", "4"))

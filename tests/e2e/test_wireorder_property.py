@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 
 from tests.conftest import Marked
 from tests.e2e.pipeline import INIT, Pipeline
-from tests.e2e.rawclient import raw_daemon
 from tests.e2e.wireorder import Example, Op, Runner, describe, examples
+from tests.kit.rawclient import raw_daemon
 from tests.support import marked_processes
 
 EXAMPLES = int(os.environ.get("QUIESCE_WIREORDER", "12"))

@@ -16,8 +16,8 @@ from protocol.messages.host import PermissionRequestParams, PermissionRequestRes
 from runtime.clients.daemon_client import serve_command
 from runtime.link import effect_taken
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.fuzz.stream import Peer, host_command, log_errors, spawned
+from tests.kit.daemon import agent_daemon, call, text
 
 SESSION = "s-stray"
 

@@ -19,7 +19,7 @@ from protocol.messages.host import ToolsAbortParams, ToolsExecuteParams
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, ok_result
 from tests.conftest import Marked
-from tests.host.harness import NoRuntime, running_host
+from tests.kit.host import NoRuntime, running_host
 
 PROCESS, READ_ONLY = ToolClass.PROCESS, ToolClass.READ_ONLY
 

@@ -10,7 +10,7 @@ import trio
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from runtime.link import effect_taken
 from tests.conftest import Marked
-from tests.host.harness import running_host
+from tests.kit.host import running_host
 
 
 async def test_symlink_swapped_during_permission_wait(tmp_path: pathlib.Path,

@@ -15,7 +15,7 @@ import trio
 from protocol.tools import ToolResult
 from tests.conftest import Marked
 from tests.fuzz.stream import Peer, host_command, log_errors, spawned
-from tests.host.harness import running_host
+from tests.kit.host import running_host
 
 STUCK_HOST = [sys.executable, str(pathlib.Path(__file__).with_name("stuck_host.py"))]
 

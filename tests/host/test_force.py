@@ -15,7 +15,7 @@ from protocol.messages.host import (
 )
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, ok_result
-from tests.host.harness import NoRuntime
+from tests.kit.host import NoRuntime
 
 
 class StuckArgs(msgspec.Struct, frozen=True):

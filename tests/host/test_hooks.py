@@ -16,7 +16,7 @@ from protocol.messages.host import (
 )
 from tests.conftest import Marked
 from tests.e2e.hookkit import gone, script, wait_for_file
-from tests.host.harness import Host, running_host
+from tests.kit.host import Host, running_host
 
 
 async def run(host: Host, hook_id: str, command: str, stdin: str = "",

@@ -28,7 +28,7 @@ from protocol.toolclass import ToolClass, tool_class
 from protocol.tools import Decision, ToolResult, ok_result
 from runtime.link import effect_taken
 from tests.conftest import Marked
-from tests.host.harness import running_host
+from tests.kit.host import running_host
 
 ALLOW, ASK = Verdict.ALLOW, Verdict.ASK
 # tool: (ask, accept-edits, auto)

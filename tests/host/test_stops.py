@@ -20,7 +20,7 @@ from protocol.messages.host import (
 from protocol.tools import ToolResult
 from runtime.link import effect_taken
 from tests.conftest import Marked
-from tests.host.harness import running_host
+from tests.kit.host import running_host
 from tests.support import command_line, marked_processes, stuck_grep_file
 
 FAST = {"tools": {"kill_grace": 0.5}}

@@ -9,7 +9,7 @@ from host.tombstones import TombstoneRegistry
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from runtime.link import effect_taken
 from tests.conftest import Marked
-from tests.host.harness import running_host
+from tests.kit.host import running_host
 
 
 class FakeClock:

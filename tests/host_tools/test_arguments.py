@@ -22,7 +22,7 @@ from host.tools import TOOLS
 from protocol.messages.host import ToolsExecuteParams
 from protocol.tools import ToolResult
 from tests.conftest import Marked
-from tests.host.harness import NoRuntime, running_host
+from tests.kit.host import NoRuntime, running_host
 
 CASES: list[tuple[str, dict[str, Any], str]] = [  # tool, arguments, the field at fault
     ("Read", {"path": 1}, "path"),

@@ -16,7 +16,7 @@ from host import limits
 from protocol.tools import ToolResult
 from runtime.proc import cgroups
 from tests.conftest import Marked
-from tests.host.harness import running_host
+from tests.kit.host import running_host
 
 LIMITED = {"tools": {"kill_grace": 0.5}, "limits": {"max_memory_mb": 256,
                                                     "max_processes": 64}}

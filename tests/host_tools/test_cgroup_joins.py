@@ -21,7 +21,7 @@ from protocol.tools import ToolResult
 from runtime.proc import cgroups
 from runtime.supervision import cgroup_sweeps
 from tests.conftest import Marked
-from tests.host.harness import Host, running_host
+from tests.kit.host import Host, running_host
 
 # The sandbox refuses the write into another cgroup's cgroup.procs outright
 # (tests/e2e/test_sandbox.py); the host's own attribution must hold without it too.

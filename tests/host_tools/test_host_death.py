@@ -25,7 +25,7 @@ import trio
 from runtime.link import ConnectionClosed
 from runtime.proc.proctree import ENV_MARKER
 from tests.conftest import Marked
-from tests.host.harness import Host, running_host
+from tests.kit.host import Host, running_host
 from tests.support import command_line
 
 from .conftest import wait_until

@@ -23,7 +23,7 @@ import trio
 from protocol.messages.host import SessionOpenParams
 from protocol.tools import TextContent, ToolResult
 from tests.conftest import Marked
-from tests.host.harness import Host, running_host
+from tests.kit.host import Host, running_host
 
 FAST = {"tools": {"kill_grace": 0.5}}
 HOSTILE = 25

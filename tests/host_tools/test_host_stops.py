@@ -23,7 +23,7 @@ import trio
 from host.tools import ripgrep
 from protocol.tools import ImageContent, ToolResult
 from tests.conftest import Marked
-from tests.host.harness import Host, running_host
+from tests.kit.host import Host, running_host
 from tests.support import command_line, marked_processes
 
 from .conftest import wait_until

@@ -19,7 +19,7 @@ import trio
 
 from host.sandbox.landlock import kernel_abi
 from tests.conftest import Marked
-from tests.host.harness import running_host
+from tests.kit.host import running_host
 
 RENAME_EXCHANGE = 1 << 1
 AT_FDCWD = -100

@@ -24,7 +24,7 @@ import trio
 from protocol.messages.host import SessionOpenParams, ToolsExecuteParams
 from protocol.tools import ToolResult
 from tests.conftest import Marked
-from tests.host.harness import Host, running_host
+from tests.kit.host import Host, running_host
 
 SERVER = pathlib.Path(__file__).with_name("slowfuse.py")
 pytestmark = pytest.mark.skipif(

@@ -24,9 +24,9 @@ from protocol.messages.events import ToolCallEvent
 from runtime.clients.daemon_client import SHUTDOWN_TIMEOUT
 from runtime.supervision.link import KILL_EXIT_TIMEOUT
 from tests.conftest import Marked
-from tests.e2e.agent_harness import Agent, agent_daemon, call, text
 from tests.host_tools.test_slow_mounts import pytestmark as needs_fuse
 from tests.host_tools.test_slow_mounts import slow_fuse
+from tests.kit.daemon import Agent, agent_daemon, call, text
 from tests.support import command_line
 
 pytestmark = needs_fuse

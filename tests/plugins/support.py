@@ -11,7 +11,7 @@ import trio
 
 from protocol.messages.client import ScriptedProviderConfig, SessionNewParams, SessionNewResult
 from protocol.messages.common import McpServerConfig
-from tests.e2e.agent_harness import Agent
+from tests.kit.daemon import Agent
 
 SERVER = pathlib.Path(__file__).parent / "servers" / "tools_server.py"
 QUIET = {"QUIESCE_PLUGIN_QUIET_WINDOW": "0.3"}

@@ -19,7 +19,7 @@ from protocol.messages.host import (
 )
 from protocol.tools import ToolResult
 from tests.conftest import Marked
-from tests.host.harness import NoRuntime
+from tests.kit.host import NoRuntime
 from tests.plugins.support import SERVER, alive, wait_file
 from tests.support import MARK_VAR
 

@@ -19,7 +19,7 @@ from protocol.messages.common import McpServerConfig
 from protocol.messages.events import SessionMeta
 from runtime.link import ConnectionClosed
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, text
+from tests.kit.daemon import agent_daemon, call, text
 from tests.plugins.support import QUIET, SERVER, alive, new_plugin_session, pid_in, wait_file
 from tests.support import command_line, marked_processes
 

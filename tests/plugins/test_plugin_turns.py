@@ -10,8 +10,8 @@ import trio
 
 from protocol.messages.events import ToolCallEvent, ToolProgressEvent, ToolResultEvent, TurnEnd
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, text
 from tests.e2e.test_ops import find_key, ops
+from tests.kit.daemon import agent_daemon, call, text
 from tests.plugins.support import QUIET, alive, new_plugin_session, pid_in, wait_file
 
 

@@ -20,7 +20,7 @@ from protocol.messages.events import (
 )
 from protocol.messages.renderer import AgentForceParams, AgentForceResult
 from tests.conftest import Marked
-from tests.e2e.agent_harness import agent_daemon, call, sleep, text
+from tests.kit.daemon import agent_daemon, call, sleep, text
 from tests.plugins.support import alive, new_plugin_session, wait_file
 
 pytestmark = pytest.mark.timeout(120)

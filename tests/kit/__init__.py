@@ -1,0 +1,13 @@
+"""The test kit: what the tests drive the product with, written once.
+
+- ``daemon``: ``quiesce serve`` as a subprocess driven through agent turns
+  (``agent_daemon``, ``Agent.stop_and_check``), and holding its host still;
+- ``host``: a real host subprocess driven over its link, as the runtime drives it
+  (``running_host``);
+- ``acpclient``: ``quiesce acp`` driven by the official ACP SDK (``acp_agent``, ``Editor``);
+- ``rawclient``: bytes to ``quiesce serve``'s stdin, answer lines back;
+- ``socketclient``: ``quiesce serve --listen`` and its WebSocket and Unix socket clients.
+
+Every check of a session log's balance asks the transcript rulebook
+(``protocol.transcript``).
+"""
