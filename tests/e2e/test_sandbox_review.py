@@ -98,7 +98,7 @@ async def test_a_sandboxed_call_cannot_join_the_unix_client_link(
         sid = (await client.call("session.new", params))["result"]["sessionId"]
         answer = await client.call("agent.prompt", {"sessionId": sid, "text": "go"})
         assert "result" in answer, answer
-        await client.stream.aclose()
+        await client.aclose()
     out = (workspace / "probe.out").read_text()
     assert "refused" in out and "ESCAPED" not in out, out
 

@@ -150,12 +150,12 @@ async def test_unix_socket_link(marked: Marked, tmp_path: pathlib.Path) -> None:
         sid = new["result"]["sessionId"]
         listed = await two.call("session.list")
         assert [s["sessionId"] for s in listed["result"]["sessions"]] == [sid]
-        await one.stream.aclose()
+        await one.aclose()
         answer = await two.call("shutdown")
         assert answer["result"] == {}
         with trio.fail_after(30):
             assert await daemon.process.wait() == 0
-        await two.stream.aclose()
+        await two.aclose()
     assert not path.exists()
 
 

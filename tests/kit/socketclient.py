@@ -29,6 +29,7 @@ from wsproto.events import (
 )
 
 from runtime.clients.daemon_client import serve_command
+from tests.kit.lineclient import LineClient
 
 INIT = {"protocolVersion": "1.0", "clientInfo": {"name": "test"}}
 
@@ -237,43 +238,10 @@ async def ws_connect(port: int, *, token: str | None = None, how: str = "bearer"
                     raise AssertionError(event)
 
 
-@dataclass
-class UnixClient:
+async def unix_connect(path: str) -> LineClient:
     """A client of ``--listen unix:PATH``: newline-delimited frames, as on stdio."""
-
-    stream: trio.SocketStream
-    buffer: bytes = b""
-    seen: list[Any] = field(default_factory=list)
-    _next_id: int = 0
-
-    async def send(self, obj: Any) -> None:
-        await self.stream.send_all(msgspec.json.encode(obj) + b"\n")
-
-    async def receive(self, within: float = 20.0) -> Any:
-        with trio.fail_after(within):
-            while b"\n" not in self.buffer:
-                chunk = await self.stream.receive_some(65536)
-                if not chunk:
-                    raise EOFError
-                self.buffer += chunk
-        line, _, self.buffer = self.buffer.partition(b"\n")
-        return msgspec.json.decode(line)
-
-    async def call(self, method: str, params: Any = None) -> Any:
-        self._next_id += 1
-        message: dict[str, Any] = {"jsonrpc": "2.0", "id": self._next_id, "method": method}
-        if params is not None:
-            message["params"] = params
-        await self.send(message)
-        while True:
-            answer = await self.receive()
-            if answer.get("id") == self._next_id and "method" not in answer:
-                return answer
-            self.seen.append(answer)
-
-
-async def unix_connect(path: str) -> UnixClient:
-    return UnixClient(await trio.open_unix_socket(path))
+    stream = await trio.open_unix_socket(path)
+    return LineClient(stream, stream)
 
 
 def mode_of(path: str | os.PathLike[str]) -> int:

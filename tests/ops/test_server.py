@@ -8,7 +8,6 @@ import stat
 import time
 from typing import Any
 
-import msgspec
 import pytest
 import trio
 
@@ -20,6 +19,7 @@ from runtime.daemon.ops.connection import MAX_TAIL_LAG
 from runtime.daemon.ops.pidfile import read_pid_file
 from runtime.daemon.ops.rundir import UnsafeRunDir
 from runtime.daemon.ops.server import OpsServer
+from tests.kit.lineclient import LineClient
 from tests.ops.support import STUCK, FakeBackend, tool_call, turn_start
 
 
@@ -35,25 +35,9 @@ async def start(nursery: trio.Nursery, backend: FakeBackend | None = None,
     return server, backend, path
 
 
-class Raw:
+def line_client(stream: trio.SocketStream) -> LineClient:
     """Newline-delimited JSON over the socket, byte for byte."""
-
-    def __init__(self, stream: trio.SocketStream) -> None:
-        self.stream = stream
-        self._buffer = b""
-
-    async def send(self, obj: Any) -> None:
-        await self.stream.send_all(msgspec.json.encode(obj) + b"\n")
-
-    async def receive(self) -> Any:
-        with trio.fail_after(5):
-            while b"\n" not in self._buffer:
-                chunk = await self.stream.receive_some(1 << 16)
-                if not chunk:
-                    raise EOFError
-                self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return msgspec.json.decode(line)
+    return LineClient(stream, stream, within=5)
 
 
 def initialize(request_id: int = 1) -> dict[str, Any]:
@@ -154,7 +138,7 @@ async def test_errors_map_to_json_rpc_errors(nursery: trio.Nursery, xdg: pathlib
 async def test_handshake_required_and_checked(nursery: trio.Nursery, xdg: pathlib.Path) -> None:
     _, _, path = await start(nursery)
     async with await trio.open_unix_socket(path) as stream:
-        raw = Raw(stream)
+        raw = line_client(stream)
         await raw.send({"jsonrpc": "2.0", "id": 1, "method": "ops.sessions"})
         assert (await raw.receive())["error"]["code"] == ErrorCode.NOT_INITIALIZED
         await raw.send({"jsonrpc": "2.0", "id": 2, "method": "initialize",
@@ -204,7 +188,7 @@ async def test_tail_answers_when_the_client_closes_its_sending_side(
         nursery: trio.Nursery, xdg: pathlib.Path) -> None:
     _, backend, path = await start(nursery)
     async with await trio.open_unix_socket(path) as stream:
-        raw = Raw(stream)
+        raw = line_client(stream)
         await raw.send(initialize())
         await raw.receive()
         await raw.send({"jsonrpc": "2.0", "id": 2, "method": "ops.tail",
@@ -235,7 +219,7 @@ async def test_a_reader_that_falls_behind_gets_counted_drops_not_unbounded_memor
     _, backend, path = await start(nursery)
     emitted = MAX_TAIL_LAG * 3
     async with await trio.open_unix_socket(path) as stream:
-        raw = Raw(stream)
+        raw = line_client(stream)
         await raw.send(initialize())
         await raw.receive()
         await raw.send({"jsonrpc": "2.0", "id": 2, "method": "ops.tail"})
@@ -291,17 +275,17 @@ async def test_connections_over_the_limit_or_without_a_handshake_are_closed(
     """Issue 31 item 7: a bounded number of connections, each shaking hands in time."""
     server, _, path = await start(nursery, max_connections=2, handshake_timeout=0.5)
     first, second = await trio.open_unix_socket(str(path)), await trio.open_unix_socket(str(path))
-    await Raw(first).send(initialize())
-    assert "result" in await Raw(first).receive()
-    third = Raw(await trio.open_unix_socket(str(path)))
+    await line_client(first).send(initialize())
+    assert "result" in await line_client(first).receive()
+    over = await trio.open_unix_socket(str(path))
     with pytest.raises(EOFError):  # over the limit: closed at once
-        await third.receive()
+        await line_client(over).receive()
     assert server.turned_away == 1
     with pytest.raises(EOFError):  # no initialize within its time: closed
-        await Raw(second).receive()
+        await line_client(second).receive()
     await trio.sleep(0.7)
-    ops = Raw(first)  # the one that shook hands is still served
+    ops = line_client(first)  # the one that shook hands is still served
     await ops.send({"jsonrpc": "2.0", "id": 2, "method": "ops.stats"})
     assert "result" in await ops.receive()
-    for stream in (first, second, third.stream):
+    for stream in (first, second, over):
         await stream.aclose()
