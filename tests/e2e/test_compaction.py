@@ -1,6 +1,8 @@
 """Compaction through ``quiesce serve`` (scripted provider): ``session.compact`` in the
-maintenance phase, stops before, during and after the summary's stream, a prompt queued
-behind it, a failed compaction, and ``kill -9`` during one then load."""
+maintenance phase, stops before and during the summary's stream, a failed compaction, and
+``kill -9`` during one then load. The stops that need no process (after a compaction, a
+prompt queued behind one, an automatic one) run in process on virtual time
+(tests/runtime/test_agent_stops.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +16,10 @@ import trio
 
 from protocol.messages.client import (
     AgentAbortResult,
-    ScriptedProviderConfig,
     SessionCompactParams,
     SessionCompactResult,
     SessionListResult,
     SessionLoadParams,
-    SessionNewParams,
 )
 from protocol.messages.common import Empty
 from protocol.messages.events import (
@@ -155,25 +155,6 @@ async def test_stop_during_the_summary_stream(tmp_path: pathlib.Path, marked: Ma
             assert (await agent.prompt("three")).stop_reason == "end_turn"
 
 
-async def test_a_prompt_queued_during_compaction_runs_after_it(tmp_path: pathlib.Path,
-                                                               marked: Marked) -> None:
-    script = [*TWO_TURNS, [sleep(500), text("SUMMARY")], [text("third")]]
-    async with agent_daemon(marked) as agent:
-        await agent.new_session(tmp_path, script)
-        with trio.fail_after(20):
-            await agent.prompt("one")
-            await agent.prompt("two")
-        async with trio.open_nursery() as nursery:
-            answers = await _compacting(agent, nursery)
-            queued = agent.prompt_soon(nursery, "third prompt")
-        assert answers[0].outcome == "compacted"
-        assert queued[0].stop_reason == "end_turn" and queued[0].turn_id == "t3"
-        log = agent.log()
-        end_at = next(i for i, e in enumerate(log) if isinstance(e, MaintenanceEnd))
-        t3_at = next(i for i, e in enumerate(log) if e.turn_id == "t3")
-        assert end_at < t3_at
-
-
 async def test_stop_before_the_summary_request(tmp_path: pathlib.Path,
                                                marked: Marked) -> None:
     """session.compact and agent.abort in one write: the stop lands before the summary is
@@ -200,20 +181,6 @@ async def test_stop_before_the_summary_request(tmp_path: pathlib.Path,
         log = list(read_log(marked.data_dir / "sessions"
                             / f"{session['sessionId']}.jsonl").events)
         assert "used by turn three" in str(log)
-
-
-async def test_stop_after_the_compaction_is_idle(tmp_path: pathlib.Path,
-                                                 marked: Marked) -> None:
-    async with agent_daemon(marked) as agent:
-        await agent.new_session(tmp_path, [*TWO_TURNS, [text("SUMMARY")]])
-        with trio.fail_after(20):
-            await agent.prompt("one")
-            await agent.prompt("two")
-            assert (await compact(agent)).outcome == "compacted"
-            answer = await agent.abort()
-        assert answer.outcome == "idle"
-        assert kinds(agent.log()) == ["maintenance/start", "history/compacted",
-                                      "maintenance/end"]
 
 
 async def test_a_failed_compaction_leaves_the_history(tmp_path: pathlib.Path,
@@ -267,45 +234,3 @@ async def test_kill_during_compaction_then_load(tmp_path: pathlib.Path,
         with trio.fail_after(20):
             again = await compact(second)
         assert again.outcome == "compacted" and again.replaced == ("t1",)
-
-
-async def test_a_stop_of_an_automatic_compaction_and_the_prompt_behind_it(
-        tmp_path: pathlib.Path, marked: Marked) -> None:
-    """A prompt that finds the history too big waits in the inbox while the compaction
-    runs: a stop clears it (answered ``cancelled``, no turn), unless it keeps the inbox
-    (then the turn runs, on the history as it was)."""
-    script = [[text("long reply " * 50)], [text("short")],
-              [text("slow"), sleep(30_000)], [text("slow"), sleep(30_000)], [text("third")]]
-    async with agent_daemon(marked) as agent:
-        result = await agent.daemon.request("session.new", SessionNewParams(
-            str(tmp_path), "auto", ScriptedProviderConfig(
-                script=script, context_window=20_000, compact_at=0.01)))
-        agent.session_id = result.session_id
-        with trio.fail_after(20):
-            await agent.prompt("one " * 100)
-            await agent.prompt("two")
-        for keep in (False, True):
-            seen = len(agent.events)
-            async with trio.open_nursery() as nursery:
-                answers = agent.prompt_soon(nursery, "three")
-                await agent.wait_for(lambda e, since=seen: isinstance(e, MaintenanceStart)
-                                     and agent.events.index(e) >= since)
-                await trio.sleep(0.3)  # the summary is streaming
-                with trio.fail_after(10):
-                    stopped = await agent.abort(keep_inbox=keep)
-                log = agent.log()
-            assert stopped.outcome == "aborted" and stopped.turn_id is None
-            # The maintenance's end was on disk at the answer (a kept prompt's turn may
-            # already have followed it).
-            end = [e for e in log if isinstance(e, MaintenanceEnd)][-1]
-            assert end.end.kind == "aborted"
-            assert all(e.seq < end.seq for e in log if isinstance(e, MaintenanceStart))
-            if not keep:
-                assert answers[0].stop_reason == "cancelled" and answers[0].turn_id is None
-            else:
-                assert answers[0].stop_reason == "end_turn" and answers[0].turn_id == "t3"
-                t3 = next(e for e in agent.log() if e.turn_id == "t3")
-                assert t3.seq > end.seq  # the kept prompt ran after the maintenance ended
-        starts = [e for e in agent.log() if isinstance(e, MaintenanceStart)]
-        assert [s.trigger for s in starts] == ["auto", "auto"]
-        assert not any(isinstance(e, HistoryCompacted) for e in agent.log())

@@ -1,7 +1,9 @@
 """Agent turns end to end through ``quiesce serve``: completed turns and every stop path.
 
 Every stop goes through ``Agent.stop_and_check``: the answer comes only once the turn's
-end is on disk, every call has one result, and no tool process is alive."""
+end is on disk, every call has one result, and no tool process is alive. The stops that
+need no process (when idle, keeping or clearing the inbox) run in process on virtual time
+(tests/runtime/test_agent.py, tests/runtime/test_agent_stops.py)."""
 
 from __future__ import annotations
 
@@ -32,7 +34,6 @@ from protocol.messages.events import (
     ToolResultEvent,
     ToolStartedEvent,
     TurnEnd,
-    TurnStart,
 )
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from runtime.link import effect_taken
@@ -182,18 +183,6 @@ async def test_permission_answered_runs_the_call(tmp_path: pathlib.Path, marked:
         assert agent.permission_requests[0].tool == "Write"
 
 
-async def test_stop_when_idle_is_a_no_op_that_arms_nothing(tmp_path: pathlib.Path,
-                                                           marked: Marked) -> None:
-    script = [[text("first")]]
-    async with agent_daemon(marked) as agent:
-        await agent.new_session(tmp_path, script)
-        idle = await agent.stop_and_check()
-        assert idle.outcome == "idle" and idle.turn_id is None and idle.cause is None
-        with trio.fail_after(10):
-            result = await agent.prompt("one")
-        assert result.stop_reason == "end_turn"
-
-
 async def test_a_stop_before_the_turn_started_stops_it_unasked(tmp_path: pathlib.Path,
                                                                marked: Marked) -> None:
     """Prompt and abort go out in one write, so the daemon starts both handlers in one
@@ -275,40 +264,6 @@ async def test_concurrent_aborts_all_answer_with_the_first_cause(tmp_path: pathl
         assert [a.cause for a in answers] == [HookCause("first")] * 4
         again = await agent.stop_and_check()  # repeated after the settlement: a no-op
         assert again.outcome == "idle"
-
-
-async def test_keep_inbox_both_ways(tmp_path: pathlib.Path, marked: Marked) -> None:
-    script = [[text("a"), sleep(60_000)], [text("b")], [text("c"), sleep(60_000)]]
-    async with agent_daemon(marked) as agent:
-        await agent.new_session(tmp_path, script)
-        results: dict[str, AgentPromptResult] = {}
-        async with trio.open_nursery() as nursery:
-            async def prompt(name: str) -> None:
-                results[name] = await agent.prompt(name)
-
-            nursery.start_soon(prompt, "p1")
-            await agent.wait_for(lambda e: isinstance(e, AssistantMessageEvent) or (
-                isinstance(e, TurnStart)))
-            nursery.start_soon(prompt, "p2")
-            await trio.sleep(0.2)
-            kept = await agent.stop_and_check(keep_inbox=True)
-            assert kept.outcome == "aborted" and kept.turn_id == "t1"
-            # p2 survived the stop and runs as the next turn.
-            with trio.fail_after(10):
-                while "p2" not in results:
-                    await trio.sleep(0.01)
-            assert results["p2"].stop_reason == "end_turn"
-            nursery.start_soon(prompt, "p3")
-            await agent.wait_for(lambda e: isinstance(e, TurnStart) and e.turn_id == "t3")
-            nursery.start_soon(prompt, "p4")
-            await trio.sleep(0.2)
-            dropped = await agent.stop_and_check()
-            assert dropped.outcome == "aborted" and dropped.turn_id == "t3"
-        assert results["p3"].stop_reason == "cancelled"
-        p4 = results["p4"]
-        assert p4.stop_reason == "cancelled" and p4.turn_id is None
-        turn_ends = [e for e in agent.log() if isinstance(e, TurnEnd)]
-        assert [e.turn_id for e in turn_ends] == ["t1", "t2", "t3"]
 
 
 async def test_a_parent_stop_stops_the_subagent(tmp_path: pathlib.Path, marked: Marked) -> None:
