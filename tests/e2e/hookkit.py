@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import psutil
-import trio
 
 from protocol.messages.events import HookDecisionEvent
 from tests.conftest import Marked
 from tests.kit.daemon import Agent, Answer, agent_daemon, never
+from tests.kit.waiters import wait_file
 
 
 def script(tmp_path: pathlib.Path, name: str, body: str) -> str:
@@ -49,11 +49,8 @@ def decisions(agent: Agent) -> list[HookDecisionEvent]:
 
 
 async def wait_for_file(path: pathlib.Path, within: float = 10.0) -> str:
-    """The text of ``path`` once it exists and is not empty (a hook wrote it)."""
-    with trio.fail_after(within):
-        while not (path.exists() and path.read_text().strip()):
-            await trio.sleep(0.01)
-    return path.read_text().strip()
+    """The text of ``path`` once a hook wrote it, stripped."""
+    return await wait_file(path, within, strip=True)
 
 
 def gone(pid: int) -> bool:

@@ -31,6 +31,7 @@ from runtime.link import ConnectionClosed
 from runtime.proc import cgroups
 from tests.conftest import Marked
 from tests.kit.daemon import Agent, agent_daemon, call, text
+from tests.kit.waiters import wait_file
 
 FORGED = ("( ( env QUIESCE_HOST_CALL=${{QUIESCE_HOST_CALL%%:*}}:x:y setsid sleep 300 & "
           "echo $! > {pid_file} ) & )")
@@ -62,10 +63,7 @@ def _escape(kind: str, tmp_path: pathlib.Path) -> tuple[str, pathlib.Path]:
 
 
 async def _escapee(pid_file: pathlib.Path) -> int:
-    with trio.fail_after(10):
-        while not pid_file.exists() or not pid_file.read_text().strip():
-            await trio.sleep(0.02)
-    return int(pid_file.read_text())
+    return int(await wait_file(pid_file, 10, strip=True))
 
 
 def _alive(pid: int) -> bool:

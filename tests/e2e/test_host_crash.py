@@ -24,6 +24,7 @@ from runtime.supervision.supervisor import (
 )
 from tests.conftest import Marked
 from tests.kit.daemon import Agent, agent_daemon, call, text
+from tests.kit.waiters import wait_file
 from tests.support import (
     MARK_VAR,
     STUCK_GREP_FILE,
@@ -284,9 +285,7 @@ async def test_an_unmarked_escapee_of_a_crashed_host_is_killed(tmp_path: pathlib
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(agent.prompt, "go")
                 await agent.wait_for(lambda e: isinstance(e, ToolProgressEvent))
-                with trio.fail_after(10):
-                    while not pid_file.exists() or not pid_file.read_text().strip():
-                        await trio.sleep(0.02)
+                await wait_file(pid_file, 10, strip=True)
                 escapee = psutil.Process(int(pid_file.read_text()))
                 with trio.fail_after(10):  # its shell exited: the host adopted it
                     while escapee.ppid() != host_pid(agent):

@@ -22,7 +22,8 @@ from runtime.clients.daemon_client import serve_command, spawn_daemon
 from runtime.clients.ops.client import OpsClient, connect
 from tests.conftest import Marked
 from tests.kit.daemon import Agent, agent_daemon, call, text
-from tests.plugins.support import QUIET, alive, new_plugin_session, wait_file
+from tests.kit.waiters import wait_file
+from tests.plugins.support import QUIET, alive, new_plugin_session
 
 
 async def ops(marked: Marked, *args: str) -> tuple[int, object]:

@@ -135,7 +135,8 @@ async def test_a_refusal_and_a_changed_git_hook_are_said(
 async def test_a_plugin_server_runs_confined(tmp_path: pathlib.Path, marked: Marked) -> None:
     """A plugin (MCP) server runs in the session's mode with the network on: its write to
     /etc is refused, its write in the workspace is not."""
-    from tests.plugins.support import SERVER, new_plugin_session, wait_file
+    from tests.kit.waiters import wait_file
+    from tests.plugins.support import SERVER, new_plugin_session
     workspace = tmp_path / "ws"
     workspace.mkdir()
     probe = pathlib.Path("/etc/quiesce-plugin-probe")

@@ -14,7 +14,8 @@ import trio
 
 from tests.conftest import Marked
 from tests.kit.socketclient import INIT, WsClient, listening_daemon, ws_connect
-from tests.plugins.support import SERVER, alive, wait_file
+from tests.kit.waiters import wait_file
+from tests.plugins.support import SERVER, alive
 
 pytestmark = pytest.mark.timeout(120)
 

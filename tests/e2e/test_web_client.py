@@ -18,7 +18,8 @@ import trio
 from tests.conftest import Marked
 from tests.e2e.browser import CHROMIUM, Page, headless_chromium
 from tests.kit.socketclient import INIT, listening_daemon, ws_connect
-from tests.plugins.support import SERVER, wait_file
+from tests.kit.waiters import wait_file
+from tests.plugins.support import SERVER
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(not os.path.exists(CHROMIUM),

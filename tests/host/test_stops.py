@@ -6,7 +6,6 @@ import os
 import pathlib
 import sys
 import time
-from collections.abc import Sequence
 
 import psutil
 import trio
@@ -21,6 +20,7 @@ from protocol.tools import ToolResult
 from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.kit.host import running_host
+from tests.kit.waiters import wait_until
 from tests.support import command_line, marked_processes, stuck_grep_file
 
 FAST = {"tools": {"kill_grace": 0.5}}
@@ -39,12 +39,6 @@ TREE = (
 def slow_grep_tree(root: pathlib.Path) -> dict[str, str]:
     # Minutes of ripgrep reading a sparse file: a Grep that is read-only and real.
     return stuck_grep_file(root)
-
-
-async def wait_for_output(host_output: Sequence[object], within: float = 10.0) -> None:
-    with trio.fail_after(within):
-        while not host_output:
-            await trio.sleep(0.01)
 
 
 async def test_read_only_stop_returns_at_once(tmp_path: pathlib.Path, marked: Marked) -> None:
@@ -76,7 +70,7 @@ async def test_process_tree_stop_kills_every_member(tmp_path: pathlib.Path,
                 results.append(await host.execute("b1", "Bash", {"command": TREE}))
 
             nursery.start_soon(run)
-            await wait_for_output(host.output)
+            await wait_until(lambda: host.output, within=10)
             with trio.fail_after(10):
                 while len(marked_processes(marked.mark)) < 7:
                     await trio.sleep(0.05)
@@ -173,7 +167,7 @@ async def test_stop_while_queued_in_admission(tmp_path: pathlib.Path, marked: Ma
                 results[call_id] = await host.execute(call_id, "Bash", {"command": command})
 
             nursery.start_soon(run, "first", "echo one; sleep 30")
-            await wait_for_output(host.output)
+            await wait_until(lambda: host.output, within=10)
             nursery.start_soon(run, "queued", "touch should-not-exist")
             await trio.sleep(0.2)
             state = await host.abort("queued", "Bash")
@@ -195,7 +189,7 @@ async def test_abort_is_idempotent(tmp_path: pathlib.Path, marked: Marked) -> No
             # the second abort comes; a tree that dies of its TERM can settle before it.
             nursery.start_soon(host.execute, "b1", "Bash",
                                {"command": "trap '' TERM; echo go; sleep 30"})
-            await wait_for_output(host.output)
+            await wait_until(lambda: host.output, within=10)
             first = await host.abort("b1", "Bash")
             second = await host.abort("b1", "Bash", "operator")
             assert first == second
@@ -208,7 +202,7 @@ async def test_host_exits_when_runtime_pipe_closes(tmp_path: pathlib.Path,
     async with running_host(str(tmp_path), marked.env(), config=FAST) as host:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(host.execute, "b1", "Bash", {"command": TREE})
-            await wait_for_output(host.output)
+            await wait_until(lambda: host.output, within=10)
             pid = host.link.pid
             assert pid is not None
             process = host.link._process

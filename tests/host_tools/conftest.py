@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,6 @@ from runtime.proc.proctree import find_marked
 
 MARKER_KEY = "QUIESCE_TEST_MARKER"
 TEST_GRACE = 0.3
-
-
-async def wait_until(predicate: Callable[[], object], within: float = 5.0) -> None:
-    """Poll external state (files, processes, recorded output) until ``predicate`` holds."""
-    with trio.fail_after(within):
-        while not predicate():
-            await trio.sleep(0.01)
 
 
 @pytest.fixture(scope="session", autouse=True)

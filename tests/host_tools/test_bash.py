@@ -9,8 +9,9 @@ import trio
 from host.tools import TOOLS
 from protocol.tools import BashArgs, TextContent, ToolResult
 from runtime.proc.proctree import find_marked
+from tests.kit.waiters import wait_until
 
-from .conftest import TEST_GRACE, Harness, wait_until
+from .conftest import TEST_GRACE, Harness
 
 
 def text(result: ToolResult) -> str:

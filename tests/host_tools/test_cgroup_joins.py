@@ -22,6 +22,7 @@ from runtime.proc import cgroups
 from runtime.supervision import cgroup_sweeps
 from tests.conftest import Marked
 from tests.kit.host import Host, running_host
+from tests.kit.waiters import wait_file
 
 # The sandbox refuses the write into another cgroup's cgroup.procs outright
 # (tests/e2e/test_sandbox.py); the host's own attribution must hold without it too.
@@ -75,9 +76,7 @@ async def test_a_process_that_joined_another_calls_cgroup_dies_at_its_own_stop(
                 nursery.start_soon(_run, host, "b1", JOIN.format(
                     where=where, point=point, pid_file=pid_file,
                     tail=TAILS[ending].format(pid_file=pid_file, where=where)), results)
-                with trio.fail_after(10):
-                    while not pid_file.exists() or not pid_file.read_text().strip():
-                        await trio.sleep(0.02)
+                await wait_file(pid_file, 10, strip=True)
                 joiner = int(pid_file.read_text())
                 if ending == "stop":
                     in_b2 = cgroups.own_cgroup_dir(joiner)
@@ -124,9 +123,7 @@ async def test_the_runtimes_kill_of_a_frozen_hosts_call_takes_its_joiners_too(
                 nursery.start_soon(_run, host, "b1", JOIN.format(
                     where=where, point=point, pid_file=pid_file,
                     tail=TAILS["stop"]), results)
-                with trio.fail_after(10):
-                    while not pid_file.exists() or not pid_file.read_text().strip():
-                        await trio.sleep(0.02)
+                await wait_file(pid_file, 10, strip=True)
                 joiner = int(pid_file.read_text())
                 b2_cgroup = point + where.read_text().strip()
                 b2_members = set(cgroups._members(b2_cgroup)) - {joiner}

@@ -26,9 +26,8 @@ from runtime.link import ConnectionClosed
 from runtime.proc.proctree import ENV_MARKER
 from tests.conftest import Marked
 from tests.kit.host import Host, running_host
+from tests.kit.waiters import wait_until
 from tests.support import command_line
-
-from .conftest import wait_until
 
 FAST = {"tools": {"kill_grace": 0.3}}
 

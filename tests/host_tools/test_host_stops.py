@@ -24,9 +24,8 @@ from host.tools import ripgrep
 from protocol.tools import ImageContent, ToolResult
 from tests.conftest import Marked
 from tests.kit.host import Host, running_host
+from tests.kit.waiters import wait_until
 from tests.support import command_line, marked_processes
-
-from .conftest import wait_until
 
 GRACE = 0.5
 FAST = {"tools": {"kill_grace": GRACE}}

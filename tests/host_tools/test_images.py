@@ -13,8 +13,9 @@ from host.imaging import render
 from host.tools import TOOLS
 from protocol.tools import GenerateImagesArgs, ImageContent, TextContent, ToolResult
 from runtime.proc.proctree import find_marked
+from tests.kit.waiters import wait_until
 
-from .conftest import Harness, wait_until
+from .conftest import Harness
 
 SLOW_BACKEND = [sys.executable, "-m", "host.imaging.render", "--delay-ms", "400"]
 

@@ -21,8 +21,9 @@ import trio
 from host import spawn, spawn_start
 from runtime.proc import orphans
 from runtime.proc.proctree import find_marked, kill_marked, kill_tree
+from tests.kit.waiters import wait_until
 
-from .conftest import TEST_GRACE, wait_until
+from .conftest import TEST_GRACE
 
 EVIL_TREE = """
 sleep 60 &                                        # background job, same group

@@ -32,13 +32,6 @@ async def new_plugin_session(agent: Agent, workspace: pathlib.Path, script: list
     return result
 
 
-async def wait_file(path: pathlib.Path, within: float = 15.0) -> str:
-    with trio.fail_after(within):
-        while not path.exists() or not path.read_text():
-            await trio.sleep(0.02)
-    return path.read_text()
-
-
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

@@ -20,7 +20,8 @@ from protocol.messages.host import (
 from protocol.tools import ToolResult
 from tests.conftest import Marked
 from tests.kit.host import NoRuntime
-from tests.plugins.support import SERVER, alive, wait_file
+from tests.kit.waiters import wait_file
+from tests.plugins.support import SERVER, alive
 from tests.support import MARK_VAR
 
 

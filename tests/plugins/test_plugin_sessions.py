@@ -20,7 +20,8 @@ from protocol.messages.events import SessionMeta
 from runtime.link import ConnectionClosed
 from tests.conftest import Marked
 from tests.kit.daemon import agent_daemon, call, text
-from tests.plugins.support import QUIET, SERVER, alive, new_plugin_session, pid_in, wait_file
+from tests.kit.waiters import wait_file
+from tests.plugins.support import QUIET, SERVER, alive, new_plugin_session, pid_in
 from tests.support import command_line, marked_processes
 
 

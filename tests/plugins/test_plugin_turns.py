@@ -12,7 +12,8 @@ from protocol.messages.events import ToolCallEvent, ToolProgressEvent, ToolResul
 from tests.conftest import Marked
 from tests.e2e.test_ops import find_key, ops
 from tests.kit.daemon import agent_daemon, call, text
-from tests.plugins.support import QUIET, alive, new_plugin_session, pid_in, wait_file
+from tests.kit.waiters import wait_file
+from tests.plugins.support import QUIET, alive, new_plugin_session, pid_in
 
 
 async def test_plugin_tools_are_listed_and_called_with_progress(tmp_path: pathlib.Path,

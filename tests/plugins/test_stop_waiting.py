@@ -21,7 +21,8 @@ from protocol.messages.events import (
 from protocol.messages.renderer import AgentForceParams, AgentForceResult
 from tests.conftest import Marked
 from tests.kit.daemon import agent_daemon, call, sleep, text
-from tests.plugins.support import alive, new_plugin_session, wait_file
+from tests.kit.waiters import wait_file
+from tests.plugins.support import alive, new_plugin_session
 
 pytestmark = pytest.mark.timeout(120)
 
