@@ -6,16 +6,14 @@ host, real WebSocket clients."""
 from __future__ import annotations
 
 import pathlib
-import sys
 from typing import Any
 
 import pytest
 import trio
 
 from tests.conftest import Marked
-from tests.kit.socketclient import INIT, WsClient, listening_daemon, ws_connect
-from tests.kit.waiters import wait_file
-from tests.plugins.support import SERVER, alive
+from tests.kit.socketclient import client_of, listening_daemon, run_stubborn, stubborn_session
+from tests.plugins.support import alive
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,12 +34,6 @@ def is_event(kind: str, **fields: Any) -> Any:
 def kinds(messages: list[Any]) -> list[str]:
     return [m["params"]["event"]["kind"] for m in messages
             if m.get("method") == "session.event"]
-
-
-async def client_of(port: int, token: str) -> WsClient:
-    client = await ws_connect(port, token=token)
-    assert "result" in await client.call("initialize", INIT)
-    return client
 
 
 async def test_a_session_outlives_its_client_and_attach_replays_it(
@@ -150,20 +142,11 @@ async def test_stop_waiting_and_agent_force_on_a_cancel_ignoring_plugin(
         marked: Marked, tmp_path: pathlib.Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    script = [[{"toolCall": {"id": "w1", "name": "mcp__tools__wait_stubbornly", "args": {}}}],
-              [{"text": "never"}]]
     env = marked.env(QUIESCE_PLUGIN_QUIET_WINDOW="0.5")
     async with listening_daemon(env, "ws://127.0.0.1:0", tmp=tmp_path) as daemon:
         client = await client_of(daemon.port, daemon.token)
-        new = await client.call("session.new", {
-            "workspace": str(workspace), "permissionMode": "auto",
-            "provider": {"kind": "scripted", "script": script},
-            "mcpServers": [{"name": "tools", "command": sys.executable,
-                            "args": [str(SERVER)]}]}, within=60)
-        sid = new["result"]["sessionId"]
-        await client.send({"jsonrpc": "2.0", "id": 600, "method": "agent.prompt",
-                           "params": {"sessionId": sid, "text": "go"}})
-        server_pid = int(await wait_file(workspace / "started-stubbornly", within=30))
+        sid = await stubborn_session(client, workspace)
+        server_pid = await run_stubborn(client, sid, workspace, request_id=600)
         await client.send({"jsonrpc": "2.0", "id": 601, "method": "agent.abort",
                            "params": {"sessionId": sid}})
         waiting = await client.next_matching(

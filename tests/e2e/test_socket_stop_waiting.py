@@ -6,26 +6,23 @@ real WebSocket clients, a plugin call that ignores its cancel."""
 from __future__ import annotations
 
 import pathlib
-import sys
 from typing import Any
 
 import pytest
 import trio
 
 from tests.conftest import Marked
-from tests.kit.socketclient import INIT, WsClient, listening_daemon, ws_connect
-from tests.kit.waiters import wait_file
-from tests.plugins.support import SERVER
+from tests.kit.socketclient import (
+    WsClient,
+    client_of,
+    listening_daemon,
+    run_stubborn,
+    stubborn_session,
+)
 
 pytestmark = pytest.mark.timeout(120)
 ANNOUNCED = {"tool/progress", "tool/started", "tool/abort", "assistant/delta",
              "stop/waiting"}
-
-
-async def client_of(port: int, token: str) -> WsClient:
-    client = await ws_connect(port, token=token)
-    assert "result" in await client.call("initialize", INIT)
-    return client
 
 
 async def seen(client: WsClient, predicate: Any) -> None:
@@ -57,22 +54,13 @@ async def test_stop_waiting_on_a_socket_link_to_every_follower_in_order(
         marked: Marked, tmp_path: pathlib.Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    script = [[{"toolCall": {"id": "w1", "name": "mcp__tools__wait_stubbornly", "args": {}}}],
-              [{"text": "never"}]]
     env = marked.env(QUIESCE_PLUGIN_QUIET_WINDOW="0.5")
     async with listening_daemon(env, "ws://127.0.0.1:0", tmp=tmp_path) as daemon:
         one = await client_of(daemon.port, daemon.token)
-        new = await one.call("session.new", {
-            "workspace": str(workspace), "permissionMode": "auto",
-            "provider": {"kind": "scripted", "script": script},
-            "mcpServers": [{"name": "tools", "command": sys.executable,
-                            "args": [str(SERVER)]}]}, within=60)
-        sid = new["result"]["sessionId"]
+        sid = await stubborn_session(one, workspace)
         two = await client_of(daemon.port, daemon.token)
         assert "result" in await two.call("session.attach", {"sessionId": sid})
-        await one.send({"jsonrpc": "2.0", "id": 900, "method": "agent.prompt",
-                        "params": {"sessionId": sid, "text": "go"}})
-        await wait_file(workspace / "started-stubbornly", within=30)
+        await run_stubborn(one, sid, workspace, request_id=900)
         await one.send({"jsonrpc": "2.0", "id": 901, "method": "agent.abort",
                         "params": {"sessionId": sid}})
         await seen(two, lambda m: m.get("method") == "session.event"

@@ -10,16 +10,13 @@ import functools
 import json
 import os
 import pathlib
-import sys
 
 import pytest
 import trio
 
 from tests.conftest import Marked
 from tests.e2e.browser import CHROMIUM, Page, headless_chromium
-from tests.kit.socketclient import INIT, listening_daemon, ws_connect
-from tests.kit.waiters import wait_file
-from tests.plugins.support import SERVER
+from tests.kit.socketclient import client_of, listening_daemon, run_stubborn, stubborn_session
 
 pytestmark = [pytest.mark.timeout(180),
               pytest.mark.skipif(not os.path.exists(CHROMIUM),
@@ -156,24 +153,14 @@ async def test_the_page_shows_what_a_stop_waits_on_and_forces_it(
     it waits on with its class, and its Force button settles the stop."""
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    script = [[{"toolCall": {"id": "w1", "name": "mcp__tools__wait_stubbornly", "args": {}}}],
-              [{"text": "never"}]]
     env = marked.env(QUIESCE_PLUGIN_QUIET_WINDOW="0.5")
     async with listening_daemon(env, "ws://127.0.0.1:0", "--web", tmp=tmp_path) as daemon, \
             headless_chromium(marked.env()) as browser:
         assert daemon.url is not None
         # Another window (a native client) opened the session and prompted it.
-        native = await ws_connect(daemon.port, token=daemon.token)
-        assert "result" in await native.call("initialize", INIT)
-        new = await native.call("session.new", {
-            "workspace": str(workspace), "permissionMode": "auto",
-            "provider": {"kind": "scripted", "script": script},
-            "mcpServers": [{"name": "tools", "command": sys.executable,
-                            "args": [str(SERVER)]}]}, within=60)
-        sid = new["result"]["sessionId"]
-        await native.send({"jsonrpc": "2.0", "id": 900, "method": "agent.prompt",
-                           "params": {"sessionId": sid, "text": "wait for it"}})
-        await wait_file(workspace / "started-stubbornly", within=30)
+        native = await client_of(daemon.port, daemon.token)
+        sid = await stubborn_session(native, workspace)
+        await run_stubborn(native, sid, workspace, request_id=900, text="wait for it")
 
         page = await browser.new_page(daemon.url)
         await page.wait_for("document.body.dataset.state === 'connected'")

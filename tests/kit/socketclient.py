@@ -9,6 +9,7 @@ import os
 import pathlib
 import signal
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from wsproto.events import (
 
 from runtime.clients.daemon_client import serve_command
 from tests.kit.lineclient import LineClient
+from tests.kit.waiters import wait_file
+from tests.plugins.support import SERVER
 
 INIT = {"protocolVersion": "1.0", "clientInfo": {"name": "test"}}
 
@@ -242,6 +245,39 @@ async def unix_connect(path: str) -> LineClient:
     """A client of ``--listen unix:PATH``: newline-delimited frames, as on stdio."""
     stream = await trio.open_unix_socket(path)
     return LineClient(stream, stream)
+
+
+async def client_of(port: int, token: str) -> WsClient:
+    """A WebSocket client that has shaken hands."""
+    client = await ws_connect(port, token=token)
+    assert "result" in await client.call("initialize", INIT)
+    return client
+
+
+STUBBORN = [[{"toolCall": {"id": "w1", "name": "mcp__tools__wait_stubbornly", "args": {}}}],
+            [{"text": "never"}]]
+"""A turn whose one call (``w1``) is the test plugin server's that ignores its cancel."""
+
+
+async def stubborn_session(client: WsClient, workspace: pathlib.Path) -> str:
+    """A session of :data:`STUBBORN` made over ``client`` (its plugin server started): its
+    id."""
+    new = await client.call("session.new", {
+        "workspace": str(workspace), "permissionMode": "auto",
+        "provider": {"kind": "scripted", "script": STUBBORN},
+        "mcpServers": [{"name": "tools", "command": sys.executable,
+                        "args": [str(SERVER)]}]}, within=60)
+    session_id: str = new["result"]["sessionId"]
+    return session_id
+
+
+async def run_stubborn(client: WsClient, session_id: str, workspace: pathlib.Path, *,
+                       request_id: int, text: str = "go") -> int:
+    """Prompt it (request ``request_id``, its answer not waited for) until its call runs:
+    the plugin server's pid."""
+    await client.send({"jsonrpc": "2.0", "id": request_id, "method": "agent.prompt",
+                       "params": {"sessionId": session_id, "text": text}})
+    return int(await wait_file(workspace / "started-stubbornly", within=30))
 
 
 def mode_of(path: str | os.PathLike[str]) -> int:
