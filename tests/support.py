@@ -37,6 +37,14 @@ def marked_processes(mark: str) -> list[psutil.Process]:
     return found
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has exited: it only waits to be reaped)."""
+    try:
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
 def command_line(proc: psutil.Process) -> str:
     """The process's command line, or "" once it has exited (a zombie has none)."""
     try:

@@ -8,12 +8,11 @@ import stat
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import psutil
-
 from protocol.messages.events import HookDecisionEvent
 from tests.conftest import Marked
 from tests.kit.daemon import Agent, Answer, agent_daemon, never
 from tests.kit.waiters import wait_file
+from tests.support import alive
 
 
 def script(tmp_path: pathlib.Path, name: str, body: str) -> str:
@@ -54,10 +53,7 @@ async def wait_for_file(path: pathlib.Path, within: float = 10.0) -> str:
 
 
 def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    return not alive(pid)
 
 
 def pid_file_script(tmp_path: pathlib.Path, name: str, then: str) -> tuple[str, pathlib.Path]:

@@ -22,7 +22,6 @@ import pathlib
 import signal
 import sys
 
-import psutil
 import pytest
 import trio
 
@@ -32,6 +31,7 @@ from runtime.proc import cgroups
 from tests.conftest import Marked
 from tests.kit.daemon import Agent, agent_daemon, call, text
 from tests.kit.waiters import wait_file
+from tests.support import alive
 
 FORGED = ("( ( env QUIESCE_HOST_CALL=${{QUIESCE_HOST_CALL%%:*}}:x:y setsid sleep 300 & "
           "echo $! > {pid_file} ) & )")
@@ -66,18 +66,11 @@ async def _escapee(pid_file: pathlib.Path) -> int:
     return int(await wait_file(pid_file, 10, strip=True))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
-    except psutil.NoSuchProcess:
-        return False
-
-
 async def _gone_within(proc: int, seconds: float) -> bool:
     with trio.move_on_after(seconds):
-        while _alive(proc):
+        while alive(proc):
             await trio.sleep(0.02)
-    return not _alive(proc)
+    return not alive(proc)
 
 
 async def _prompt(agent: Agent) -> None:
@@ -124,7 +117,7 @@ async def test_an_escapee_does_not_survive(tmp_path: pathlib.Path, marked: Marke
                 escapee = await _escapee(pid_file)
                 result = agent.results("t1")["b1"]
                 assert "escapee-alive" in str(result.details.get("output")), result
-                assert not _alive(escapee), "the escapee outlived its call's result"
+                assert not alive(escapee), "the escapee outlived its call's result"
                 return
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_prompt, agent)
@@ -134,12 +127,12 @@ async def test_an_escapee_does_not_survive(tmp_path: pathlib.Path, marked: Marke
                     with trio.fail_after(10):
                         while not (tmp_path / "fake" / "ran").exists():
                             await trio.sleep(0.02)
-                assert _alive(escapee)
+                assert alive(escapee)
                 if kind == "left-cgroup":  # it is out of every cgroup of the host
                     assert cgroups.own_cgroup_dir(escapee) == cgroups.own_cgroup_dir()
                 if ending == "stop":
                     await agent.stop_and_check()
-                    assert not _alive(escapee), "the escapee outlived the stop's answer"
+                    assert not alive(escapee), "the escapee outlived the stop's answer"
                 elif ending == "kill-host":
                     os.kill(host_pid, signal.SIGKILL)
                 elif ending == "kill-runtime":
@@ -151,12 +144,12 @@ async def test_an_escapee_does_not_survive(tmp_path: pathlib.Path, marked: Marke
                     nursery.cancel_scope.cancel()
             if ending == "kill-host":
                 # The crashed turn answered: the host's leftovers are gone by now.
-                assert not _alive(escapee), "survived its host's death"
+                assert not alive(escapee), "survived its host's death"
         assert escapee is not None
         if ending == "eof":
-            assert not _alive(escapee), "the escapee outlived the daemon"
+            assert not alive(escapee), "the escapee outlived the daemon"
     finally:  # never left behind by a failure
-        if escapee is not None and _alive(escapee):
+        if escapee is not None and alive(escapee):
             os.kill(escapee, signal.SIGKILL)
 
 
@@ -189,10 +182,10 @@ async def test_a_frozen_host_never_leaves_a_stopped_calls_processes_alive(
             assert result.code == "ABORTED" and result.details["unconfirmed"] is True
             assert result.details["processesEnded"] == (
                 "cgroup-killed" if mechanism == "cgroup" else "host-killed")
-            assert not _alive(escapee)
+            assert not alive(escapee)
     finally:
-        if host_pid and _alive(host_pid):
+        if host_pid and alive(host_pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(host_pid, signal.SIGCONT)
-        if escapee is not None and _alive(escapee):
+        if escapee is not None and alive(escapee):
             os.kill(escapee, signal.SIGKILL)

@@ -23,7 +23,8 @@ from runtime.clients.ops.client import OpsClient, connect
 from tests.conftest import Marked
 from tests.kit.daemon import Agent, agent_daemon, call, text
 from tests.kit.waiters import wait_file
-from tests.plugins.support import QUIET, alive, new_plugin_session
+from tests.plugins.support import QUIET, new_plugin_session
+from tests.support import alive
 
 
 async def ops(marked: Marked, *args: str) -> tuple[int, object]:

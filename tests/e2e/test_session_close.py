@@ -23,8 +23,8 @@ from tests.conftest import Marked
 from tests.e2e.test_ops import find_key, ops
 from tests.kit.daemon import agent_daemon, call, text
 from tests.kit.waiters import wait_file
-from tests.plugins.support import alive, new_plugin_session
-from tests.support import command_line, marked_processes
+from tests.plugins.support import new_plugin_session
+from tests.support import alive, command_line, marked_processes
 
 TREE = "echo up; ( setsid sleep 60 & ) ; ( sleep 60 & ) ; sleep 60"
 

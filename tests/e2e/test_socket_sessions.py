@@ -13,7 +13,7 @@ import trio
 
 from tests.conftest import Marked
 from tests.kit.socketclient import client_of, listening_daemon, run_stubborn, stubborn_session
-from tests.plugins.support import alive
+from tests.support import alive
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -13,7 +13,6 @@ import os
 import pathlib
 import signal
 
-import psutil
 import pytest
 import trio
 
@@ -23,6 +22,7 @@ from runtime.supervision import cgroup_sweeps
 from tests.conftest import Marked
 from tests.kit.host import Host, running_host
 from tests.kit.waiters import wait_file
+from tests.support import alive
 
 # The sandbox refuses the write into another cgroup's cgroup.procs outright
 # (tests/e2e/test_sandbox.py); the host's own attribution must hold without it too.
@@ -46,16 +46,19 @@ TAILS = {"stop": "sleep 60",  # b1 is stopped
                        "echo joined-b2"}
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 async def _run(host: Host, call_id: str, command: str,
                results: dict[str, ToolResult]) -> None:
     results[call_id] = await host.execute(call_id, "Bash", {"command": command})
+
+
+async def _join(host: Host, nursery: trio.Nursery, results: dict[str, ToolResult], *,
+                point: str, where: pathlib.Path, pid_file: pathlib.Path, tail: str) -> int:
+    """Run b2, and b1 whose subshell moves itself into b2's cgroup: the subshell's pid,
+    once it is there."""
+    nursery.start_soon(_run, host, "b2", OTHER.format(where=where), results)
+    nursery.start_soon(_run, host, "b1", JOIN.format(
+        where=where, point=point, pid_file=pid_file, tail=tail), results)
+    return int(await wait_file(pid_file, 10, strip=True))
 
 
 @pytest.mark.parametrize("ending", ["stop", "completion"])
@@ -72,23 +75,20 @@ async def test_a_process_that_joined_another_calls_cgroup_dies_at_its_own_stop(
             if (await host.stats()).process_isolation != "cgroup":
                 pytest.skip("this host cannot make cgroups")
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_run, host, "b2", OTHER.format(where=where), results)
-                nursery.start_soon(_run, host, "b1", JOIN.format(
-                    where=where, point=point, pid_file=pid_file,
-                    tail=TAILS[ending].format(pid_file=pid_file, where=where)), results)
-                await wait_file(pid_file, 10, strip=True)
-                joiner = int(pid_file.read_text())
+                joiner = await _join(host, nursery, results, point=point, where=where,
+                                     pid_file=pid_file,
+                                     tail=TAILS[ending].format(pid_file=pid_file, where=where))
                 if ending == "stop":
                     in_b2 = cgroups.own_cgroup_dir(joiner)
                     assert in_b2 is not None and in_b2.endswith(where.read_text().strip())
-                    assert _alive(joiner)
+                    assert alive(joiner)
                     with trio.fail_after(10):
                         aborted = await host.abort("b1", "Bash")
                     assert aborted.found
                 with trio.fail_after(10):  # b1's result: its processes are gone by then
                     while "b1" not in results:
                         await trio.sleep(0.01)
-                assert not _alive(joiner), "it outlived its own call's stop"
+                assert not alive(joiner), "it outlived its own call's stop"
                 assert "b2" not in results  # the call it joined runs on
                 await host.abort("b2", "Bash")
         assert results["b1"].code == ("ABORTED" if ending == "stop" else None)
@@ -97,7 +97,7 @@ async def test_a_process_that_joined_another_calls_cgroup_dies_at_its_own_stop(
         assert results["b2"].code == "ABORTED"
         assert results["b1"].details["survivors"] == []
     finally:
-        if joiner and _alive(joiner):
+        if joiner and alive(joiner):
             os.kill(joiner, 9)
 
 
@@ -119,26 +119,22 @@ async def test_the_runtimes_kill_of_a_frozen_hosts_call_takes_its_joiners_too(
             host_pid = host.link.pid
             assert host_pid is not None
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_run, host, "b2", OTHER.format(where=where), results)
-                nursery.start_soon(_run, host, "b1", JOIN.format(
-                    where=where, point=point, pid_file=pid_file,
-                    tail=TAILS["stop"]), results)
-                await wait_file(pid_file, 10, strip=True)
-                joiner = int(pid_file.read_text())
+                joiner = await _join(host, nursery, results, point=point, where=where,
+                                     pid_file=pid_file, tail=TAILS["stop"])
                 b2_cgroup = point + where.read_text().strip()
                 b2_members = set(cgroups._members(b2_cgroup)) - {joiner}
-                assert b2_members and _alive(joiner)
+                assert b2_members and alive(joiner)
                 os.kill(host_pid, signal.SIGSTOP)
                 try:
                     with trio.fail_after(10):
                         empty = await cgroup_sweeps.kill_call_cgroup(host_pid, "s-test", "b1")
                     assert empty
-                    assert not _alive(joiner), "it outlived its call's kill"
-                    assert all(_alive(pid) for pid in b2_members)  # b2 runs on
+                    assert not alive(joiner), "it outlived its call's kill"
+                    assert all(alive(pid) for pid in b2_members)  # b2 runs on
                 finally:
                     os.kill(host_pid, signal.SIGCONT)
                 await host.abort("b1", "Bash")
                 await host.abort("b2", "Bash")
     finally:
-        if joiner and _alive(joiner):
+        if joiner and alive(joiner):
             os.kill(joiner, 9)

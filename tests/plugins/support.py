@@ -6,7 +6,6 @@ import pathlib
 import sys
 from typing import Any
 
-import psutil
 import trio
 
 from protocol.messages.client import ScriptedProviderConfig, SessionNewParams, SessionNewResult
@@ -30,13 +29,6 @@ async def new_plugin_session(agent: Agent, workspace: pathlib.Path, script: list
             str(workspace), "auto", ScriptedProviderConfig(script=script), servers))
     agent.session_id = result.session_id
     return result
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def pid_in(text: str) -> int:

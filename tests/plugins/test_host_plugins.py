@@ -21,8 +21,8 @@ from protocol.tools import ToolResult
 from tests.conftest import Marked
 from tests.kit.host import NoRuntime
 from tests.kit.waiters import wait_file
-from tests.plugins.support import SERVER, alive
-from tests.support import MARK_VAR
+from tests.plugins.support import SERVER
+from tests.support import MARK_VAR, alive
 
 
 def python(marked: Marked, name: str, code: str) -> McpServerConfig:

@@ -21,8 +21,8 @@ from runtime.link import ConnectionClosed
 from tests.conftest import Marked
 from tests.kit.daemon import agent_daemon, call, text
 from tests.kit.waiters import wait_file
-from tests.plugins.support import QUIET, SERVER, alive, new_plugin_session, pid_in
-from tests.support import command_line, marked_processes
+from tests.plugins.support import QUIET, SERVER, new_plugin_session, pid_in
+from tests.support import alive, command_line, marked_processes
 
 
 def write_workspace_file(workspace: pathlib.Path, servers: dict[str, object]) -> None:

@@ -13,7 +13,8 @@ from tests.conftest import Marked
 from tests.e2e.test_ops import find_key, ops
 from tests.kit.daemon import agent_daemon, call, text
 from tests.kit.waiters import wait_file
-from tests.plugins.support import QUIET, alive, new_plugin_session, pid_in
+from tests.plugins.support import QUIET, new_plugin_session, pid_in
+from tests.support import alive
 
 
 async def test_plugin_tools_are_listed_and_called_with_progress(tmp_path: pathlib.Path,

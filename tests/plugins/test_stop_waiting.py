@@ -22,7 +22,8 @@ from protocol.messages.renderer import AgentForceParams, AgentForceResult
 from tests.conftest import Marked
 from tests.kit.daemon import agent_daemon, call, sleep, text
 from tests.kit.waiters import wait_file
-from tests.plugins.support import alive, new_plugin_session
+from tests.plugins.support import new_plugin_session
+from tests.support import alive
 
 pytestmark = pytest.mark.timeout(120)
 
