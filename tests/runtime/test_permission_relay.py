@@ -66,7 +66,8 @@ async def test_the_client_can_match_a_prompt_to_its_tool_call(
     assert relay.pending_calls() == set()
 
 
-async def test_a_prompt_after_the_client_left_does_not_hold_the_host_links_reader() -> None:
+async def test_a_prompt_after_the_client_left_does_not_hold_the_host_links_reader(
+        autojump_clock: trio.testing.MockClock) -> None:
     """The client link is closed; the host asks a permission: the host link reads on, so
     the withdrawal that follows reaches the prompt (and ends it)."""
     relay = PermissionRelay()

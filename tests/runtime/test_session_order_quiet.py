@@ -4,12 +4,14 @@ also by a stop that never touches the chain (ops.abort, shutdown's dispose)."""
 from __future__ import annotations
 
 import trio
+import trio.testing
 
 from runtime.daemon.session_order import SessionOrder
 from runtime.daemon.sessions import SessionStore
 
 
-async def test_a_parked_turn_leaves_quiet_when_stopped_outside_the_chain() -> None:
+async def test_a_parked_turn_leaves_quiet_when_stopped_outside_the_chain(
+        autojump_clock: trio.testing.MockClock) -> None:
     order = SessionOrder(SessionStore.__new__(SessionStore))
     stopped = False
     left = trio.Event()
