@@ -7,11 +7,9 @@ prompt queued behind one, an automatic one) run in process on virtual time
 from __future__ import annotations
 
 import pathlib
-import signal
 import time
 from typing import Any
 
-import pytest
 import trio
 
 from protocol.messages.client import (
@@ -30,11 +28,11 @@ from protocol.messages.events import (
     ModelUsageEvent,
     TurnEnd,
 )
+from protocol.transcript import repair_problems
 from runtime.agent.sessionlog import read_log
-from runtime.link import ConnectionClosed
 from tests.conftest import Marked
 from tests.e2e.pipeline import INIT, Pipeline
-from tests.kit.daemon import Agent, agent_daemon, sleep, text
+from tests.kit.daemon import Agent, agent_daemon, kill_under, sleep, text
 from tests.kit.rawclient import raw_daemon
 
 
@@ -208,17 +206,9 @@ async def test_kill_during_compaction_then_load(tmp_path: pathlib.Path,
         with trio.fail_after(20):
             await first.prompt("one")
             await first.prompt("two")
-        async with trio.open_nursery() as nursery:
-            async def run() -> None:
-                with pytest.raises(ConnectionClosed):
-                    await compact(first)
-
-            nursery.start_soon(run)
-            await first.wait_for(lambda e: isinstance(e, MaintenanceStart))
-            await trio.sleep(0.3)
-            first.daemon.process.send_signal(signal.SIGKILL)
-            with trio.fail_after(10):
-                await first.daemon.process.wait()
+        await kill_under(first, lambda: compact(first),
+                         lambda e: isinstance(e, MaintenanceStart), after=0.3)
+        cut = first.log()
     async with agent_daemon(marked) as second:
         second.session_id = session_id
         with trio.fail_after(20):
@@ -229,6 +219,7 @@ async def test_kill_during_compaction_then_load(tmp_path: pathlib.Path,
         assert not any(isinstance(e, HistoryCompacted) for e in log)
         end = log[-1]
         assert isinstance(end, MaintenanceEnd) and end.end.kind == "interrupted"
+        assert repair_problems(cut, log) == []  # what the rulebook says, nothing else
         # The loaded session works on: a compaction of the same two turns (the reloaded
         # script starts again at its first response, which is the summary now).
         with trio.fail_after(20):

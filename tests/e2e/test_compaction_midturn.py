@@ -7,10 +7,8 @@ still ends with the runtime's own error."""
 from __future__ import annotations
 
 import pathlib
-import signal
 from typing import Any
 
-import pytest
 import trio
 
 from protocol.messages.client import (
@@ -29,12 +27,12 @@ from protocol.messages.events import (
     ToolResultEvent,
     TurnEnd,
 )
+from protocol.transcript import repair_problems
 from runtime.agent.compaction import COMPACTION_PROMPT
 from runtime.agent.history import SUMMARY_HEADING
-from runtime.link import ConnectionClosed
 from tests.conftest import Marked
 from tests.e2e.test_usage_compaction_http import OPENAI_ENV, openai_reply, openai_session
-from tests.kit.daemon import Agent, agent_daemon, call, sleep, text
+from tests.kit.daemon import Agent, agent_daemon, call, kill_under, sleep, text
 from tests.providers.fakeserver import FakeServer, Reply
 from tests.providers.recorded import call as call_chunk
 from tests.providers.recorded import event, sse
@@ -194,19 +192,11 @@ async def test_kill_during_a_turns_compaction_then_load(tmp_path: pathlib.Path,
     async with agent_daemon(marked) as first:
         session_id = await scripted_session(first, tmp_path, TWO_STEPS_THEN_A_SLOW_SUMMARY,
                                             **SMALL)
-        async with trio.open_nursery() as nursery:
-            async def run() -> None:
-                with pytest.raises(ConnectionClosed):
-                    await first.prompt("read a.txt")
-
-            with trio.fail_after(20):
-                await first.prompt(LONG_PROMPT)
-            nursery.start_soon(run)
-            await first.wait_for(lambda e: isinstance(e, MaintenanceStart))
-            await trio.sleep(0.3)
-            first.daemon.process.send_signal(signal.SIGKILL)
-            with trio.fail_after(10):
-                await first.daemon.process.wait()
+        with trio.fail_after(20):
+            await first.prompt(LONG_PROMPT)
+        await kill_under(first, lambda: first.prompt("read a.txt"),
+                         lambda e: isinstance(e, MaintenanceStart), after=0.3)
+        cut = first.log()
     async with agent_daemon(marked) as second:
         second.session_id = session_id
         with trio.fail_after(20):
@@ -221,6 +211,7 @@ async def test_kill_during_a_turns_compaction_then_load(tmp_path: pathlib.Path,
         assert isinstance(t2_end, TurnEnd) and t2_end.turn_id == "t2"
         assert t2_end.end.kind == "interrupted" and end.seq < t2_end.seq
         second.assert_balanced()
+        assert repair_problems(cut, log) == []  # what the rulebook says, nothing else
         listed: SessionListResult = await second.daemon.request("session.list", Empty())
         assert [s.phase for s in listed.sessions] == ["idle"]
         # Loaded again, nothing more to repair: the log is consistent as it stands.

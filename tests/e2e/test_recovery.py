@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import pathlib
-import signal
 
 import psutil
-import pytest
 import trio
 
 from protocol.messages.client import SessionLoadParams
 from protocol.messages.common import Empty
 from protocol.messages.events import ToolProgressEvent, ToolResultEvent, TurnEnd
-from runtime.link import ConnectionClosed
+from protocol.transcript import repair_problems
 from tests.conftest import Marked
-from tests.kit.daemon import agent_daemon, call
+from tests.kit.daemon import agent_daemon, call, kill_under
 from tests.support import marked_processes
 
 
@@ -24,17 +22,10 @@ async def test_load_after_the_runtime_was_killed_mid_turn(tmp_path: pathlib.Path
                call("r1", "Read", path="nothing")]]
     async with agent_daemon(marked) as first:
         session_id = await first.new_session(tmp_path, script)
-        async with trio.open_nursery() as nursery:
-            async def prompt() -> None:
-                with pytest.raises(ConnectionClosed):  # the runtime dies under the prompt
-                    await first.prompt("go")
-
-            nursery.start_soon(prompt)
-            await first.wait_for(lambda e: isinstance(e, ToolProgressEvent))
-            host_pid = first.daemon.info.capabilities["host"]["pid"]  # type: ignore[union-attr]
-            first.daemon.process.send_signal(signal.SIGKILL)
-            with trio.fail_after(10):
-                await first.daemon.process.wait()
+        host_pid = first.host_pid
+        await kill_under(first, lambda: first.prompt("go"),  # the runtime dies under it
+                         lambda e: isinstance(e, ToolProgressEvent))
+        cut = first.log()
     # The host saw its runtime's pipe close: it killed the Bash tree and exited.
     with trio.fail_after(10):
         while psutil.pid_exists(host_pid) and \
@@ -59,6 +50,7 @@ async def test_load_after_the_runtime_was_killed_mid_turn(tmp_path: pathlib.Path
         end = log[-1]
         assert isinstance(end, TurnEnd) and end.end.kind == "interrupted"
         second.assert_balanced()
+        assert repair_problems(cut, log) == []  # what the rulebook says, nothing else
         # Loading again repairs nothing more.
         again = await second.daemon.request("session.load", SessionLoadParams(session_id))
         assert not again.recovered and again.events == loaded.events

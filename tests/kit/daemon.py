@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 import psutil
+import pytest
 import trio
 
 from protocol.causes import CauseKind, cause_of
@@ -49,7 +50,7 @@ from protocol.messages.host import (
 from protocol.transcript import balance_problems
 from runtime.agent.sessionlog import read_log
 from runtime.clients.daemon_client import DaemonClient, spawn_daemon
-from runtime.link import effect_taken
+from runtime.link import ConnectionClosed, effect_taken
 from runtime.proc.proctree import ENV_MARKER
 from tests.conftest import Marked
 from tests.support import command_line, marked_processes
@@ -224,6 +225,26 @@ async def agent_daemon(marked: Marked, *, answer: Answer = never,
         agent = Agent(daemon, marked.data_dir, marked.mark)
         holder.append(agent)
         yield agent
+
+
+async def kill_under(agent: Agent, request: Callable[[], Awaitable[object]],
+                     when: Callable[[AnnouncedEvent], bool], *, after: float = 0.0) -> None:
+    """SIGKILL the daemon under ``request`` (which fails ``ConnectionClosed``) once an event
+    for which ``when`` holds was announced (and ``after`` seconds more); return once the
+    daemon is dead. The session's log is then as a crash leaves it."""
+
+    async def cut() -> None:
+        with pytest.raises(ConnectionClosed):
+            await request()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(cut)
+        await agent.wait_for(when)
+        if after:
+            await trio.sleep(after)
+        agent.daemon.process.send_signal(signal.SIGKILL)
+        with trio.fail_after(10):
+            await agent.daemon.process.wait()
 
 
 def text(t: str) -> dict[str, Any]:
