@@ -1,13 +1,18 @@
 """The test kit: what the tests drive the product with, written once.
 
 - ``daemon``: ``quiesce serve`` as a subprocess driven through agent turns
-  (``agent_daemon``, ``Agent.stop_and_check``), and holding its host still;
+  (``agent_daemon``, ``Agent.stop_and_check``, ``kill_under``), and holding its host
+  still;
 - ``host``: a real host subprocess driven over its link, as the runtime drives it
   (``running_host``);
 - ``acpclient``: ``quiesce acp`` driven by the official ACP SDK (``acp_agent``, ``Editor``);
+- ``lineclient``: newline-delimited JSON-RPC over a byte stream (stdio, ``unix:``, ops);
 - ``rawclient``: bytes to ``quiesce serve``'s stdin, answer lines back;
-- ``socketclient``: ``quiesce serve --listen`` and its WebSocket and Unix socket clients.
+- ``socketclient``: ``quiesce serve --listen``, its WebSocket and Unix socket clients,
+  and a session whose plugin call ignores its cancel;
+- ``waiters``: waiting, with a deadline, on files, processes and output.
 
 Every check of a session log's balance asks the transcript rulebook
-(``protocol.transcript``).
+(``protocol.transcript``). Processes a test starts are marked and found by
+``tests.support``.
 """
