@@ -24,7 +24,7 @@ import trio
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
-from tests.fuzz.wire import OK, Answer, Msg, Template
+from tests.fuzz.wire import OK, PRE, READY, Answer, Ids, Msg, Template, instantiate
 
 QUIET = 0.75  # no new answer for this long, once all are in or the process is idle: done
 
@@ -194,6 +194,61 @@ async def stream_checked(peer: Peer, msgs: Sequence[Msg], rnd: random.Random) ->
     await peer.settle(sum(m.answer is not None for m in msgs), within=40)
     peer.require_alive("while answering the stream")
     return check(msgs, peer.received)
+
+
+async def before_handshake(peer: Peer, templates: Sequence[Template], ids: Ids, count: int,
+                           rnd: random.Random, where: str) -> Report:
+    """Stream ``count`` of the messages that do not shake hands, before any handshake:
+    each answered (as refused), the process alive, nothing sent of its own."""
+    pre = instantiate([t for t in templates if not t.initializes][:count], ids, PRE)
+    await peer.send_chunked([m.frame for m in pre], rnd)
+    await peer.settle(sum(m.answer is not None for m in pre), within=20)
+    peer.require_alive("before the handshake")
+    report = check(pre, peer.received)
+    require_clean(report, where)
+    assert not peer.from_peer, peer.from_peer[:3]
+    peer.received.clear()
+    return report
+
+
+def ready_messages(templates: Sequence[Template], ids: Ids, rnd: random.Random,
+                   count: int) -> list[Msg]:
+    """At least ``count`` messages for after the handshake: the drawn templates again and
+    again, each time in another order."""
+    msgs: list[Msg] = []
+    while len(msgs) < count:
+        order = list(templates)
+        rnd.shuffle(order)
+        msgs += instantiate(order, ids, READY, rnd)
+    return msgs
+
+
+@dataclass
+class Halves:
+    first: Report
+    second: Report
+    middle_rss: int  # after the first half: the plateau
+    rss: list[int]  # the samples since the stream began
+
+
+async def in_two_halves(peer: Peer, msgs: Sequence[Msg], rnd: random.Random, *, label: str,
+                        baseline: int, samples_from: int, where: str) -> Halves:
+    """Stream ``msgs`` in two halves, each answered in full and clean: memory after the
+    first is the plateau. Prints a summary of the second."""
+    half = len(msgs) // 2
+    started = trio.current_time()
+    first = await stream_checked(peer, msgs[:half], rnd)
+    require_clean(first, where)
+    peer.received.clear()
+    middle_rss = peer.rss_now()
+    second = await stream_checked(peer, msgs[half:], rnd)
+    seconds = trio.current_time() - started
+    rss = peer.rss[samples_from:]
+    print(summary(f"{label} (second half; the first: {first.sent} frames, RSS "
+                  f"{middle_rss / 2**20:.1f} MiB after it)", second, rss, baseline,
+                  seconds), where)
+    require_clean(second, where)
+    return Halves(first, second, middle_rss, rss)
 
 
 def host_command() -> list[str]:

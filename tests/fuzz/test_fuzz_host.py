@@ -19,15 +19,14 @@ from protocol.framing import DEFAULT_MAX_FRAME_SIZE
 from tests.conftest import Marked
 from tests.fuzz import wire
 from tests.fuzz.stream import (
-    check,
+    before_handshake,
     draw_templates,
     fuzz_seed,
     host_command,
+    in_two_halves,
     log_errors,
-    require_clean,
+    ready_messages,
     spawned,
-    stream_checked,
-    summary,
 )
 
 SESSION = "s-fuzz"
@@ -58,16 +57,8 @@ async def test_fuzz_host(marked: Marked, tmp_path: pathlib.Path) -> None:
     with trio.fail_after(90):
         async with spawned(host_command(), marked.env(), str(tmp_path / "host.log")) as host:
             # Out of order: everything before the handshake (no successful initialize).
-            early = [t for t in templates if not t.initializes][:PRE_TEMPLATES]
-            pre = wire.instantiate(early, ids, wire.PRE)
-            await host.send_chunked([m.frame for m in pre], rnd)
-            await host.settle(sum(m.answer is not None for m in pre), within=20)
-            host.require_alive("before the handshake")
-            pre_report = check(pre, host.received)
-            require_clean(pre_report, where)
-            assert pre_report.codes[wire.NOT_INITIALIZED] > 0, pre_report.codes
-            assert not host.from_peer, host.from_peer[:3]
-            host.received.clear()
+            pre = await before_handshake(host, templates, ids, PRE_TEMPLATES, rnd, where)
+            assert pre.codes[wire.NOT_INITIALIZED] > 0, pre.codes
 
             answer = await host.call({"jsonrpc": "2.0", "id": "hello", "method": "initialize",
                                       "params": {"protocolVersion": "1.0"}})
@@ -81,11 +72,7 @@ async def test_fuzz_host(marked: Marked, tmp_path: pathlib.Path) -> None:
             baseline = host.rss_now()
             samples_from = len(host.rss)
 
-            msgs: list[wire.Msg] = []
-            while len(msgs) < FRAMES:
-                order = list(templates)
-                rnd.shuffle(order)
-                msgs += wire.instantiate(order, ids, wire.READY, rnd)
+            msgs = ready_messages(templates, ids, rnd, FRAMES)
             # The frame limit, at full size: exactly at it is served, one byte more is not,
             # and neither is a frame of 9 MiB (arriving in chunks of every size).
             limit = DEFAULT_MAX_FRAME_SIZE
@@ -98,26 +85,16 @@ async def test_fuzz_host(marked: Marked, tmp_path: pathlib.Path) -> None:
                 frame = wire.exact_size_request("tools.abort", abort, "callId", size, rid)
                 msgs.insert(rnd.randrange(len(msgs)),
                             wire.Msg(frame, wire.Answer(answer_id, codes), f"{rid} frame"))
-            # In two halves, each answered in full: memory after the first is the plateau.
-            half = len(msgs) // 2
-            started = trio.current_time()
-            first = await stream_checked(host, msgs[:half], rnd)
-            require_clean(first, where)
-            host.received.clear()
-            middle_rss = host.rss_now()
-            second = await stream_checked(host, msgs[half:], rnd)
-            seconds = trio.current_time() - started
-            rss = host.rss[samples_from:]
-            print(summary(f"host (second half; the first: {first.sent} frames, RSS "
-                          f"{middle_rss / 2**20:.1f} MiB after it)", second, rss, baseline,
-                          seconds), where)
-            require_clean(second, where)
+            halves = await in_two_halves(host, msgs, rnd, label="host", baseline=baseline,
+                                         samples_from=samples_from, where=where)
+            first, second, middle_rss, rss = (halves.first, halves.second, halves.middle_rss,
+                                              halves.rss)
             assert not host.undecodable, host.undecodable[:3]
             # It may report tool output; it must never ask (auto mode) or send anything else.
             assert {m.get("method") for m in host.from_peer} <= {"tools.output",
                                                                  "tools.started"}, \
                 host.from_peer[:3]
-            assert first.sent + second.sent >= MIN_FRAMES, (len(pre), first.sent, second.sent)
+            assert first.sent + second.sent >= MIN_FRAMES, (pre.sent, first.sent, second.sent)
             assert first.expected_answers + second.expected_answers > 15_000
             assert first.codes[wire.OK] + second.codes[wire.OK] > 1_000  # valid ones served
 

@@ -24,14 +24,13 @@ from runtime.clients.daemon_client import serve_command
 from tests.conftest import Marked
 from tests.fuzz import wire
 from tests.fuzz.stream import (
-    check,
+    before_handshake,
     draw_templates,
     fuzz_seed,
+    in_two_halves,
     log_errors,
-    require_clean,
+    ready_messages,
     spawned,
-    stream_checked,
-    summary,
 )
 
 MAX_FRAME = 16384  # small, so oversized frames are cheap to send
@@ -76,14 +75,7 @@ async def test_fuzz_quiesce_serve(marked: Marked, tmp_path: pathlib.Path) -> Non
         async with spawned(serve_command(), marked.env(QUIESCE_MAX_FRAME=str(MAX_FRAME)),
                            str(tmp_path / "daemon.log")) as daemon:
             # Out of order: everything before the handshake (no successful initialize).
-            early = [t for t in templates if not t.initializes][:PRE_TEMPLATES]
-            pre = wire.instantiate(early, ids, wire.PRE)
-            await daemon.send_chunked([m.frame for m in pre], rnd)
-            await daemon.settle(sum(m.answer is not None for m in pre), within=20)
-            daemon.require_alive("before the handshake")
-            require_clean(check(pre, daemon.received), where)
-            assert not daemon.from_peer, daemon.from_peer[:3]
-            daemon.received.clear()
+            pre = await before_handshake(daemon, templates, ids, PRE_TEMPLATES, rnd, where)
 
             answer = await daemon.call({"jsonrpc": "2.0", "id": "hello", "method": "initialize",
                                         "params": {"protocolVersion": "1.0"}})
@@ -95,11 +87,7 @@ async def test_fuzz_quiesce_serve(marked: Marked, tmp_path: pathlib.Path) -> Non
             baseline = daemon.rss_now()
             samples_from = len(daemon.rss)
 
-            msgs: list[wire.Msg] = []
-            while len(msgs) < FRAMES:
-                order = list(templates)
-                rnd.shuffle(order)
-                msgs += wire.instantiate(order, ids, wire.READY, rnd)
+            msgs = ready_messages(templates, ids, rnd, FRAMES)
             # A frame exactly at the limit is served; one byte more is not.
             at_limit = wire.exact_size_request("agent.prompt", {"sessionId": "s-000000000000"},
                                                "text", MAX_FRAME, "at-limit")
@@ -109,22 +97,13 @@ async def test_fuzz_quiesce_serve(marked: Marked, tmp_path: pathlib.Path) -> Non
                                            "text", MAX_FRAME + 1, "over-limit")
             msgs.append(wire.Msg(over, wire.Answer(None, frozenset({wire.INVALID_REQUEST})),
                                  "frame one byte over the limit"))
-            # In two halves, each answered in full: memory after the first is the plateau.
-            half = len(msgs) // 2
-            started = trio.current_time()
-            first = await stream_checked(daemon, msgs[:half], rnd)
-            require_clean(first, where)
-            daemon.received.clear()
-            middle_rss = daemon.rss_now()
-            second = await stream_checked(daemon, msgs[half:], rnd)
-            seconds = trio.current_time() - started
-            rss = daemon.rss[samples_from:]
-            print(summary(f"quiesce serve (second half; the first: {first.sent} frames, RSS "
-                          f"{middle_rss / 2**20:.1f} MiB after it)", second, rss, baseline,
-                          seconds), where)
-            require_clean(second, where)
+            halves = await in_two_halves(daemon, msgs, rnd, label="quiesce serve",
+                                         baseline=baseline, samples_from=samples_from,
+                                         where=where)
+            first, second, middle_rss, rss = (halves.first, halves.second, halves.middle_rss,
+                                              halves.rss)
             assert not daemon.undecodable, daemon.undecodable[:3]
-            sent = len(pre) + first.sent + second.sent
+            sent = pre.sent + first.sent + second.sent
             assert first.sent + second.sent >= MIN_FRAMES, sent
             assert first.expected_answers + second.expected_answers > 15_000
 
