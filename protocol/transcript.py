@@ -10,13 +10,12 @@ and what breaks the rules; it never reads a file or a clock. The rules of a log 
 - **seqs**: the events' seqs count 0, 1, 2, … with no gap.
 
 A log a crash cut off breaks them in one way only: turns (a subagent's inside its
-parent's) and a compaction left open, their last calls unanswered.
-:meth:`Transcript.repair` says
-what closes them, byte for byte what the daemon appends when it loads such a log: a
-``maintenance/end`` ``interrupted`` for the open compaction, then, innermost turn first,
-an ``ABORTED`` result marked ``recovered`` for each unanswered call and a ``turn/end``
-``interrupted``. The daemon's load, the tests, the load test and the crash test all ask
-this module.
+parent's) and a compaction left open, their last calls unanswered. What closes them is
+:meth:`Transcript.repair`, byte for byte what the daemon appends when it loads such a
+log: a ``maintenance/end`` ``interrupted`` for the open compaction, then, innermost turn
+first, an ``ABORTED`` result marked ``recovered`` for each unanswered call and a
+``turn/end`` ``interrupted``. The daemon's load, the tests, the load test and the crash
+test all ask this module.
 """
 
 from __future__ import annotations
