@@ -9,9 +9,9 @@ A host call is a tool call of a turn sent to the host as ``tools.execute``. Its 
 - ``abandoned``: the call stopped waiting (read-only at once, process past its grace);
   a late result or progress is dropped.
 
-Only the transitions of ``TRANSITIONS`` happen; firing ``ABORT`` is what starts the one
-sender of the call's ``tools.abort`` (``HostCall.fire`` says whether it moved), so the
-scheduler's stop walk and the call's own stop can never send two.
+Only the moves of ``TABLE`` happen (any other is ``InvalidTransition``); firing ``ABORT``,
+which only a running call takes, is what starts the one sender of the call's
+``tools.abort``, so a second stop can never send two.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import trio
 
 from protocol.messages.host import ToolsAbortResult
+from protocol.statetable import StateTable
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult
 
@@ -40,15 +41,19 @@ class HostCallEvent(enum.Enum):
     ABANDON = "abandon"  # the call stopped waiting for the host's result
 
 
-TRANSITIONS: dict[tuple[HostCallState, HostCallEvent], HostCallState] = {
-    (HostCallState.RUNNING, HostCallEvent.ABORT): HostCallState.ABORTING,
-    (HostCallState.ABORTING, HostCallEvent.ABORT_DONE): HostCallState.DRAINING,
-    (HostCallState.RUNNING, HostCallEvent.ABANDON): HostCallState.ABANDONED,
-    (HostCallState.ABORTING, HostCallEvent.ABANDON): HostCallState.ABANDONED,
-    (HostCallState.DRAINING, HostCallEvent.ABANDON): HostCallState.ABANDONED,
-    # An abandoned read-only call's abort is still delivered; its answer is only logged.
-    (HostCallState.ABANDONED, HostCallEvent.ABORT_DONE): HostCallState.ABANDONED,
-}
+S, E = HostCallState, HostCallEvent
+TABLE: StateTable[HostCallState, HostCallEvent] = StateTable(
+    "a host call in the runtime", S.RUNNING, {
+        (S.RUNNING, E.ABORT): S.ABORTING,
+        (S.ABORTING, E.ABORT_DONE): S.DRAINING,
+        (S.RUNNING, E.ABANDON): S.ABANDONED,
+        (S.ABORTING, E.ABANDON): S.ABANDONED,
+        (S.DRAINING, E.ABANDON): S.ABANDONED,
+        (S.ABANDONED, E.ABORT_DONE): S.ABANDONED,
+    }, doc="one tool call of a turn sent to the host, from its execute to its result",
+    notes={(S.ABANDONED, E.ABORT_DONE): "an abandoned read-only call's abort is still "
+                                        "delivered; its answer is only logged"})
+del S, E
 
 
 @dataclass(frozen=True)
@@ -78,11 +83,9 @@ class HostCall:
     started_at: float = field(default_factory=time.monotonic)
 
     def fire(self, event: HostCallEvent) -> bool:
-        """Apply ``event`` if the table allows it here; whether the call moved (so the
-        caller that fired ``ABORT`` first, and only it, starts the abort's sender)."""
-        target = TRANSITIONS.get((self.state, event))
-        if target is None:
-            return False
+        """Apply ``event`` (``InvalidTransition`` if the table has no such move here);
+        whether the call's state changed."""
+        target = TABLE.next(self.state, event)
         moved = target is not self.state
         self.state = target
         return moved

@@ -57,7 +57,13 @@ from protocol.sandbox import SandboxPolicy
 from protocol.toolclass import TOOL_CLASSES, ToolClass
 from protocol.tools import TOOL_ARGS, ToolResult, aborted_result, error_result
 from protocol.toolspecs import TOOL_SPECS, bash_description
-from runtime.agent.hostcall import Execution, HostCall, HostCallEvent, InFlightCall
+from runtime.agent.hostcall import (
+    Execution,
+    HostCall,
+    HostCallEvent,
+    HostCallState,
+    InFlightCall,
+)
 from runtime.agent.registry import (
     AbortSignal,
     JsonObjectArgs,
@@ -205,10 +211,11 @@ class HostTools:
             self._stop(call, execution.signal)
 
     def _stop(self, call: HostCall, signal: AbortSignal) -> None:
-        """A stop reached the call: the first one (the table's ``ABORT`` moves it once)
+        """A stop reached the call: the first one (only a running call takes ``ABORT``)
         starts its one ``tools.abort`` sender in the lease's nursery; later ones only wait
         for ``call.abort_done``."""
-        if self._fire(call, HostCallEvent.ABORT):
+        if call.state is HostCallState.RUNNING:
+            self._fire(call, HostCallEvent.ABORT)
             self._host.start_soon(lambda: self._send_abort(call, signal))
 
     async def _send_abort(self, call: HostCall, signal: AbortSignal) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from host.calls import TRANSITIONS, Call, CallEvent, CallTable, InvalidTransition
+from host.calls import TABLE, Call, CallEvent, CallTable, InvalidTransition
 from protocol.toolclass import ToolClass
 
 
@@ -33,7 +33,7 @@ def test_every_state_in_flight_can_settle(state: str) -> None:
         call.fire(event)
     assert call.state == state
     assert call.fire(CallEvent.SETTLE) == "settled" and call.state == "settled"
-    assert TRANSITIONS[(state, CallEvent.SETTLE)] == "settled"  # type: ignore[index]
+    assert TABLE.moves[(state, CallEvent.SETTLE)] == "settled"  # type: ignore[index]
 
 
 def test_moves_outside_the_table_are_refused() -> None:

@@ -39,15 +39,17 @@ and the registry waits for every stage it started.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import trio
 
+from protocol.statetable import StateTable
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult
 from runtime.agent.registry import outcomes
@@ -72,7 +74,7 @@ from runtime.agent.registry.views import (
     _Run,
 )
 
-__all__ = ["Stages", "ToolCall"]
+__all__ = ["TABLE", "Stages", "TokenEvent", "ToolCall"]
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +120,16 @@ async def _contain(stage: Stage, thunk: Callable[[], Awaitable[T]],
     return outcome
 
 
-_State = Literal["ready", "running", "settled"]
+class TokenEvent(enum.Enum):
+    RUN = "run"  # run() began: its one run
+    SETTLE = "settle"  # its one result is published
+
+
+TABLE: StateTable[str, TokenEvent] = StateTable(
+    "the registry's call token", "ready", {
+        ("ready", TokenEvent.RUN): "running",
+        ("running", TokenEvent.SETTLE): "settled",
+    }, doc="one ToolCall, made by ToolRegistry.prepare and run exactly once")
 
 
 class ToolCall:
@@ -132,7 +143,7 @@ class ToolCall:
         self._definition = definition
         self._final_content = definition.final_content if definition is not None else None
         self._stages = stages
-        self._state: _State = "ready"
+        self._state = TABLE.initial
         self._result: ToolResult | None = None
         self._stop_driven = False
         self._stop_scope: trio.CancelScope | None = None  # the running stop handler's
@@ -202,13 +213,11 @@ class ToolCall:
 
     async def run(self) -> ToolResult:
         """Run every stage once; return the one frozen, published result."""
-        if self._state != "ready":
-            raise RuntimeError(f"call {self.call_id} has already run")
-        self._state = "running"
+        self._state = TABLE.next(self._state, TokenEvent.RUN)  # a second run() raises
         with trio.CancelScope(shield=True):
             result = await self._finalize(await self._outcome())
             self._result = result
-            self._state = "settled"
+            self._state = TABLE.next(self._state, TokenEvent.SETTLE)
             if self._stop_scope is not None:
                 self._stop_scope.cancel()
             if self._run is not None:
