@@ -44,7 +44,7 @@ import msgspec
 import trio
 
 from protocol import ids
-from protocol.errors import ErrorCode, RemoteError
+from protocol.errors import ErrorCode
 from protocol.messages.host import (
     PluginTool,
     ToolsAbortParams,
@@ -73,7 +73,14 @@ from runtime.agent.registry import (
     cancel_on_abort,
     define_tool,
 )
-from runtime.link import ConnectionClosed, NotSent, OversizedMessage
+from runtime.supervision.failures import (
+    HostAnswerMalformed,
+    HostError,
+    HostLost,
+    HostNotReached,
+    HostRefused,
+    HostRequestTooLarge,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +93,8 @@ HOST_RESTARTED = "hostRestarted"  # details key of a call an operator's restart-
 
 
 class HostPort(Protocol):
-    """A turn's way to its host (``runtime.supervision.supervisor.HostLease``)."""
+    """A turn's way to its host (``runtime.supervision.lease.HostLease``). A request
+    that gives no result raises one of ``runtime.supervision.failures``' kinds."""
 
     async def ready(self) -> None:
         """Until the turn holds a live host (one is started if need be)."""
@@ -227,9 +235,9 @@ class HostTools:
                     self._session_id, call.host_call_id, call.tool, cause))
             call.abort_answer = answer
             self._on_abort(call.call_id, call.tool, answer)
-        except NotSent as exc:  # no host to stop it on: nothing of it runs there
+        except HostNotReached as exc:  # no host to stop it on: nothing of it runs there
             log.info("tools.abort %s not sent: %s", call.host_call_id, exc)
-        except (ConnectionClosed, RemoteError, msgspec.DecodeError) as exc:
+        except HostError as exc:
             log.warning("tools.abort %s failed: %s", call.host_call_id, exc)
         finally:
             self._fire(call, HostCallEvent.ABORT_DONE)
@@ -346,13 +354,13 @@ class HostTools:
                 return aborted_result(before_dispatch=True, details={
                     "notSent": "stopped while the host was starting"})
             result: ToolResult = await self._host.request("tools.execute", params)
-        except OversizedMessage as exc:
+        except HostRequestTooLarge as exc:
             return error_result(ErrorCode.INVALID_PARAMS, f"arguments too large: {exc}",
                                 body_invoked=False)
-        except NotSent as exc:
+        except HostNotReached as exc:
             return aborted_result(before_dispatch=True, details={
                 HOST_UNAVAILABLE: f"the request was never sent: {exc}"})
-        except ConnectionClosed:
+        except HostLost:
             # Not before the dead host's processes are gone: a settled call has none left.
             await self._host.wait_host_gone()
             if self._host.restarted:  # the same code: the body may have run, the host is gone
@@ -361,11 +369,12 @@ class HostTools:
                                     body_invoked=True, details={HOST_RESTARTED: "operator"})
             return error_result(ErrorCode.HOST_CRASHED, "the host exited during the call",
                                 body_invoked=True)
-        except RemoteError as exc:
-            return error_result(ErrorCode.TOOL_FAILED, f"host refused the call: {exc}",
+        except HostAnswerMalformed as exc:  # before HostRefused: it is one
+            return error_result(ErrorCode.TOOL_FAILED,
+                                f"the host's result is malformed: {exc.reason}",
                                 body_invoked=True)
-        except msgspec.DecodeError as exc:  # mapped here: this task may outlive the call
-            return error_result(ErrorCode.TOOL_FAILED, f"the host's result is malformed: {exc}",
+        except HostRefused as exc:
+            return error_result(ErrorCode.TOOL_FAILED, f"host refused the call: {exc}",
                                 body_invoked=True)
         return result
 

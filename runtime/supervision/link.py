@@ -26,8 +26,22 @@ from protocol.errors import RemoteError
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
 from protocol.version import PROTOCOL_VERSION, check_compatible
-from runtime.link import ConnectionClosed, Endpoint, Handler, NotificationHandler, NotSent
+from runtime.link import (
+    ConnectionClosed,
+    Endpoint,
+    Handler,
+    NotificationHandler,
+    NotSent,
+    OversizedMessage,
+)
 from runtime.proc.secretenv import host_environment
+from runtime.supervision.failures import (
+    HostAnswerMalformed,
+    HostLost,
+    HostNotReached,
+    HostRefused,
+    HostRequestTooLarge,
+)
 
 log = logging.getLogger(__name__)
 
@@ -156,9 +170,22 @@ class HostLink:
         return self._endpoint is None or self._endpoint.closed.is_set()
 
     async def request(self, method: str, params: msgspec.Struct) -> Any:
+        """The host's typed result; anything else is one of ``failures.py``'s kinds, mapped
+        here once from what the link raised."""
         if self._endpoint is None:
-            raise NotSent("host not started")
-        return await self._endpoint.request(method, params)
+            raise HostNotReached("host not started")
+        try:
+            return await self._endpoint.request(method, params)
+        except NotSent as exc:
+            raise HostNotReached(str(exc)) from exc
+        except ConnectionClosed as exc:
+            raise HostLost(str(exc)) from exc
+        except OversizedMessage as exc:
+            raise HostRequestTooLarge.of(exc) from exc
+        except RemoteError as exc:
+            raise HostRefused.of(exc) from exc
+        except msgspec.DecodeError as exc:  # ValidationError is one
+            raise HostAnswerMalformed(method, str(exc)) from exc
 
     def kill(self) -> None:
         """SIGKILL the host (a hung one): it is down at once; its exit closes the link,

@@ -31,7 +31,8 @@ from runtime.agent.registry import (
     UserCause,
     run_tool_calls,
 )
-from runtime.link import ConnectionClosed, NotSent
+from runtime.link import NotSent
+from runtime.supervision.failures import HostLost, HostNotReached
 from runtime.supervision.generation import HostGeneration
 from runtime.supervision.lease import END_WAIT, HostLease
 
@@ -93,7 +94,7 @@ class FakeHost:
 
     async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any:
         if not self.started.is_set():
-            raise NotSent("no host yet")  # a stop never starts a host
+            raise HostNotReached("no host yet")  # a stop never starts a host
         return await self.request(method, params)
 
     restarted = False
@@ -294,7 +295,7 @@ async def test_a_body_that_started_is_never_reported_before_dispatch(
 
 async def test_a_request_never_sent_is_aborted_before_dispatch_and_loses_the_host() -> None:
     host = FakeHost()
-    host.execute_answer = NotSent("the turn's host is gone")
+    host.execute_answer = HostNotReached("the turn's host is gone")
     run = Run(host)
     with trio.fail_after(5):
         result, _ = await run.call(*WRITE)
@@ -307,7 +308,7 @@ async def test_a_crashed_call_settles_only_once_the_dead_hosts_processes_are_gon
         autojump_clock: trio.testing.MockClock) -> None:
     host = FakeHost()
     host.execute_released = trio.Event()
-    host.execute_answer = ConnectionClosed("host[1]: link closed")
+    host.execute_answer = HostLost("host[1]: link closed")
     run = Run(host)
 
     async def crash_then_sweep() -> None:
