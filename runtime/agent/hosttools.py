@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import trio
@@ -64,6 +64,7 @@ from runtime.agent.hostcall import (
     HostCallState,
     InFlightCall,
 )
+from runtime.agent.hostport import HOST_RESTARTED, HOST_UNAVAILABLE, HostPort
 from runtime.agent.registry import (
     AbortSignal,
     JsonObjectArgs,
@@ -88,51 +89,6 @@ DEFAULT_PROCESS_GRACE = 10.0
 # How long an abandoned read-only call's request may still finish, to log its late result.
 LATE_RESULT_WAIT = 30.0
 BEFORE_BODY_STATES = frozenset({"tombstoned", "admission", "permission-pending"})
-HOST_UNAVAILABLE = "hostUnavailable"  # details key of a result whose request was never sent
-HOST_RESTARTED = "hostRestarted"  # details key of a call an operator's restart-host ended
-
-
-class HostPort(Protocol):
-    """A turn's way to its host (``runtime.supervision.lease.HostLease``). A request
-    that gives no result raises one of ``runtime.supervision.failures``' kinds."""
-
-    async def ready(self) -> None:
-        """Until the turn holds a live host (one is started if need be)."""
-        ...
-
-    async def request(self, method: str, params: msgspec.Struct) -> Any: ...
-
-    async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any: ...
-
-    async def wait_host_gone(self) -> bool:
-        """After the host died under a call: until its leftover processes are killed
-        (bounded); whether they were."""
-        ...
-
-    @property
-    def restarted(self) -> bool:
-        """Whether the held host was killed by an operator's restart, not a crash."""
-        ...
-
-    async def end_call_processes(self, session_id: str, host_call_id: str) -> str | None:
-        """A process call's grace ran out without the host's result: make sure its
-        processes are gone, by killing its cgroup, or, where it has none, the host (its
-        trees swept). How (``cgroup-killed``, ``host-killed``), or ``None`` if the turn
-        holds no live host."""
-        ...
-
-    def start_soon(self, fn: Callable[[], Awaitable[None]]) -> None:
-        """Run ``fn`` in the lease's nursery: a ``tools.abort`` request, or an abandoned
-        call's execute awaited for its late result, outlives the call that started it."""
-        ...
-
-
-def lost_host(result: ToolResult) -> bool:
-    """Whether a call's result says the turn's host is gone: it died under the call, or
-    was gone before the call could be sent."""
-    return result.code == ErrorCode.HOST_CRASHED.name or (
-        result.code == ErrorCode.ABORTED_BEFORE_DISPATCH.name
-        and HOST_UNAVAILABLE in result.details)
 
 
 ProgressSink = Callable[[str, str, str], None]  # (call id, stream, text)

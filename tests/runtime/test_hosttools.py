@@ -23,7 +23,8 @@ from protocol.messages.host import (
     ToolsOutputParams,
 )
 from protocol.tools import ToolResult, aborted_result, ok_result
-from runtime.agent.hosttools import HostTools, lost_host
+from runtime.agent.hostport import lost_host
+from runtime.agent.hosttools import HostTools
 from runtime.agent.registry import (
     AbortController,
     ToolCallRequest,

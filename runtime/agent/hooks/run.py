@@ -18,7 +18,7 @@ import logging
 import trio
 
 from protocol.messages.host import HooksAbortParams, HooksRunParams, HooksRunResult
-from runtime.agent.hosttools import HostPort
+from runtime.agent.hostport import HostPort
 from runtime.agent.registry import AbortSignal, cancel_on_abort
 from runtime.supervision.failures import (
     HostError,
