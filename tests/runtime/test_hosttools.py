@@ -180,7 +180,7 @@ async def test_read_only_stops_waiting_at_once_though_the_host_never_answers(
 
 async def test_a_late_read_only_result_is_logged_with_its_call_tool_and_code(
         autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="runtime.agent.hosttools")
+    caplog.set_level(logging.INFO, logger="runtime.agent.hostcall")
     host = FakeHost()
     host.execute_released = trio.Event()
     host.execute_answer = aborted_result(before_dispatch=False, details={"host": "late"})
