@@ -63,6 +63,7 @@ class Call:
     state: CallState = "admission"
     cause: Cause | None = None
     body_invoked: bool = False
+    """Set by the ``START_BODY`` move (``fire``), the one record that the body was called."""
     forced: bool = False
     permission_request_id: str | None = None
     stop: trio.Event = field(default_factory=trio.Event)
@@ -82,6 +83,8 @@ class Call:
 
     def fire(self, event: CallEvent) -> CallState:
         self.state = TABLE.next(self.state, event)
+        if event is CallEvent.START_BODY:
+            self.body_invoked = True  # kept past ``settled``, which forgets ``running``
         return self.state
 
     @property

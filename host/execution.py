@@ -190,8 +190,7 @@ class Executor:
                 admitted = True
             if call.stop.is_set():
                 return aborted_result(before_dispatch=True)
-            call.fire(CallEvent.START_BODY)
-            call.body_invoked = True  # immediately before the body
+            call.fire(CallEvent.START_BODY)  # immediately before the body: body_invoked
             self._runtime.tool_started(ToolsStartedParams(call.session_id, call.call_id))
             result = await self._invoke(call, spec, session, args)
         finally:

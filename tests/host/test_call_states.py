@@ -57,3 +57,12 @@ def test_a_stop_is_not_a_state_but_records_the_one_it_found() -> None:
     call.request_stop(UserCause())
     assert call.state == "permission-pending" and call.stopped_in == "permission-pending"
     assert call.cause == UserCause()
+
+
+def test_the_start_body_move_is_the_record_that_the_body_was_called() -> None:
+    call = Call("s", "c", "Bash", ToolClass.PROCESS)
+    call.fire(CallEvent.ADMIT)
+    assert not call.body_invoked
+    call.fire(CallEvent.START_BODY)
+    call.fire(CallEvent.SETTLE)
+    assert call.body_invoked and call.state == "settled"
