@@ -135,10 +135,8 @@ class HostLink:
         nursery.start_soon(self._watch_link, endpoint)
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT):
-                info: InitializeResult = await endpoint.request(
-                    "initialize",
-                    InitializeParams(PROTOCOL_VERSION, PeerInfo("quiesce-runtime", "0.1.0")),
-                )
+                info: InitializeResult = await _mapped(endpoint, "initialize", InitializeParams(
+                    PROTOCOL_VERSION, PeerInfo("quiesce-runtime", "0.1.0")))
             check_compatible(info.protocol_version)
         except BaseException:
             self.kill()  # a host that failed its handshake is not left running
@@ -174,18 +172,7 @@ class HostLink:
         here once from what the link raised."""
         if self._endpoint is None:
             raise HostNotReached("host not started")
-        try:
-            return await self._endpoint.request(method, params)
-        except NotSent as exc:
-            raise HostNotReached(str(exc)) from exc
-        except ConnectionClosed as exc:
-            raise HostLost(str(exc)) from exc
-        except OversizedMessage as exc:
-            raise HostRequestTooLarge.of(exc) from exc
-        except RemoteError as exc:
-            raise HostRefused.of(exc) from exc
-        except msgspec.DecodeError as exc:  # ValidationError is one
-            raise HostAnswerMalformed(method, str(exc)) from exc
+        return await _mapped(self._endpoint, method, params)
 
     def kill(self) -> None:
         """SIGKILL the host (a hung one): it is down at once; its exit closes the link,
@@ -239,3 +226,19 @@ class HostLink:
             for stream in (process.stdin, process.stdout):
                 if stream is not None:
                     await stream.aclose()
+
+
+async def _mapped(endpoint: Endpoint, method: str, params: msgspec.Struct) -> Any:
+    """``endpoint.request``, its failures mapped to ``failures.py``'s kinds (the one place)."""
+    try:
+        return await endpoint.request(method, params)
+    except NotSent as exc:
+        raise HostNotReached(str(exc)) from exc
+    except ConnectionClosed as exc:
+        raise HostLost(str(exc)) from exc
+    except OversizedMessage as exc:
+        raise HostRequestTooLarge.of(exc) from exc
+    except RemoteError as exc:
+        raise HostRefused.of(exc) from exc
+    except msgspec.DecodeError as exc:  # ValidationError is one
+        raise HostAnswerMalformed(method, str(exc)) from exc

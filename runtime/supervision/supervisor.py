@@ -52,12 +52,12 @@ from typing import Any
 import msgspec
 import trio
 
-from protocol.errors import RemoteError, RpcError
+from protocol.errors import RpcError
 from protocol.messages.host import SessionOpenParams
-from runtime.link import ConnectionClosed, Handler, NotificationHandler
+from runtime.link import Handler, NotificationHandler
 from runtime.supervision import cgroup_sweeps
 from runtime.supervision.cleanup import kill_orphans_of_dead_hosts, kill_survivors
-from runtime.supervision.failures import HostNotReached
+from runtime.supervision.failures import HostError, HostNotReached, HostRefused
 from runtime.supervision.generation import HostGeneration, HostStartFailed, StartAttempt, describe
 from runtime.supervision.lease import GONE_TIMEOUT, HostLease
 from runtime.supervision.link import KILL_EXIT_TIMEOUT, STOP_TIMEOUT, HostLink, default_host_command
@@ -183,7 +183,7 @@ class HostSupervisor:
         attempt = self._starting = StartAttempt()
         try:
             await self._start()
-        except* (OSError, trio.TooSlowError, RpcError, RemoteError, ConnectionClosed) as group:
+        except* (OSError, trio.TooSlowError, RpcError, HostError) as group:
             attempt.failure = f"the host could not be started: {describe(group)}"
             self._failed = attempt
             log.error("%s", attempt.failure)
@@ -208,7 +208,7 @@ class HostSupervisor:
         for params in list(self._registrations()):  # sessions may open meanwhile
             try:
                 await link.request("session.open", params)
-            except RemoteError as exc:  # e.g. its workspace is gone: its calls will say so
+            except HostRefused as exc:  # e.g. its workspace is gone: its calls will say so
                 log.warning("host refused session %s: %s", params.session_id, exc)
         log.info("host %s started (generation %d)", info, self.generation)
 
