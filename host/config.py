@@ -10,8 +10,8 @@ from host.admission import AdmissionLimits
 from host.childenv import EnvironmentPolicy
 from host.limits import CallLimits
 from host.plugins import PluginSettings
-from host.sandbox.settings import SandboxSettings
 from host.tools.context import HostToolConfig
+from protocol.sandboxsettings import SandboxSettings
 
 
 @dataclass(frozen=True)

@@ -19,14 +19,14 @@ import trio
 
 from host import childenv, limits
 from host.manager import HostConfig
-from host.sandbox import guarantees, netns
-from host.sandbox import settings as sandbox_settings
+from host.sandbox import guarantees
 from host.sandbox.session import remove_base
-from host.sandbox.settings import SandboxSettings
 from host.server import HostServer
+from protocol import sandboxsettings as sandbox_settings
+from protocol.sandboxsettings import SandboxSettings
 from runtime.link.logs import setup_logging
 from runtime.link.stdio import take_stdio
-from runtime.proc import cgroups
+from runtime.proc import cgroups, netns
 from runtime.proc.hardening import harden
 from runtime.proc.orphans import become_subreaper
 

@@ -12,7 +12,6 @@ import trio
 from host.config import HostConfig
 from host.plugins import SessionPlugins, load_servers
 from host.sandbox import Mode, SessionSandbox, landlock
-from host.sandbox.settings import SandboxSettings, narrowed
 from host.workspace import Workspace
 from protocol.errors import ErrorCode, RpcError
 from protocol.mcp import PluginConfigError
@@ -20,6 +19,7 @@ from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig
 from protocol.messages.host import PluginsListResult
 from protocol.sandbox import SandboxPolicy
+from protocol.sandboxsettings import SandboxSettings, narrowed
 from runtime.proc.proctree import ENV_MARKER
 
 

@@ -5,6 +5,6 @@ sandbox (``session``), what is enforced on this kernel (``guarantees``) and how 
 is recognised in a result (``refusal``)."""
 
 from host.sandbox.session import SessionSandbox
-from host.sandbox.settings import Mode, Network, SandboxSettings
+from protocol.sandboxsettings import Mode, Network, SandboxSettings
 
 __all__ = ["Mode", "Network", "SandboxSettings", "SessionSandbox"]

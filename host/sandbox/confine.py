@@ -15,7 +15,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from host.sandbox import landlock, netns
+from host.sandbox import landlock
+from runtime.proc import netns
 from runtime.proc.orphans import _prctl
 
 PR_SET_NO_NEW_PRIVS = 38
@@ -38,7 +39,7 @@ class Confinement:
     ruleset: int | None
     """A Landlock ruleset's descriptor owned by this spawn, or ``None``."""
     netns: int | None = None
-    """A network namespace to join (``host.sandbox.netns``), owned by this spawn."""
+    """A network namespace to join (``runtime.proc.netns``), owned by this spawn."""
 
     def close(self) -> None:
         for fd in (self.ruleset, self.netns):
