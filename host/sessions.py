@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 import trio
 
-from host.config import HostConfig
 from host.plugins import SessionPlugins, load_servers
 from host.sandbox import Mode, SessionSandbox, landlock
 from host.workspace import Workspace
 from protocol.errors import ErrorCode, RpcError
+from protocol.hostconfig import HostConfig
 from protocol.mcp import PluginConfigError
 from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 from typing import TYPE_CHECKING, Any
@@ -97,7 +98,8 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
     except ConfigError as exc:
         parser.error(f"configuration file {str(path)!r}: {exc}")
     if host_json is not None:
-        from host.main import parse_config
+        from protocol.hostconfig import parse_config
+        from runtime.proc.netns import unavailable_reason
 
         # The host checks them too; here a mistake is reported before anything runs.
         checks = [("[host]", host_json)]
@@ -105,7 +107,7 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
             checks.insert(0, ("[environment]", json.dumps({"environment": raw["environment"]})))
         for table, text in checks:
             try:
-                parse_config(text)
+                parse_config(text, environ=os.environ, why_no_private_network=unavailable_reason)
             except ValueError as exc:
                 parser.error(f"configuration file {str(path)!r}: {table}: {exc}")
 
