@@ -16,8 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from host.sandbox import landlock
-from runtime.proc import netns
-from runtime.proc.orphans import _prctl
+from runtime.proc import libc, netns
 
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAPBSET_DROP = 24
@@ -57,7 +56,7 @@ ChildStep = tuple[Callable[..., int], int, "int | None", "int | None"]
 
 def child_step(confinement: Confinement) -> ChildStep:
     """What ``in_child`` needs, resolved in the parent: prctl, the cap range, the fds."""
-    return (_prctl(), _last_cap() if os.geteuid() == 0 else -1, confinement.ruleset,
+    return (libc.prctl(), _last_cap() if os.geteuid() == 0 else -1, confinement.ruleset,
             confinement.netns)
 
 
