@@ -67,8 +67,8 @@ def _die_with_parent(procs_fd: int | None = None, niceness: int = 0,
 
 
 def start_forked(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
-            options: dict[str, Any], confinement: Confinement | None = None
-            ) -> subprocess.Popen[bytes]:
+                 options: dict[str, Any], confinement: Confinement | None = None
+                 ) -> subprocess.Popen[bytes]:
     """Fork (the host's whole address space, holding the interpreter lock) and run
     ``_die_with_parent`` in the child: for a child with a stdin of its own (a plugin), or
     one confined by the sandbox (``confinement``)."""
@@ -152,7 +152,7 @@ def _executable(name: str, options: dict[str, Any]) -> str:
 
 
 def start_gated(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
-           options: dict[str, Any]) -> subprocess.Popen[bytes]:
+                options: dict[str, Any]) -> subprocess.Popen[bytes]:
     """Start ``argv`` without forking the host: ``subprocess`` vforks (no ``preexec_fn``)
     and execs ``setpriv --pdeathsig KILL`` (the parent-death signal, kept across exec) and
     then the gate (``GATE_SCRIPT``), which waits on a pipe. Meanwhile the host moves the

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 PROVIDER_METAVAR = "{scripted:FILE,openai,anthropic}"
 """``--provider``'s name in usage lines: every form it takes (``OPTION_FORMS`` of
-``runtime.agent.providers.factory``, which is too heavy to import here)."""
+``runtime.daemon.provider_option``)."""
 
 
 def host_command(host_config: str | None) -> list[str]:
@@ -31,13 +31,13 @@ def host_command(host_config: str | None) -> list[str]:
 
 
 def _provider_option(parser: argparse.ArgumentParser, value: str) -> ProviderConfig:
-    """``--provider``, checked after the host is spawned (the check's imports are heavy);
-    a bad one is reported as argparse reports a bad option value."""
-    from runtime.agent.providers.factory import ProviderConfigError, parse_provider_option
+    """``--provider``, checked after the host is spawned; a bad one is reported as
+    argparse reports a bad option value."""
+    from runtime.daemon.provider_option import ProviderOptionError, parse_provider_option
 
     try:
         return parse_provider_option(value)
-    except ProviderConfigError as exc:
+    except ProviderOptionError as exc:
         parser.error(f"argument --provider: {exc}")
 
 
