@@ -27,8 +27,9 @@ BEGIN = "<!-- BEGIN generated: {name} -->"
 END = "<!-- END generated: {name} -->"
 
 # A sentence ends at a full stop followed by a space and a capital or a code span
-# ("e.g. a" and "``x.y``" do not end one).
+# ("``x.y``" does not end one, nor an abbreviation: "e.g. ``x``").
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(])")
+_ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "cf.")
 _RST_LITERAL = re.compile(r"``(.+?)``")
 _RST_ROLE = re.compile(r":(?:mod|class|func|meth|attr|data):`([^`]+)`")
 
@@ -40,7 +41,11 @@ class MissingDocstring(Exception):
 def first_sentence(docstring: str) -> str:
     """The first sentence of a docstring's first paragraph, on one line, as Markdown."""
     paragraph = " ".join(docstring.strip().split("\n\n", 1)[0].split())
-    sentence = _SENTENCE_END.split(paragraph, 1)[0]
+    sentence = paragraph
+    for end in _SENTENCE_END.finditer(paragraph):
+        if not paragraph[:end.start()].endswith(_ABBREVIATIONS):
+            sentence = paragraph[:end.start()]
+            break
     sentence = _RST_ROLE.sub(r"`\1`", sentence)
     sentence = _RST_LITERAL.sub(r"`\1`", sentence)
     return sentence.replace("|", "\\|")
@@ -87,7 +92,9 @@ def render_module_tables() -> str:
 
 
 SECTIONS: dict[str, Callable[[], str]] = {"module tables": render_module_tables}
-"""The sections this script renders, by marker name."""
+"""The sections this script renders, by marker name. The document's ``state tables``
+section is written by hand until each state table can render itself; its renderer joins
+this table then, and the section is checked like the module tables."""
 
 
 def fill(document: str, sections: dict[str, Callable[[], str]] = SECTIONS) -> str:

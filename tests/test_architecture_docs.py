@@ -48,10 +48,10 @@ def test_a_module_without_a_docstring_is_refused(tmp_path: pathlib.Path) -> None
 
 
 def test_a_row_is_the_first_sentence_in_markdown() -> None:
-    doc = ("The ``quiesce`` command: one of :mod:`runtime.cli`'s, e.g. a | b. Not this.\n"
+    doc = ("The ``quiesce`` command: one of :mod:`runtime.cli`'s, e.g. ``a | b``. Not this.\n"
            "\nNor this paragraph.")
     assert gen.first_sentence(doc) == (
-        "The `quiesce` command: one of `runtime.cli`'s, e.g. a \\| b.")
+        "The `quiesce` command: one of `runtime.cli`'s, e.g. `a \\| b`.")
 
 
 def test_the_markers_must_be_there() -> None:
