@@ -8,12 +8,12 @@ import re
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 ISSUE_NUMBER = re.compile(r"\bissues?\s+#?\d+|\(#\d+\)", re.IGNORECASE)
-GENERATED_BY_THE_BENCH = {"benchmarks.md"}  # rewritten by scripts/bench from its own notes
 
 
 def _texts() -> list[pathlib.Path]:
-    docs = [p for p in (ROOT / "docs").glob("*.md") if p.name not in GENERATED_BY_THE_BENCH]
-    code = [p for top in ("runtime", "host", "protocol") for p in (ROOT / top).rglob("*.py")]
+    docs = list((ROOT / "docs").glob("*.md"))  # benchmarks.md too: the bench's own notes
+    code = [p for top in ("runtime", "host", "protocol", "scripts") for p in (ROOT / top).rglob("*")
+            if p.is_file() and (p.suffix == ".py" or p.parent.name == "scripts")]
     return [ROOT / "README.md", *docs, *code]
 
 
