@@ -9,7 +9,7 @@ session's queue hold slots every other session needs.)
 Searches (Grep and Glob: each a ripgrep process walking a tree) have a third, smaller
 bound per session (``per_session_searches``): one session's burst of searches runs a
 few at a time instead of taking the host's event loop and the machine's CPUs from every
-other session (issue 14: other sessions' calls stay within 2x of their idle latency
+other session (the goal: other sessions' calls stay within 2x of their idle latency
 while one session runs 25 hostile searches). More searches at once than the machine has
 CPUs finish no sooner anyway.
 
