@@ -424,3 +424,28 @@ async def test_a_held_lease_awaits_what_outlives_its_calls_for_a_bounded_time(
             session.cancel()  # the session closes as its turn ends
     assert finished == ["abort answer"] and cancelled == ["late result"]
     assert trio.current_time() - began == pytest.approx(END_WAIT)
+
+
+@pytest.mark.parametrize("tool", [GREP, BASH, WRITE], ids=["read-only", "process", "mutating"])
+async def test_the_stop_reaches_the_call_before_any_task_wakes(
+        autojump_clock: trio.testing.MockClock, tool: tuple[str, dict[str, Any]]) -> None:
+    """One route: the abort of the signal itself moves the call and starts its one
+    tools.abort (no task has run between the abort and the check)."""
+    host = FakeHost()
+    host.answer_aborts(ToolsAbortResult(True, "running", True))
+    host.execute_released = trio.Event()
+    host.execute_answer = ok_result("done")
+    run = Run(host)
+    seen: list[str] = []
+
+    async def stop() -> None:
+        await host.sent.wait()
+        run.controller.abort(UserCause())
+        seen.extend(call.state.value for call in run.tools.in_flight())
+        await trio.sleep(1)
+        host.execute_released.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop)
+        await run.call(*tool)
+    assert seen == ["aborting"] and len(host.aborts) == 1
