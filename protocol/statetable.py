@@ -8,8 +8,8 @@ A caller that may meet an event more than once (a second stop of a call) asks
 ``allows`` first, or the table says so with a move to the same state.
 
 A table renders itself for the docs: ``to_markdown()`` (a table of its moves) and
-``to_mermaid()`` (a ``stateDiagram-v2``); ``scripts/gen_state_tables.py`` writes every
-table of the project into ``docs/state-tables.md``.
+``to_mermaid()`` (a ``stateDiagram-v2``); ``scripts/gen_architecture_docs.py`` draws every
+table of the project in docs/architecture.md.
 """
 
 from __future__ import annotations

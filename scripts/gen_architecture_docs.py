@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Write the generated sections of docs/architecture.md (one module table per package, each
-module's concept the first sentence of its docstring); with --check, fail if any is stale.
+module's concept the first sentence of its docstring; every state table, drawn from the table
+itself); with --check, fail if any is stale.
 
 The document is prose written by hand around sections the code owns. A generated section
 sits between two marker lines, ``<!-- BEGIN generated: NAME -->`` and
 ``<!-- END generated: NAME -->``; everything between them is replaced, everything outside
-is kept. Sections this script does not render (``state tables``, for now) are left as they
-are. The docstrings are read with ``ast``, never imported, so nothing of the packages runs.
+is kept. The docstrings are read with ``ast``, never imported; the state tables are imported
+(``scripts/state_tables.py``), as they are data of the code.
 """
 
 from __future__ import annotations
@@ -91,10 +92,15 @@ def render_module_tables() -> str:
     return "\n\n".join(module_table(package) for package in packages())
 
 
-SECTIONS: dict[str, Callable[[], str]] = {"module tables": render_module_tables}
-"""The sections this script renders, by marker name. The document's ``state tables``
-section is written by hand until each state table can render itself; its renderer joins
-this table then, and the section is checked like the module tables."""
+def render_state_tables() -> str:
+    from state_tables import render  # scripts/, beside this file; it imports the packages
+
+    return render()
+
+
+SECTIONS: dict[str, Callable[[], str]] = {"module tables": render_module_tables,
+                                          "state tables": render_state_tables}
+"""The sections this script renders, by marker name."""
 
 
 def fill(document: str, sections: dict[str, Callable[[], str]] = SECTIONS) -> str:
