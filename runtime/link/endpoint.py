@@ -70,7 +70,7 @@ from runtime.link.dispatch import (
     effect_taken,
     encode_responses,
 )
-from runtime.link.effectgate import EffectGate, start_in_order
+from runtime.link.effects import EffectGate, start_in_order
 
 log = logging.getLogger(__name__)
 
