@@ -127,7 +127,7 @@ class Daemon:
     @property
     def requests(self) -> SessionRequests:
         """The session side (sessions, their tools, the ops view), made on first use: at
-        start-up its imports would delay the first answer (issue 20)."""
+        start-up its imports would delay the first answer."""
         if self._requests is None:
             requests = self._requests = self._session_side()
             requests.initialized = self._initialized

@@ -6,7 +6,7 @@ Split from ``daemon.py`` (the link, its lifetime and shutdown), which routes the
 methods here and hands over the client link and the nursery the agents run in when it
 serves (``client``, ``nursery``). The daemon makes this side on its first use, not at
 start-up: the agent, the registry, the providers and the session log are imported then,
-after ``initialize`` is answered (issue 20).
+after ``initialize`` is answered, so they never delay the first answer.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 from protocol.messages.events import SessionMeta
 from runtime.agent import logfaults
 from runtime.agent.sessionlog import LogContents, SessionLog, read_log
-from runtime.daemon.daemon import sessions
+from runtime.daemon import sessions
 from runtime.daemon.sessions import SessionStore
 
 
