@@ -45,7 +45,6 @@ from runtime.agent.registry import OperatorCause
 from runtime.daemon.percentiles import percentile
 from runtime.daemon.permission_relay import PermissionRelay
 from runtime.daemon.sessions import SessionStore
-from runtime.link import effect_status
 from runtime.supervision.failures import HostError
 from runtime.supervision.supervisor import HostSupervisor
 
@@ -165,9 +164,11 @@ class DaemonOps:
             return stats
         return None
 
-    async def ops_abort(self, session_id: str) -> AgentAbortResult:
+    async def ops_abort(self, session_id: str, *,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                        ) -> AgentAbortResult:
         return await self._sessions.get(session_id).agent.cancel(
-            OperatorCause(), task_status=effect_status())
+            OperatorCause(), task_status=task_status)
 
     async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult:
         for tools in self._sessions.get(session_id).ops.tools():

@@ -1,5 +1,5 @@
-"""The trio side of JSON-RPC links: endpoint (framing, correlation, writer) and dispatch,
-with the stdout guard and the JSON-lines logs.
+"""The trio side of JSON-RPC links: endpoint (framing, correlation, writer), dispatch and
+each request's effect point (``effects``), with the stdout guard and the JSON-lines logs.
 
 Both processes load it: the runtime for its client, host and ops links, the host for its
 runtime link and its plugin servers. It imports ``protocol`` and libraries only, nothing
@@ -7,12 +7,14 @@ else of ours and not ``runtime.proc`` (the two are independent); every layer of 
 runtime and the host may import it.
 """
 
-from runtime.link.dispatch import (
+from runtime.link.dispatch import InstantHandler, NotificationHandler
+from runtime.link.effects import (
+    Effect,
     Handler,
-    InstantHandler,
-    NotificationHandler,
-    effect_status,
-    effect_taken,
+    PlainHandler,
+    answers_later,
+    call_handler,
+    marks_effect,
 )
 from runtime.link.endpoint import (
     ConnectionClosed,
@@ -22,6 +24,6 @@ from runtime.link.endpoint import (
     SentRequest,
 )
 
-__all__ = ["ConnectionClosed", "Endpoint", "Handler", "InstantHandler", "NotSent",
-           "NotificationHandler",
-           "OversizedMessage", "SentRequest", "effect_status", "effect_taken"]
+__all__ = ["ConnectionClosed", "Effect", "Endpoint", "Handler", "InstantHandler", "NotSent",
+           "NotificationHandler", "OversizedMessage", "PlainHandler", "SentRequest",
+           "answers_later", "call_handler", "marks_effect"]
