@@ -3,7 +3,7 @@ of calls in flight.
 
 A call is registered before anything is evaluated for it (arguments,
 permission, admission), so an abort always finds it. Its ``state`` moves only
-through ``TRANSITIONS`` (``Call.fire``): ``admission`` (registered: arguments,
+through ``TABLE`` (``Call.fire``): ``admission`` (registered: arguments,
 permission evaluation, an admission slot) → ``permission-pending`` while the
 user is asked → back to ``admission`` → ``running`` once the body is about to be
 called → ``settled`` (from any of them) when its one result is published. A stop
@@ -25,7 +25,10 @@ import trio
 
 from protocol.causes import Cause
 from protocol.messages.host import CallPhase, CallState
+from protocol.statetable import InvalidTransition, StateTable
 from protocol.toolclass import ToolClass
+
+__all__ = ["TABLE", "Call", "CallEvent", "CallKey", "CallTable", "InvalidTransition"]
 
 CallKey = tuple[str, str]  # (session id, call id)
 
@@ -37,20 +40,18 @@ class CallEvent(enum.Enum):
     SETTLE = "settle"  # its one result is published
 
 
-TRANSITIONS: dict[tuple[CallState, CallEvent], CallState] = {
-    ("admission", CallEvent.ASK_PERMISSION): "permission-pending",
-    ("permission-pending", CallEvent.ADMIT): "admission",
-    ("admission", CallEvent.ADMIT): "admission",
-    ("admission", CallEvent.START_BODY): "running",
-    ("admission", CallEvent.SETTLE): "settled",
-    ("permission-pending", CallEvent.SETTLE): "settled",
-    ("running", CallEvent.SETTLE): "settled",
-}
+TABLE: StateTable[CallState, CallEvent] = StateTable(
+    "a call in the host", "admission", {
+        ("admission", CallEvent.ASK_PERMISSION): "permission-pending",
+        ("permission-pending", CallEvent.ADMIT): "admission",
+        ("admission", CallEvent.ADMIT): "admission",
+        ("admission", CallEvent.START_BODY): "running",
+        ("admission", CallEvent.SETTLE): "settled",
+        ("permission-pending", CallEvent.SETTLE): "settled",
+        ("running", CallEvent.SETTLE): "settled",
+    }, doc="one tools.execute, from its registration to its one result",
+    notes={("admission", CallEvent.ADMIT): "permission not needed: straight to a slot"})
 """Every allowed move of a call's ``state``; anything else is a bug (``InvalidTransition``)."""
-
-
-class InvalidTransition(Exception):
-    pass
 
 
 @dataclass(eq=False)
@@ -62,6 +63,7 @@ class Call:
     state: CallState = "admission"
     cause: Cause | None = None
     body_invoked: bool = False
+    """Set by the ``START_BODY`` move (``fire``), the one record that the body was called."""
     forced: bool = False
     permission_request_id: str | None = None
     stop: trio.Event = field(default_factory=trio.Event)
@@ -80,11 +82,10 @@ class Call:
         return (self.session_id, self.call_id)
 
     def fire(self, event: CallEvent) -> CallState:
-        target = TRANSITIONS.get((self.state, event))
-        if target is None:
-            raise InvalidTransition(f"{event.value} is not allowed in {self.state}")
-        self.state = target
-        return target
+        self.state = TABLE.next(self.state, event)
+        if event is CallEvent.START_BODY:
+            self.body_invoked = True  # kept past ``settled``, which forgets ``running``
+        return self.state
 
     @property
     def phase(self) -> CallPhase | None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -57,11 +56,13 @@ from protocol.tools import Decision, ToolResult, error_result
 from protocol.version import PROTOCOL_VERSION, check_compatible
 from runtime.link import (
     ConnectionClosed,
+    Effect,
     Endpoint,
     Handler,
     InstantHandler,
-    effect_status,
-    effect_taken,
+    answers_later,
+    call_handler,
+    marks_effect,
 )
 from runtime.proc import cgroups
 
@@ -133,15 +134,19 @@ class HostServer:
         return {
             "initialize": self.initialize,
             "session.open": after(self.session_open),
-            "session.close": after(self.session_close),
-            "plugins.list": after(self.plugins_list),
-            "tools.execute": after(self.tools_execute),
+            # Taken once the session is forgotten, before its plugin servers' end.
+            "session.close": after(marks_effect(self.session_close)),
+            # It changes nothing: waiting for plugin servers must not hold the link.
+            "plugins.list": after(answers_later(self.plugins_list)),
+            # Taken once the call (the hook) is registered: an abort read after finds it.
+            "tools.execute": after(marks_effect(self.tools_execute)),
             "tools.abort": after(self.tools_abort),
             "tools.force": after(self.tools_force),
-            "hooks.run": after(self.hooks_run),
+            "hooks.run": after(marks_effect(self.hooks_run)),
             "hooks.abort": after(self.hooks_abort),
             "host.stats": after(self.stats),
-            "shutdown": self.shutdown,
+            # Begun at once: stopping the calls is waiting.
+            "shutdown": answers_later(self.shutdown),
         }
 
     @property
@@ -159,12 +164,13 @@ class HostServer:
         result = self.manager.executor.execute_now(params) if self.initialized else None
         return None if result is None else sendable(result)
 
-    def _after_handshake(self, handler: Callable[[Any], Awaitable[Any]]) -> Handler:
-        async def guarded(params: Any) -> Any:
+    def _after_handshake(self, handler: Handler) -> Handler:
+        """``handler``, refused before the handshake; its effect as it declares."""
+        async def guarded(params: Any, effect: Effect) -> Any:
             if not self.initialized:
                 raise RpcError(ErrorCode.NOT_INITIALIZED, "send initialize first")
-            return await handler(params)
-        return guarded
+            return await call_handler(handler, params, effect)
+        return marks_effect(guarded)
 
     async def serve(self) -> None:
         async with trio.open_nursery() as background:
@@ -215,22 +221,21 @@ class HostServer:
             params.mcp_servers, params.trusted_digest, params.sandbox)
         return SessionOpenResult(policy)
 
-    async def session_close(self, params: SessionCloseHostParams) -> Empty:
-        await self.manager.close_session(params.session_id, task_status=effect_status())
+    async def session_close(self, params: SessionCloseHostParams, effect: Effect) -> Empty:
+        await self.manager.close_session(params.session_id, task_status=effect)
         return Empty()
 
     async def plugins_list(self, params: PluginsListParams) -> PluginsListResult:
-        effect_taken()  # it changes nothing: waiting for plugin servers must not hold the link
         return await self.manager.list_plugins(params.session_id)
 
-    async def tools_execute(self, params: ToolsExecuteParams) -> msgspec.Raw:
-        return sendable(await self.manager.execute(params, task_status=effect_status()))
+    async def tools_execute(self, params: ToolsExecuteParams, effect: Effect) -> msgspec.Raw:
+        return sendable(await self.manager.execute(params, task_status=effect))
 
     async def tools_abort(self, params: ToolsAbortParams) -> ToolsAbortResult:
         return self.manager.abort(params)
 
-    async def hooks_run(self, params: HooksRunParams) -> HooksRunResult:
-        return await self.manager.hooks.run(params, task_status=effect_status())
+    async def hooks_run(self, params: HooksRunParams, effect: Effect) -> HooksRunResult:
+        return await self.manager.hooks.run(params, task_status=effect)
 
     async def hooks_abort(self, params: HooksAbortParams) -> HooksAbortResult:
         return self.manager.hooks.abort(params)
@@ -253,7 +258,6 @@ class HostServer:
                                call_limits=limits.enforcement().describe())
 
     async def shutdown(self, params: Empty) -> Empty:
-        effect_taken()
         await self.manager.stop_all(DisposedCause())
         self.endpoint.stop_reading()
         return Empty()

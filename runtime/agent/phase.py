@@ -14,7 +14,11 @@ from dataclasses import dataclass
 
 import trio
 
+from protocol.statetable import InvalidTransition, StateTable
 from runtime.agent.registry import AbortController
+
+__all__ = ["IDLE", "TABLE", "InvalidTransition", "Phase", "PhaseEvent", "PhaseKind",
+           "PhaseMachine"]
 
 
 class PhaseKind(enum.Enum):
@@ -30,16 +34,13 @@ class PhaseEvent(enum.Enum):
     END_MAINTENANCE = "end-maintenance"
 
 
-TRANSITIONS: dict[tuple[PhaseKind, PhaseEvent], PhaseKind] = {
-    (PhaseKind.IDLE, PhaseEvent.START_TURN): PhaseKind.RUNNING,
-    (PhaseKind.RUNNING, PhaseEvent.END_TURN): PhaseKind.IDLE,
-    (PhaseKind.IDLE, PhaseEvent.START_MAINTENANCE): PhaseKind.MAINTENANCE,
-    (PhaseKind.MAINTENANCE, PhaseEvent.END_MAINTENANCE): PhaseKind.IDLE,
-}
-
-
-class InvalidTransition(Exception):
-    pass
+TABLE: StateTable[PhaseKind, PhaseEvent] = StateTable(
+    "the agent's phase", PhaseKind.IDLE, {
+        (PhaseKind.IDLE, PhaseEvent.START_TURN): PhaseKind.RUNNING,
+        (PhaseKind.RUNNING, PhaseEvent.END_TURN): PhaseKind.IDLE,
+        (PhaseKind.IDLE, PhaseEvent.START_MAINTENANCE): PhaseKind.MAINTENANCE,
+        (PhaseKind.MAINTENANCE, PhaseEvent.END_MAINTENANCE): PhaseKind.IDLE,
+    }, doc="one session's agent: a turn or a maintenance (compaction) at a time")
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,7 @@ class PhaseMachine:
         self.phase = IDLE
 
     def fire(self, event: PhaseEvent, *, turn_id: str | None = None) -> Phase:
-        target = TRANSITIONS.get((self.phase.kind, event))
-        if target is None:
-            raise InvalidTransition(f"{event.value} is not allowed in {self.phase.kind.value}")
+        target = TABLE.next(self.phase.kind, event)
         ended = self.phase
         if target is PhaseKind.IDLE:
             self.phase = IDLE

@@ -36,7 +36,7 @@ from protocol.toolspecs import input_schema
 from runtime.agent.assembler import Assembler
 from runtime.agent.compaction import Compaction, ContextSettings, compact, outgrown_within
 from runtime.agent.history import ModelHistory
-from runtime.agent.hosttools import HOST_RESTARTED, lost_host
+from runtime.agent.hostport import HOST_RESTARTED, lost_host
 from runtime.agent.instructions import DEFAULT_SYSTEM_PROMPT, system_message
 from runtime.agent.journal import Journal
 from runtime.agent.providers.base import (

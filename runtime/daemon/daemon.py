@@ -42,7 +42,7 @@ from runtime.daemon.ops.backend import EventListener
 from runtime.daemon.ops.rundir import UnsafeRunDir
 from runtime.daemon.ops.server import OpsServer
 from runtime.daemon.permission_relay import PermissionRelay
-from runtime.link import Endpoint, Handler, effect_taken
+from runtime.link import Effect, Endpoint, Handler, answers_later, marks_effect
 from runtime.link.endpoint import MAX_QUEUED
 from runtime.supervision.popen_process import PopenProcess
 from runtime.supervision.supervisor import (
@@ -96,7 +96,8 @@ class Daemon:
         self.permissions = PermissionRelay()
         self.host = HostSupervisor(
             command=host_command,
-            handlers={"permission.request": self.permissions.request},
+            # Registered (a withdrawal finds it), the host link reads on while it waits.
+            handlers={"permission.request": answers_later(self.permissions.request)},
             notification_handlers={"permission.withdrawn": self.permissions.withdrawn,
                                    "tools.output": self._on_tool_output,
                                    "tools.started": self._on_tool_output},
@@ -126,7 +127,7 @@ class Daemon:
     @property
     def requests(self) -> SessionRequests:
         """The session side (sessions, their tools, the ops view), made on first use: at
-        start-up its imports would delay the first answer (issue 20)."""
+        start-up its imports would delay the first answer."""
         if self._requests is None:
             requests = self._requests = self._session_side()
             requests.initialized = self._initialized
@@ -149,10 +150,13 @@ class Daemon:
 
     @property
     def handlers(self) -> dict[str, Handler]:
-        on_sessions = {name: functools.partial(self._on_sessions, attribute)
-                       for name, attribute in _SESSION_REQUESTS.items()}
-        return {"initialize": self.initialize, **on_sessions, "agent.force": self._agent_force,
-                "shutdown": self.shutdown}
+        on_sessions = {name: declare(functools.partial(self._on_sessions, attribute))
+                       for name, (attribute, declare) in _SESSION_REQUESTS.items()}
+        # agent.force: forcing is the host's, waited for; shutdown: it has begun once
+        # later requests are refused, settling the turns is waiting.
+        return {"initialize": self.initialize, **on_sessions,
+                "agent.force": answers_later(self._agent_force),
+                "shutdown": answers_later(self.shutdown)}
 
     async def _agent_force(self, params: AgentForceParams) -> AgentForceResult:
         from runtime.daemon.client_force import agent_force  # the session side's, on first use
@@ -160,11 +164,12 @@ class Daemon:
         self.requests._require_initialized()
         return await agent_force(self.requests, params)
 
-    async def _on_sessions(self, attribute: str, params: Any) -> Any:
-        """A request on sessions, to the session side (made by the first)."""
+    async def _on_sessions(self, attribute: str, params: Any, *effect: Effect) -> Any:
+        """A request on sessions, to the session side (made by the first); ``effect``:
+        the request's, for a method that marks it."""
         if attribute != "agent_abort":  # a stop joins the shutdown's; nothing else starts
             self._refuse_if_closing()
-        return await getattr(self.requests, attribute)(params)
+        return await getattr(self.requests, attribute)(params, *effect)
 
     def _refuse_if_closing(self) -> None:
         if self._closing:
@@ -326,18 +331,26 @@ class Daemon:
 
     async def shutdown(self, params: Empty) -> Empty:
         self._begin_closing()  # what the reader takes next is refused
-        effect_taken()  # the shutdown has begun: settling the turns is waiting
         await self._quiesce()
         self._shutdown.set()
         return Empty()
 
 
-_SESSION_REQUESTS = {
-    "session.new": "session_new", "session.list": "session_list",
-    "session.load": "session_load", "session.close": "session_close",
-    "session.setMode": "session_set_mode",
-    "agent.prompt": "agent_prompt", "agent.abort": "agent_abort",
-    "debug.runTool": "debug_run_tool", "session.compact": "session_compact",
+_SESSION_REQUESTS: dict[str, tuple[str, Callable[[Any], Handler]]] = {
+    # method: (SessionRequests' method, when its effect is taken: runtime.link.effects)
+    # The session exists at once; waiting for the host and plugins follows.
+    "session.new": ("session_new", answers_later),
+    # The loaded sessions are listed as of now; the disk is read after.
+    "session.list": ("session_list", answers_later),
+    # These take their place in the session's chain (runtime.daemon.session_order).
+    "session.load": ("session_load", marks_effect),
+    "session.close": ("session_close", marks_effect),
+    "session.setMode": ("session_set_mode", marks_effect),
+    "agent.prompt": ("agent_prompt", marks_effect),
+    "agent.abort": ("agent_abort", marks_effect),
+    "session.compact": ("session_compact", marks_effect),
+    # The tool runs on the host: waiting for it follows.
+    "debug.runTool": ("debug_run_tool", answers_later),
 }
 
 
@@ -360,8 +373,10 @@ class _OpsOnFirstUse:
     async def ops_sessions(self) -> OpsSessionsResult:
         return await self._ops().ops_sessions()
 
-    async def ops_abort(self, session_id: str) -> AgentAbortResult:
-        return await self._ops().ops_abort(session_id)
+    async def ops_abort(self, session_id: str, *,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                        ) -> AgentAbortResult:
+        return await self._ops().ops_abort(session_id, task_status=task_status)
 
     async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult:
         return await self._ops().ops_force(session_id, call_id)

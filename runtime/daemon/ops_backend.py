@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import trio
 
-from protocol.errors import ErrorCode, RemoteError, RpcError
+from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import AgentAbortResult
 from protocol.messages.common import Empty
 from protocol.messages.events import AnnouncedEvent, ToolCallEvent, TurnEnd
@@ -45,7 +45,7 @@ from runtime.agent.registry import OperatorCause
 from runtime.daemon.percentiles import percentile
 from runtime.daemon.permission_relay import PermissionRelay
 from runtime.daemon.sessions import SessionStore
-from runtime.link import ConnectionClosed, effect_status
+from runtime.supervision.failures import HostError
 from runtime.supervision.supervisor import HostSupervisor
 
 EventListener = Callable[[str, AnnouncedEvent], None]
@@ -159,14 +159,16 @@ class DaemonOps:
             try:
                 stats: HostStatsResult = await self._host.request_if_alive(
                     "host.stats", Empty())
-            except (ConnectionClosed, RemoteError):  # NotSent (no live host) included
+            except HostError:  # no live host included
                 return None
             return stats
         return None
 
-    async def ops_abort(self, session_id: str) -> AgentAbortResult:
+    async def ops_abort(self, session_id: str, *,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                        ) -> AgentAbortResult:
         return await self._sessions.get(session_id).agent.cancel(
-            OperatorCause(), task_status=effect_status())
+            OperatorCause(), task_status=task_status)
 
     async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult:
         for tools in self._sessions.get(session_id).ops.tools():
@@ -176,7 +178,7 @@ class DaemonOps:
             try:
                 answer: ToolsForceResult = await self._host.request(
                     "tools.force", ToolsForceParams(session_id, call.host_call_id, call.tool))
-            except (ConnectionClosed, RemoteError) as exc:
+            except HostError as exc:
                 return OpsForceResult(False, f"the host could not force it: {exc}")
             return OpsForceResult(answer.forced, answer.detail)
         raise RpcError(ErrorCode.NOT_FOUND, f"no call {call_id!r} waiting on the host in "

@@ -27,7 +27,7 @@ from protocol.messages.host import (
     PermissionRequestResult,
     PermissionWithdrawnParams,
 )
-from runtime.link import ConnectionClosed, Endpoint, effect_taken
+from runtime.link import ConnectionClosed, Endpoint
 
 if TYPE_CHECKING:
     from runtime.daemon.client_hub import ClientHub
@@ -66,9 +66,9 @@ class PermissionRelay:
         with trio.CancelScope() as scope:
             self._pending[params.request_id] = scope
             self._calls[params.request_id] = params.call_id
-            # Registered, so a withdrawal now finds it: the host link may read on (its
-            # reader must never wait on this prompt, which may wait for ever below).
-            effect_taken()
+            # Registered, so a withdrawal now finds it; the host link reads on (its
+            # registration says ``answers_later``: its reader must never wait on this
+            # prompt, which may wait for ever below).
             if self.hub is not None:  # withdrawn (cancelled), the hub tells its clients
                 return await self.hub.ask(client_params(params))
             assert client is not None

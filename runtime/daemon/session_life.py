@@ -29,7 +29,7 @@ from protocol.messages.host import (
 )
 from runtime.daemon.sessions import Session, SessionStore
 from runtime.daemon.trust import WorkspaceTrust
-from runtime.link import ConnectionClosed, NotSent
+from runtime.supervision.failures import HostError, HostUnavailable
 from runtime.supervision.supervisor import HostSupervisor
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,7 @@ class SessionLife:
                 try:
                     try:
                         listed = await self.open()
-                    except ConnectionClosed as exc:  # no host could take it (not our bug)
+                    except HostUnavailable as exc:  # no host could take it (not our bug)
                         raise RpcError(ErrorCode.HOST_CRASHED,
                                        f"no host for the session: {exc}") from exc
                 except BaseException:
@@ -178,6 +178,6 @@ class SessionLife:
             try:
                 await self._host.request_if_alive("session.close",
                                                   SessionCloseHostParams(self.session_id))
-            except (NotSent, ConnectionClosed, RpcError) as exc:
+            except HostError as exc:
                 log.info("session %s: the host was not told of its close (%s)",
                          self.session_id, exc)

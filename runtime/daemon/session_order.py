@@ -12,34 +12,34 @@ abort joins that stop, a prompt is refused). Nothing waits when nothing is pendi
 
 A turn's first step waits until its session's chain is quiet (every request read before
 has taken its effect), unless the turn is already being stopped: a stop written right
-behind a prompt that had to queue still stops it before it runs a tool.
+behind a prompt that had to queue still stops it before it runs a tool. It wakes when the
+chain changes or the turn's stop begins, never on a timer.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
 
+from runtime.agent.registry.signal import AbortSignal, cancel_on_abort
 from runtime.daemon.sessions import SessionStore
-from runtime.link import effect_taken
-
-STOPPING_POLL = 0.02
-"""How often (s) a turn waiting for its session's chain re-checks whether it is stopped."""
+from runtime.link import Effect
 
 
 class Place:
     """A request's place in its session's chain; a ``trio.TaskStatus[None]``: ``started()``
-    says its effect is taken (the link may read on, the next request may take its own)."""
+    takes the request's effect (the link may read on, the next request may take its own)."""
 
-    def __init__(self, order: SessionOrder, session_id: str) -> None:
+    def __init__(self, order: SessionOrder, session_id: str, effect: Effect) -> None:
         self._order = order
         self._session_id = session_id
+        self._effect = effect
         self.event = trio.Event()
 
     def started(self, value: None = None) -> None:
-        effect_taken()
+        self._effect.take()
         if not self.event.is_set():
             self.event.set()
             self._order._taken(self._session_id, self)
@@ -53,17 +53,17 @@ class SessionOrder:
         self._changed = trio.Event()
 
     @asynccontextmanager
-    async def place(self, session_id: str) -> AsyncIterator[Place]:
-        """Take this request's place in the session's chain and wait for the request
-        before it (no checkpoint when there is none pending); its effect is taken at
-        ``started()``, at the latest when the block ends."""
+    async def place(self, session_id: str, effect: Effect) -> AsyncIterator[Place]:
+        """Take the place in the session's chain of the request whose effect point is
+        ``effect``, and wait for the request before it (no checkpoint when there is none
+        pending); its effect is taken at ``started()``, at the latest when the block ends."""
         before = self._last.get(session_id)
-        mine = Place(self, session_id)
+        mine = Place(self, session_id, effect)
         self._last[session_id] = mine
         self._pending[session_id] = self._pending.get(session_id, 0) + 1
         try:
             if before is not None and not before.event.is_set():
-                effect_taken()  # our place is our effect's: the link reads on
+                effect.take()  # our place is our effect's: the link reads on
                 await before.event.wait()
             yield mine
         finally:
@@ -78,21 +78,19 @@ class SessionOrder:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def quiet(self, session_id: str, stopping: Callable[[], bool]) -> None:
+    async def quiet(self, session_id: str, stopped: AbortSignal) -> None:
         """Return once every request on the session read so far has taken its effect, or
-        soon after ``stopping()`` (the turn waiting here is being stopped: the requests
-        still pending may be waiting for its end), at the latest :data:`STOPPING_POLL`
-        later (it is re-checked on every change of the chain and at that interval)."""
-        while self._pending.get(session_id) and not stopping():
-            # A stop that does not touch the chain (ops.abort, shutdown's dispose) is
-            # seen within a poll: the chain changing is not the only way out.
-            with trio.move_on_after(STOPPING_POLL):
+        as soon as ``stopped`` aborts (the turn waiting here is being stopped: the requests
+        still pending may be waiting for its end; a stop that never touches the chain,
+        ops.abort or shutdown's dispose, wakes it too)."""
+        with cancel_on_abort(stopped):
+            while self._pending.get(session_id):
                 await self._changed.wait()
 
-    def lock_now_or_mark(self, session_id: str) -> trio.Lock:
+    def lock_now_or_mark(self, session_id: str, effect: Effect) -> trio.Lock:
         """The session's load/close lock; if it is held, the request that is about to
-        wait for it marks its effect point first (the link reads on)."""
+        wait for it takes its ``effect`` first (the link reads on)."""
         lock = self._sessions.lock(session_id)
         if lock.locked():
-            effect_taken()
+            effect.take()
         return lock

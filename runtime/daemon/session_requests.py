@@ -6,7 +6,7 @@ Split from ``daemon.py`` (the link, its lifetime and shutdown), which routes the
 methods here and hands over the client link and the nursery the agents run in when it
 serves (``client``, ``nursery``). The daemon makes this side on its first use, not at
 start-up: the agent, the registry, the providers and the session log are imported then,
-after ``initialize`` is answered (issue 20).
+after ``initialize`` is answered, so they never delay the first answer.
 """
 
 from __future__ import annotations
@@ -53,15 +53,16 @@ from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE
 from runtime.agent.providers.base import Provider
 from runtime.agent.providers.factory import ProviderConfigError, open_provider
 from runtime.agent.registry import DisposedCause
+from runtime.agent.registry.signal import cancel_on_abort
 from runtime.agent.turn import TurnConfig
 from runtime.daemon.ops_backend import DaemonOps
 from runtime.daemon.permission_relay import PermissionRelay
 from runtime.daemon.session_life import SessionLife
-from runtime.daemon.session_order import STOPPING_POLL, SessionOrder
+from runtime.daemon.session_order import SessionOrder
 from runtime.daemon.session_tools import SessionTools
 from runtime.daemon.sessions import Session, SessionStore
 from runtime.daemon.trust import DEFAULT_TRUST_TIMEOUT, TrustStore, WorkspaceTrust
-from runtime.link import Endpoint, effect_taken
+from runtime.link import Effect, Endpoint
 from runtime.supervision.supervisor import HostSupervisor
 
 log = logging.getLogger(__name__)
@@ -159,13 +160,13 @@ class SessionRequests:
         """A turn's first step waits until the client link has taken every frame it read,
         and every request on the session has taken its effect (unless the turn is being
         stopped already): a stop written right behind its prompt stops it before a tool."""
+        controller = session.agent.machine.phase.controller
+        assert controller is not None  # the turn's (its phase is entered before this)
         # A client that leaves its output unread holds its link's reader (backpressure):
         # a stop from elsewhere (an operator, shutdown's dispose) must not wait for it.
-        while not session.agent.stopping:
-            with trio.move_on_after(STOPPING_POLL):
-                await caught_up()
-                break
-        await self.order.quiet(session.session_id, lambda: session.agent.stopping)
+        with cancel_on_abort(controller.signal):
+            await caught_up()
+        await self.order.quiet(session.session_id, controller.signal)
 
     # -- client methods -------------------------------------------------------------
 
@@ -187,7 +188,6 @@ class SessionRequests:
         # Until it answers, session.close of it undoes the open (its servers killed).
         life = self.life(session)
         life.begin_open()
-        effect_taken()  # the session exists; waiting for the host and plugins follows
         try:
             listed = await life.open_new()
         except RpcError as exc:
@@ -210,13 +210,13 @@ class SessionRequests:
     async def session_list(self, params: Empty) -> SessionListResult:
         self._require_initialized()
         loaded = [s.info() for s in self.sessions.all()]
-        effect_taken()  # the loaded sessions are listed as of now; the disk is read after
         listed = {info.session_id for info in loaded}
         on_disk = [info for info in await self.sessions.scan_disk()
                    if info.session_id not in listed]
         return SessionListResult(tuple(loaded + on_disk))
 
-    async def session_load(self, params: SessionLoadParams) -> SessionLoadResult:
+    async def session_load(self, params: SessionLoadParams, effect: Effect
+                           ) -> SessionLoadResult:
         self._require_initialized()
         if params.mcp_servers is not None:
             try:
@@ -232,7 +232,7 @@ class SessionRequests:
             return self._provider(config)[1]
 
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        async with self.order.place(params.session_id) as place:
+        async with self.order.place(params.session_id, effect) as place:
             open_now = self.sessions.find(params.session_id)
             if (open_now is not None and not open_now.closing
                     and not self.sessions.lock(params.session_id).locked()):
@@ -242,15 +242,16 @@ class SessionRequests:
                 if (params.mcp_servers is not None and life is not None
                         and params.mcp_servers != open_now.mcp_servers):
                     open_now.mcp_servers = params.mcp_servers
+                    effect.take()  # the servers are the session's: the host is waited for
                     await life.open()
                 open_now.agent.journal.replay()
                 return SessionLoadResult(open_now.session_id, open_now.workspace,
                                          len(open_now.agent.journal.events), False)
-            async with self.order.lock_now_or_mark(params.session_id):
+            async with self.order.lock_now_or_mark(params.session_id, effect):
                 # Our place in the chain is taken: requests on this session wait for
                 # place.started() below; the link reads on (a stop of another session
                 # must not wait for this log's read).
-                effect_taken()
+                effect.take()
                 loaded = await self.sessions.load(params.session_id, provider=provider,
                                                   announce=self._announce,
                                                   tools=self.tools.factory)
@@ -269,11 +270,11 @@ class SessionRequests:
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered, servers)
 
-    async def session_set_mode(self, params: SessionSetModeParams) -> Empty:
+    async def session_set_mode(self, params: SessionSetModeParams, effect: Effect) -> Empty:
         """A new permission mode: the host hears it by the session's registration (the
         host keeps the session's plugin servers and its allow/deny answers)."""
         self._require_initialized()
-        async with self.order.place(params.session_id):
+        async with self.order.place(params.session_id, effect):
             session = self.sessions.get(params.session_id)
             session.permission_mode = params.permission_mode
             life = self.lives.get(session.session_id)
@@ -281,18 +282,18 @@ class SessionRequests:
             await life.open()
         return Empty()
 
-    async def session_close(self, params: SessionCloseParams) -> Empty:
+    async def session_close(self, params: SessionCloseParams, effect: Effect) -> Empty:
         self._require_initialized()
         life = self.lives.get(params.session_id)
         opening = life.opening if life is not None else None
         if opening is not None:  # still opening: undone, its starting servers killed
             opening.scope.cancel()
-            effect_taken()  # the open is undone from here; its servers' end is awaited
+            effect.take()  # the open is undone from here; its servers' end is awaited
             await opening.done.wait()
             return Empty()
         self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        async with self.order.place(params.session_id) as place, \
-                self.order.lock_now_or_mark(params.session_id):
+        async with self.order.place(params.session_id, effect) as place, \
+                self.order.lock_now_or_mark(params.session_id, effect):
             session = self.sessions.get(params.session_id)
             life = self.life(session)
             # Closing, it takes no prompt; aborts join this stop and operators still see
@@ -308,9 +309,10 @@ class SessionRequests:
         log.info("session %s closed", session.session_id)
         return Empty()
 
-    async def agent_prompt(self, params: AgentPromptParams) -> AgentPromptResult:
+    async def agent_prompt(self, params: AgentPromptParams, effect: Effect
+                           ) -> AgentPromptResult:
         self._require_initialized()
-        async with self.order.place(params.session_id):
+        async with self.order.place(params.session_id, effect):
             session = self.sessions.get(params.session_id)
             if session.closing:
                 raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")
@@ -320,17 +322,19 @@ class SessionRequests:
         assert pending.result is not None
         return pending.result
 
-    async def agent_abort(self, params: AgentAbortParams) -> AgentAbortResult:
+    async def agent_abort(self, params: AgentAbortParams, effect: Effect
+                          ) -> AgentAbortResult:
         self._require_initialized()
-        async with self.order.place(params.session_id) as place:
+        async with self.order.place(params.session_id, effect) as place:
             agent = self.sessions.get(params.session_id).agent
             return await agent.cancel(params.cause, keep_inbox=params.keep_inbox,
                                       task_status=place)
 
-    async def session_compact(self, params: SessionCompactParams) -> SessionCompactResult:
+    async def session_compact(self, params: SessionCompactParams, effect: Effect
+                              ) -> SessionCompactResult:
         """Compact the session's history now, in its maintenance phase (a stop stops it)."""
         self._require_initialized()
-        async with self.order.place(params.session_id):
+        async with self.order.place(params.session_id, effect):
             session = self.sessions.get(params.session_id)
             if session.closing:
                 raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")

@@ -29,7 +29,7 @@ from protocol.messages.client import SessionEventParams, SessionLoadResult
 from protocol.messages.renderer import SessionAttachParams, SessionAttachResult
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from runtime.daemon.client_hub import ClientHub
-from runtime.link import Endpoint, Handler
+from runtime.link import Effect, Endpoint, Handler, call_handler, marks_effect
 
 if TYPE_CHECKING:
     from runtime.daemon.daemon import Daemon
@@ -58,10 +58,10 @@ class SocketClients:
                           incoming=CLIENT_TO_RUNTIME, outgoing=RUNTIME_TO_CLIENT,
                           handlers=handlers, max_frame_size=self._daemon.max_frame_size)
         for method, handler in self._daemon.handlers.items():
-            client.add_handler(method, functools.partial(
-                self._gated, client, state, method, handler))
-        client.add_handler("session.attach", functools.partial(
-            self._gated, client, state, "session.attach", self._attach_for(client)))
+            client.add_handler(method, marks_effect(functools.partial(
+                self._gated, client, state, method, handler)))
+        client.add_handler("session.attach", marks_effect(functools.partial(
+            self._gated, client, state, "session.attach", self._attach_for(client))))
         self.hub.add(client)
         log.info("%s connected", client.name)
         try:
@@ -71,7 +71,7 @@ class SocketClients:
             log.info("%s disconnected: its sessions run on", client.name)
 
     async def _gated(self, client: Endpoint, state: dict[str, bool], method: str,
-                     handler: Handler, params: Any) -> Any:
+                     handler: Handler, params: Any, effect: Effect) -> Any:
         if method not in _UNGATED and not state["initialized"]:
             raise RpcError(ErrorCode.NOT_INITIALIZED, "send initialize first")
         session_id: str | None = getattr(params, "session_id", None)
@@ -82,7 +82,7 @@ class SocketClients:
         if method in _FOLLOWED_BY_PARAMS and session_id is not None \
                 and method != "session.close":
             self.hub.follow(session_id, client)  # before a load's replay
-        result = await handler(params)
+        result = await call_handler(handler, params, effect)  # its effect as it declares
         if method == "initialize":
             state["initialized"] = True
         elif method == "session.new":

@@ -1,15 +1,20 @@
-"""The trio side of JSON-RPC links: endpoint (framing, correlation, writer) and dispatch.
+"""The trio side of JSON-RPC links: endpoint (framing, correlation, writer), dispatch and
+each request's effect point (``effects``), with the stdout guard and the JSON-lines logs.
 
-Both processes use it: the runtime for its client and host links, the host for
-its runtime link.
+Both processes load it: the runtime for its client, host and ops links, the host for its
+runtime link and its plugin servers. It imports ``protocol`` and libraries only, nothing
+else of ours and not ``runtime.proc`` (the two are independent); every layer of the
+runtime and the host may import it.
 """
 
-from runtime.link.dispatch import (
+from runtime.link.dispatch import InstantHandler, NotificationHandler
+from runtime.link.effects import (
+    Effect,
     Handler,
-    InstantHandler,
-    NotificationHandler,
-    effect_status,
-    effect_taken,
+    PlainHandler,
+    answers_later,
+    call_handler,
+    marks_effect,
 )
 from runtime.link.endpoint import (
     ConnectionClosed,
@@ -19,6 +24,6 @@ from runtime.link.endpoint import (
     SentRequest,
 )
 
-__all__ = ["ConnectionClosed", "Endpoint", "Handler", "InstantHandler", "NotSent",
-           "NotificationHandler",
-           "OversizedMessage", "SentRequest", "effect_status", "effect_taken"]
+__all__ = ["ConnectionClosed", "Effect", "Endpoint", "Handler", "InstantHandler", "NotSent",
+           "NotificationHandler", "OversizedMessage", "PlainHandler", "SentRequest",
+           "answers_later", "call_handler", "marks_effect"]

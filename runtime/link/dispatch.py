@@ -20,28 +20,23 @@ wraps it, alone, in an exception group), anything else is an ``INTERNAL`` error 
 traceback goes to the log, never to the peer. (A notification's handler failing is
 logged and dropped by the endpoint: there is nobody to answer.)
 
-It is also where a request's **effect point** is kept. Requests take effect in wire
-order: the endpoint's reader hands each request to ``nursery.start`` and reads the next
-frame only once the handler has *taken its effect* (opened the session, accepted the
-prompt, recorded the stop's cause and started the stop). A handler marks that point with
-:func:`effect_taken` (or passes :func:`effect_status` down as a ``task_status``), and
-only waits after it; a handler that never marks is taken when it returns, and one that
-sends a request to a peer is taken at the latest then (waiting on a peer is waiting).
+The effect point of a request (when the link's reader may read on) is the handler's
+declaration's (``runtime.link.effects``): this module runs the handler as declared and
+takes the effect at the latest when the handler answers.
 """
 
 from __future__ import annotations
 
-import contextvars
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import msgspec
-import trio
 
 from protocol.envelope import IncomingRequest
 from protocol.errors import ERROR_MESSAGES, ErrorCode, RpcError
 from protocol.methods import RequestId
+from runtime.link.effects import Effect, Handler, call_handler
 from runtime.link.jsonrpcserver_load import (
     NODATA,
     Error,
@@ -53,7 +48,6 @@ from runtime.link.jsonrpcserver_load import (
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[Any], Awaitable[msgspec.Struct]]
 InstantHandler = Callable[[Any], "msgspec.Struct | msgspec.Raw | None"]
 """A request's answer at once, in the reader (no task), or ``None``: the request's
 ``Handler`` then runs as usual. It must not block, and takes its effect as it answers."""
@@ -85,60 +79,25 @@ Response = ResultResponse | ErrorResponse
 _encoder = msgspec.json.Encoder()
 
 
-class EffectPoint:
-    """The effect point of one request being handled: a ``trio.TaskStatus[None]`` whose
-    ``started()`` tells the endpoint's reader it may read on. Idempotent, and harmless
-    once the request was answered (a task the handler spawned keeps a copy of it)."""
-
-    __slots__ = ("_status",)
-
-    def __init__(self, status: trio.TaskStatus[None] | None) -> None:
-        self._status = status
-
-    def started(self, value: None = None) -> None:
-        status, self._status = self._status, None
-        if status is not None:
-            status.started()
-
-    @property
-    def taken(self) -> bool:
-        return self._status is None
-
-
-_current: contextvars.ContextVar[EffectPoint] = contextvars.ContextVar("quiesce_rpc_effect")
-_NO_REQUEST = EffectPoint(None)
-
-
-def effect_status() -> trio.TaskStatus[None]:
-    """The effect point of the request this task handles (a no-op outside of one), to pass
-    as ``task_status`` to a function that marks where its effect is taken."""
-    return _current.get(_NO_REQUEST)
-
-
-def effect_taken() -> None:
-    """The request this task handles has taken its effect: the link may read on."""
-    _current.get(_NO_REQUEST).started()
-
-
-async def dispatch_request(methods: dict[str, Handler], request: IncomingRequest, *,
-                           task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                           ) -> Response:
-    """Run the handler of one request; return its JSON-RPC response. ``task_status`` is
-    started at the handler's effect point, at the latest when it returns."""
-    effect = EffectPoint(task_status)
-    _current.set(effect)
-    response = await _dispatch(methods, request)
-    effect.started()
+async def dispatch_request(methods: dict[str, Handler], request: IncomingRequest,
+                           effect: Effect | None = None) -> Response:
+    """Run the handler of one request as it was declared; return its JSON-RPC response.
+    ``effect`` (the link reader's) is taken at the latest when the handler returns."""
+    if effect is None:
+        effect = Effect()  # nobody waits for it (a caller outside a link)
+    response = await _dispatch(methods, request, effect)
+    effect.take()
     return response
 
 
-async def _dispatch(methods: dict[str, Handler], request: IncomingRequest) -> Response:
-    found = get_method(methods, request.method)
+async def _dispatch(methods: dict[str, Handler], request: IncomingRequest,
+                    effect: Effect) -> Response:
+    found = get_method(cast("dict[str, Any]", methods), request.method)
     if isinstance(found, Left):  # in the link's method table, but this endpoint lacks it
         return _error_response(found._error, request.id)
     handler: Handler = found._value
     try:
-        result = Success(await handler(request.params))
+        result = Success(await call_handler(handler, request.params, effect))
     except Exception as exc:  # noqa: BLE001 - the one mapping (_failure logs it)
         result = _failure(exc, request.method)
     return _response(result, request.id)

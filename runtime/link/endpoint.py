@@ -7,7 +7,7 @@ correlation for the requests this side sends.
 
 Requests take effect in wire order: the reader hands each request to
 ``nursery.start`` and reads the next frame once the handler has taken its effect
-(``runtime.link.dispatch.effect_taken``); what the handler then waits for runs in
+(as its registration declares it, ``runtime.link.effects``); what the handler then waits for runs in
 its own task, so a later ``tools.abort`` is read while earlier requests still
 run, and answers come back in any order. A request whose method has an instant
 handler that answers (``add_instant_handler``) is answered in the reader itself, with
@@ -61,16 +61,14 @@ from protocol.framing import DEFAULT_MAX_FRAME_SIZE, Frame, FrameDecoder, encode
 from protocol.methods import Direction, RequestId
 from runtime.link.batch import BatchReply
 from runtime.link.dispatch import (
-    Handler,
     InstantHandler,
     NotificationHandler,
     Response,
     dispatch_now,
     dispatch_request,
-    effect_taken,
     encode_responses,
 )
-from runtime.link.effectgate import EffectGate, start_in_order
+from runtime.link.effects import Effect, Handler, start_in_order
 
 log = logging.getLogger(__name__)
 
@@ -184,6 +182,8 @@ class Endpoint:
         self.frames_out = 0
 
     def add_handler(self, method: str, handler: Handler) -> None:
+        """Serve ``method``; when its effect is taken is ``handler``'s declaration's
+        (``runtime.link.effects``: by default, when it answers)."""
         self._handlers[method] = handler
 
     def add_instant_handler(self, method: str, handler: InstantHandler) -> None:
@@ -242,11 +242,6 @@ class Endpoint:
         """Queue a request now (so it keeps its place among what this task sends next);
         its answer is awaited with :meth:`SentRequest.result`. Raise ``NotSent`` if the
         link is closed, :class:`OversizedMessage` if it would not fit a frame."""
-        # Waiting on a peer is waiting: a handler asking one has taken its effect (else
-        # a handler of this link waiting for an answer this reader must read would hang).
-        # Marked first, so a refusal below (closed link, oversized) cannot leave a
-        # handler that goes on waiting with its link's reader held.
-        effect_taken()
         spec = self._outgoing.specs[method]
         assert not spec.is_notification, method
         if self.closed.is_set():
@@ -481,10 +476,9 @@ class Endpoint:
                         request.method, trio.current_time() - started)
         return None if response is None else self._fitted(request, response, room)
 
-    async def _answer(self, request: IncomingRequest, task_status: trio.TaskStatus[None],
-                      room: int = 0) -> bytes:
+    async def _answer(self, request: IncomingRequest, effect: Effect, room: int = 0) -> bytes:
         """The encoded answer; ``room``: bytes the frame needs besides it (a batch's ``[]``)."""
-        response = await dispatch_request(self._handlers, request, task_status=task_status)
+        response = await dispatch_request(self._handlers, request, effect)
         return self._fitted(request, response, room)
 
     def _fitted(self, request: IncomingRequest, response: Response, room: int) -> bytes:
@@ -499,10 +493,10 @@ class Endpoint:
                 "frame limit"))
         return payload
 
-    async def _serve_request(self, request: IncomingRequest, task_status: EffectGate) -> None:
-        self._enqueue_quietly(await self._answer(request, task_status))
+    async def _serve_request(self, request: IncomingRequest, effect: Effect) -> None:
+        self._enqueue_quietly(await self._answer(request, effect))
 
     async def _serve_member(self, request: IncomingRequest, reply: BatchReply,
-                            task_status: EffectGate) -> None:
+                            effect: Effect) -> None:
         reply.expect()
-        reply.add(await self._answer(request, task_status, room=2), answered=True)
+        reply.add(await self._answer(request, effect, room=2), answered=True)

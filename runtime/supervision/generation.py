@@ -3,7 +3,7 @@
 A ``HostGeneration`` lives from its handshake to its cleanup: it is *usable* while its link
 is up, and *gone* (``gone``) once it is dead and reaped and the tool processes it left are
 killed; a successor never starts before. A start that fails is ``HostStartFailed``, a
-``NotSent``: the request that needed the host was never sent.
+``HostNotReached``: the request that needed the host was never sent.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import trio
 
-from runtime.link import NotSent
+from runtime.supervision.failures import HostNotReached
 from runtime.supervision.link import HostLink
 
 
-class HostStartFailed(NotSent):
+class HostStartFailed(HostNotReached):
     """No host could be started: the request that needed one was never sent."""
 
 

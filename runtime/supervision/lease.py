@@ -2,7 +2,7 @@
 
 The turn's first request takes the usable host (starting one if there is none) and every
 later request goes to that same host. Once it is dead, nothing more of the turn reaches a
-successor: a request raises ``NotSent`` (the call was never sent, its body never ran), and
+successor: a request raises ``HostNotReached`` (the call was never sent, its body never ran), and
 the turn, which lost its host, ends. A host that died before the turn sent anything is no
 loss to the turn: its first request finds the successor.
 
@@ -27,9 +27,9 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
-from runtime.link import NotSent
 from runtime.proc import cgroups
 from runtime.supervision import cgroup_sweeps
+from runtime.supervision.failures import HostNotReached
 from runtime.supervision.generation import HostGeneration
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class HostLease:
     async def request(self, method: str, params: msgspec.Struct) -> Any:
         host = await self._held()
         if not host.usable:
-            raise NotSent(f"host {host.link.pid} (generation {host.number}) of this turn "
+            raise HostNotReached(f"host {host.link.pid} (generation {host.number}) of this turn "
                           "is gone")
         return await host.link.request(method, params)
 
@@ -88,7 +88,7 @@ class HostLease:
         """Send to the held host only: a stop never starts a host to deliver itself."""
         host = self._host
         if host is None or not host.usable:
-            raise NotSent("this turn has no live host")
+            raise HostNotReached("this turn has no live host")
         return await host.link.request(method, params)
 
     @asynccontextmanager

@@ -26,8 +26,22 @@ from protocol.errors import RemoteError
 from protocol.messages.common import Empty, InitializeParams, InitializeResult, PeerInfo
 from protocol.methods import HOST_TO_RUNTIME, RUNTIME_TO_HOST
 from protocol.version import PROTOCOL_VERSION, check_compatible
-from runtime.link import ConnectionClosed, Endpoint, Handler, NotificationHandler, NotSent
+from runtime.link import (
+    ConnectionClosed,
+    Endpoint,
+    Handler,
+    NotificationHandler,
+    NotSent,
+    OversizedMessage,
+)
 from runtime.proc.secretenv import host_environment
+from runtime.supervision.failures import (
+    HostAnswerMalformed,
+    HostLost,
+    HostNotReached,
+    HostRefused,
+    HostRequestTooLarge,
+)
 
 log = logging.getLogger(__name__)
 
@@ -121,10 +135,8 @@ class HostLink:
         nursery.start_soon(self._watch_link, endpoint)
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT):
-                info: InitializeResult = await endpoint.request(
-                    "initialize",
-                    InitializeParams(PROTOCOL_VERSION, PeerInfo("quiesce-runtime", "0.1.0")),
-                )
+                info: InitializeResult = await _mapped(endpoint, "initialize", InitializeParams(
+                    PROTOCOL_VERSION, PeerInfo("quiesce-runtime", "0.1.0")))
             check_compatible(info.protocol_version)
         except BaseException:
             self.kill()  # a host that failed its handshake is not left running
@@ -156,9 +168,11 @@ class HostLink:
         return self._endpoint is None or self._endpoint.closed.is_set()
 
     async def request(self, method: str, params: msgspec.Struct) -> Any:
+        """The host's typed result; anything else is one of ``failures.py``'s kinds, mapped
+        here once from what the link raised."""
         if self._endpoint is None:
-            raise NotSent("host not started")
-        return await self._endpoint.request(method, params)
+            raise HostNotReached("host not started")
+        return await _mapped(self._endpoint, method, params)
 
     def kill(self) -> None:
         """SIGKILL the host (a hung one): it is down at once; its exit closes the link,
@@ -212,3 +226,19 @@ class HostLink:
             for stream in (process.stdin, process.stdout):
                 if stream is not None:
                     await stream.aclose()
+
+
+async def _mapped(endpoint: Endpoint, method: str, params: msgspec.Struct) -> Any:
+    """``endpoint.request``, its failures mapped to ``failures.py``'s kinds (the one place)."""
+    try:
+        return await endpoint.request(method, params)
+    except NotSent as exc:
+        raise HostNotReached(str(exc)) from exc
+    except ConnectionClosed as exc:
+        raise HostLost(str(exc)) from exc
+    except OversizedMessage as exc:
+        raise HostRequestTooLarge.of(exc) from exc
+    except RemoteError as exc:
+        raise HostRefused.of(exc) from exc
+    except msgspec.DecodeError as exc:  # ValidationError is one
+        raise HostAnswerMalformed(method, str(exc)) from exc

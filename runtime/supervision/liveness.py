@@ -8,9 +8,8 @@ import time
 
 import trio
 
-from protocol.errors import RemoteError
 from protocol.messages.common import Empty
-from runtime.link import ConnectionClosed
+from runtime.supervision.failures import HostRefused, HostUnavailable
 from runtime.supervision.link import HostLink
 
 log = logging.getLogger(__name__)
@@ -29,9 +28,9 @@ async def ping_until_dead(link: HostLink, interval: float,
         with trio.move_on_after(answer_within):
             try:
                 await link.request("host.stats", Empty())
-            except ConnectionClosed:
+            except HostUnavailable:
                 return
-            except RemoteError as exc:  # it answered: alive
+            except HostRefused as exc:  # it answered: alive
                 log.warning("host %s answered a ping with %s", link.pid, exc)
             continue
         log.error("host %s did not answer a ping within %.1f s (sent %.1f s ago): "

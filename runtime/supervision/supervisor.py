@@ -3,9 +3,9 @@
 A host that exits, closes its pipe (it is then killed: a host that stopped talking
 is dead to us even if its process lives on) or stops answering the liveness ping
 within ``liveness_timeout`` (killed: SIGKILL works on a stopped process too) is
-dead. Requests in flight fail with ``ConnectionClosed`` (``HOST_CRASHED`` for a
-call whose execute was sent; ``NotSent`` for one never sent), the tool processes
-the dead host started are killed by the marker it set on them, and only then is
+dead. Requests in flight fail with ``HostLost`` (``HOST_CRASHED`` for a call whose
+execute was sent; ``HostNotReached`` for one never sent: ``failures.py``), the tool
+processes the dead host started are killed by the marker it set on them, and only then is
 the host ``gone`` (``HostGeneration.gone``): a successor is never started beside
 it, and the next request starts a fresh host with a new handshake, to which every
 open session is re-announced. A killed host that cannot exit within ``KILL_EXIT_TIMEOUT`` (a
@@ -14,7 +14,7 @@ same, its pipes closed; ``LateReaper`` (``host_reaper.py``) reaps it whenever it
 
 A turn talks to its host through a ``HostLease`` (``host_lease.py``): the lease holds
 the host of the turn's first request and sends only to it. After that host died,
-nothing else of the turn reaches a successor: its requests are ``NotSent``. The
+nothing else of the turn reaches a successor: its requests are ``HostNotReached``. The
 requests of a lease that outlive their call run in the lease's own nursery, held by its
 turn (``HostLease.held``).
 
@@ -28,7 +28,7 @@ supervisor would run; otherwise it is killed and reaped, and one is spawned as u
 Later hosts are always spawned.
 
 A host that cannot be started (its spawn fails, its handshake fails or times out, it
-dies while sessions are re-announced) is ``HostStartFailed``, a ``NotSent``: the
+dies while sessions are re-announced) is ``HostStartFailed``, a ``HostNotReached``: the
 request that needed it was never sent. Requests waiting on that start fail with it too,
 and for ``START_RETRY_AFTER`` no new start is tried.
 
@@ -39,8 +39,7 @@ outlives its maker), and by the marker the host set on them, the runtime being a
 child subreaper (orphans of a dead host are re-parented to it and reaped). A process
 call whose grace ran out without the host's answer has its processes ended from here
 (``HostLease.end_call_processes``). The cgroup handling lives in ``runtime.proc.cgroups``
-(standard library and trio only) so that it can move to a package the runtime and the
-host share when the runtime stops importing ``host`` (issue 17).
+(standard library and trio only), which the runtime and the host both load.
 """
 
 from __future__ import annotations
@@ -52,11 +51,12 @@ from typing import Any
 import msgspec
 import trio
 
-from protocol.errors import RemoteError, RpcError
+from protocol.errors import RpcError
 from protocol.messages.host import SessionOpenParams
-from runtime.link import ConnectionClosed, Handler, NotificationHandler, NotSent
+from runtime.link import Handler, NotificationHandler
 from runtime.supervision import cgroup_sweeps
 from runtime.supervision.cleanup import kill_orphans_of_dead_hosts, kill_survivors
+from runtime.supervision.failures import HostError, HostNotReached, HostRefused
 from runtime.supervision.generation import HostGeneration, HostStartFailed, StartAttempt, describe
 from runtime.supervision.lease import GONE_TIMEOUT, HostLease
 from runtime.supervision.link import KILL_EXIT_TIMEOUT, STOP_TIMEOUT, HostLink, default_host_command
@@ -162,7 +162,7 @@ class HostSupervisor:
             if host is not None and host.usable:
                 return host
             if self._stopping:
-                raise NotSent("the host is shut down")
+                raise HostNotReached("the host is shut down")
             if host is not None and not host.gone.is_set():
                 await host.gone.wait()
                 continue
@@ -182,7 +182,7 @@ class HostSupervisor:
         attempt = self._starting = StartAttempt()
         try:
             await self._start()
-        except* (OSError, trio.TooSlowError, RpcError, RemoteError, ConnectionClosed) as group:
+        except* (OSError, trio.TooSlowError, RpcError, HostError) as group:
             attempt.failure = f"the host could not be started: {describe(group)}"
             self._failed = attempt
             log.error("%s", attempt.failure)
@@ -207,7 +207,7 @@ class HostSupervisor:
         for params in list(self._registrations()):  # sessions may open meanwhile
             try:
                 await link.request("session.open", params)
-            except RemoteError as exc:  # e.g. its workspace is gone: its calls will say so
+            except HostRefused as exc:  # e.g. its workspace is gone: its calls will say so
                 log.warning("host refused session %s: %s", params.session_id, exc)
         log.info("host %s started (generation %d)", info, self.generation)
 
@@ -278,7 +278,7 @@ class HostSupervisor:
         """Send to the current host only: a message that needs no host never starts one."""
         host = self._host
         if host is None or not host.usable:
-            raise NotSent("no live host")
+            raise HostNotReached("no live host")
         return await host.link.request(method, params)
 
     async def restart(self) -> tuple[int | None, int | None]:

@@ -35,7 +35,7 @@ from protocol.messages.host import (
     PermissionWithdrawnParams,
 )
 from runtime.clients.daemon_client import DaemonClient, serve_command, spawn_daemon
-from runtime.link import effect_taken
+from runtime.link import answers_later
 
 MARK_VAR = "QUIESCE_BENCH_MARK"
 """Set on the daemon; the host and every process a tool starts inherit it."""
@@ -152,7 +152,6 @@ class Bench:
         """Never answered: the scenario stops the turn while the prompt is pending."""
         self._session(params.session_id).permission_requests.append(params)
         self._touch()
-        effect_taken()  # recorded: the link reads on while this waits
         await trio.sleep_forever()
         raise AssertionError("unreachable")
 
@@ -255,7 +254,8 @@ async def open_bench(workdir: pathlib.Path, extra_env: Mapping[str, str] | None 
         config.write_text(text + '\n[sandbox]\nmode = "off"\n')
     try:
         async with spawn_daemon(serve_command("--config", str(config)), env=env, stderr=log,
-                                handlers={"permission.request": on_permission},
+                                # Recorded: the link reads on while it waits.
+                                handlers={"permission.request": answers_later(on_permission)},
                                 notification_handlers={"session.event": on_event,
                                                        "permission.withdrawn": on_withdrawn},
                                 ) as daemon:

@@ -274,7 +274,7 @@ IMPORTS = (("startup-python", "start-up part: a bare `python -c pass`", "pass"),
            ("startup-import-jsonrpcserver-whole", "start-up part: `python` importing the whole "
             "jsonrpcserver package (how it was loaded before: asyncio, jsonschema)",
             "import jsonrpcserver"))
-LOADER = HERE.parent.parent / "runtime" / "shared" / "rpc" / "jsonrpcserver_load.py"
+LOADER = HERE.parent.parent / "runtime" / "link" / "jsonrpcserver_load.py"
 
 
 async def startup_parts(p: LinkPlan, out: LinkResults, workdir: pathlib.Path,

@@ -13,7 +13,6 @@ import trio
 from protocol.causes import HookCause
 from protocol.messages.events import ToolResultEvent
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
-from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.e2e.hookkit import (
     decisions,
@@ -145,7 +144,6 @@ async def test_ask_prompts_even_in_auto_mode(tmp_path: pathlib.Path, marked: Mar
     asked: list[PermissionRequestParams] = []
 
     async def allow(params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()
         asked.append(params)
         return PermissionRequestResult("allow-once")
 

@@ -36,7 +36,6 @@ from protocol.messages.events import (
     TurnEnd,
 )
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
-from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.kit.daemon import (
     agent_daemon,
@@ -170,7 +169,6 @@ async def test_stop_during_a_permission_prompt(tmp_path: pathlib.Path, marked: M
 
 async def test_permission_answered_runs_the_call(tmp_path: pathlib.Path, marked: Marked) -> None:
     async def allow(params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         return PermissionRequestResult("allow-once")
 
     script = [[call("w1", "Write", path="x.txt", content="yes")], [text("ok")]]
@@ -311,7 +309,6 @@ async def test_a_subagent_prompt_names_its_call_when_the_ids_have_dots(
     """A provider's call ids may have dots: the client is still told the turn and call of
     the prompting call's tool/call event (protocol.ids keeps host call ids unambiguous)."""
     async def allow(params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         return PermissionRequestResult("allow-once")
 
     script = [

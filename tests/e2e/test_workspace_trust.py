@@ -24,7 +24,7 @@ from protocol.messages.client import (
     WorkspaceTrustResult,
 )
 from runtime.clients.daemon_client import DaemonClient, serve_command, spawn_daemon
-from runtime.link import effect_taken
+from runtime.link import answers_later
 from tests.conftest import Marked
 
 TrustAnswer = Callable[[WorkspaceTrustParams], Awaitable[WorkspaceTrustResult]]
@@ -52,12 +52,11 @@ async def trust_daemon(marked: Marked, answer: TrustAnswer | None, *args: str
     asked: list[WorkspaceTrustParams] = []
 
     async def on_trust(params: WorkspaceTrustParams) -> WorkspaceTrustResult:
-        effect_taken()
         asked.append(params)
         assert answer is not None
         return await answer(params)
 
-    handlers = {"workspace.trust": on_trust} if answer is not None else {}
+    handlers = {"workspace.trust": answers_later(on_trust)} if answer is not None else {}
     async with spawn_daemon(serve_command(*args), handlers=handlers,  # type: ignore[arg-type]
                             env=marked.env(OPENAI_API_KEY="sk-secret-of-the-user")) as daemon:
         await daemon.initialize()

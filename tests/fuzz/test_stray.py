@@ -14,7 +14,6 @@ import trio
 
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from runtime.clients.daemon_client import serve_command
-from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.fuzz.stream import Peer, host_command, log_errors, spawned
 from tests.kit.daemon import agent_daemon, call, text
@@ -144,7 +143,6 @@ async def test_late_answer_to_a_withdrawn_prompt_is_refused(marked: Marked,
     withdrawn: list[str] = []
 
     async def answer(params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         if params.call_id.endswith("w1"):
             with trio.fail_after(10):
                 while params.request_id not in withdrawn:

@@ -47,7 +47,7 @@ from protocol.tools import (
     TextContent,
     ToolResult,
 )
-from runtime.link import effect_taken
+from runtime.link import answers_later
 from runtime.supervision.link import HostLink
 from tests.support import command_line, marked_processes
 
@@ -329,7 +329,6 @@ class InterleavingHost:
         endpoint._resolve = resolve  # type: ignore[method-assign]
 
     async def on_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         run = self.runs.get((params.session_id, params.call_id))
         if run is None:
             self.stray.append(f"permission.request for unknown call {params.call_id!r}")
@@ -498,7 +497,8 @@ async def interleaving_host(root: pathlib.Path, mark: str,
     command = [sys.executable, "-m", "host", "--config",
                msgspec.json.encode(HOST_CONFIG).decode()]
     link = HostLink(command=command, env=env,
-                    handlers={"permission.request": host.on_permission},
+                    # A client answering later: the link reads on.
+                    handlers={"permission.request": answers_later(host.on_permission)},
                     notification_handlers={"permission.withdrawn": host.on_withdrawn,
                                            "tools.output": host.on_output})
     async with trio.open_nursery() as nursery:

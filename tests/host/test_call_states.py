@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from host.calls import TRANSITIONS, Call, CallEvent, CallTable, InvalidTransition
+from host.calls import TABLE, Call, CallEvent, CallTable, InvalidTransition
 from protocol.toolclass import ToolClass
 
 
@@ -33,7 +33,7 @@ def test_every_state_in_flight_can_settle(state: str) -> None:
         call.fire(event)
     assert call.state == state
     assert call.fire(CallEvent.SETTLE) == "settled" and call.state == "settled"
-    assert TRANSITIONS[(state, CallEvent.SETTLE)] == "settled"  # type: ignore[index]
+    assert TABLE.moves[(state, CallEvent.SETTLE)] == "settled"  # type: ignore[index]
 
 
 def test_moves_outside_the_table_are_refused() -> None:
@@ -57,3 +57,12 @@ def test_a_stop_is_not_a_state_but_records_the_one_it_found() -> None:
     call.request_stop(UserCause())
     assert call.state == "permission-pending" and call.stopped_in == "permission-pending"
     assert call.cause == UserCause()
+
+
+def test_the_start_body_move_is_the_record_that_the_body_was_called() -> None:
+    call = Call("s", "c", "Bash", ToolClass.PROCESS)
+    call.fire(CallEvent.ADMIT)
+    assert not call.body_invoked
+    call.fire(CallEvent.START_BODY)
+    call.fire(CallEvent.SETTLE)
+    assert call.body_invoked and call.state == "settled"

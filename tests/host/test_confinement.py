@@ -8,7 +8,6 @@ import pathlib
 import trio
 
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
-from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.kit.host import running_host
 
@@ -22,7 +21,6 @@ async def test_symlink_swapped_during_permission_wait(tmp_path: pathlib.Path,
     os.symlink(workspace / "inside", workspace / "link")
 
     async def swap_then_allow(params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         (workspace / "link").unlink()
         os.symlink(outside, workspace / "link")  # now points out of the workspace
         return PermissionRequestResult("allow-once")

@@ -26,7 +26,6 @@ from protocol.messages.host import (
 )
 from protocol.toolclass import ToolClass, tool_class
 from protocol.tools import Decision, ToolResult, ok_result
-from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.kit.host import running_host
 
@@ -185,7 +184,6 @@ async def test_a_path_outside_the_workspace_is_refused_before_asking(
     os.symlink(outside, workspace / "link")
 
     async def deny(params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         return PermissionRequestResult("deny")
 
     calls = [("Write", {"path": "../x.txt", "content": "x"}),

@@ -17,7 +17,6 @@ from protocol.messages.host import (
     ToolsStartedParams,
 )
 from protocol.tools import ToolResult
-from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.kit.host import running_host
 from tests.kit.waiters import wait_until
@@ -91,7 +90,6 @@ async def test_stop_during_permission_prompt(tmp_path: pathlib.Path, marked: Mar
     late: list[str] = []
 
     async def answer_late(params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         await trio.sleep(0.5)
         late.append(params.request_id)
         return PermissionRequestResult("allow-once")
@@ -120,7 +118,6 @@ async def test_permission_denied_and_allowed(tmp_path: pathlib.Path, marked: Mar
     decisions = iter(["deny", "allow-session"])
 
     async def answer(params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         return PermissionRequestResult(next(decisions))  # type: ignore[arg-type]
 
     async with running_host(str(tmp_path), marked.env(), mode="ask", answer=answer) as host:
@@ -136,7 +133,6 @@ async def test_permission_denied_and_allowed(tmp_path: pathlib.Path, marked: Mar
 async def test_deny_for_the_session_is_not_asked_again(tmp_path: pathlib.Path,
                                                       marked: Marked) -> None:
     async def answer(params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         return PermissionRequestResult("deny-session")
 
     async with running_host(str(tmp_path), marked.env(), mode="ask", answer=answer) as host:

@@ -7,7 +7,6 @@ import pytest
 
 from host.tombstones import TombstoneRegistry
 from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
-from runtime.link import effect_taken
 from tests.conftest import Marked
 from tests.kit.host import running_host
 
@@ -68,7 +67,6 @@ def test_bad_configuration_is_refused() -> None:
 async def test_early_abort_stops_the_call_before_permission(tmp_path: pathlib.Path,
                                                            marked: Marked) -> None:
     async def allow(params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         return PermissionRequestResult("allow-once")
 
     async with running_host(str(tmp_path), marked.env(), mode="ask", answer=allow) as host:

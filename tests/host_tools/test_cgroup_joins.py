@@ -122,7 +122,7 @@ async def test_the_runtimes_kill_of_a_frozen_hosts_call_takes_its_joiners_too(
                 joiner = await _join(host, nursery, results, point=point, where=where,
                                      pid_file=pid_file, tail=TAILS["stop"])
                 b2_cgroup = point + where.read_text().strip()
-                b2_members = set(cgroups._members(b2_cgroup)) - {joiner}
+                b2_members = set(cgroups.pids_below(b2_cgroup)) - {joiner}
                 assert b2_members and alive(joiner)
                 os.kill(host_pid, signal.SIGSTOP)
                 try:

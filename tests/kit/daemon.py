@@ -50,7 +50,7 @@ from protocol.messages.host import (
 from protocol.transcript import balance_problems
 from runtime.agent.sessionlog import read_log
 from runtime.clients.daemon_client import DaemonClient, spawn_daemon
-from runtime.link import ConnectionClosed, effect_taken
+from runtime.link import ConnectionClosed, answers_later
 from runtime.proc.proctree import ENV_MARKER
 from tests.conftest import Marked
 from tests.support import command_line, marked_processes
@@ -59,7 +59,6 @@ Answer = Callable[[PermissionRequestParams], Awaitable[PermissionRequestResult]]
 
 
 async def never(params: PermissionRequestParams) -> PermissionRequestResult:
-    effect_taken()  # a client answering later: the link reads on
     await trio.sleep_forever()
     raise AssertionError
 
@@ -203,7 +202,6 @@ async def agent_daemon(marked: Marked, *, answer: Answer = never,
     env = {k: v for k, v in marked.env(**(env_extra or {})).items() if k not in env_drop}
 
     async def on_permission(params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         holder[0].permission_requests.append(params)
         holder[0].changed.set()
         return await answer(params)
@@ -217,7 +215,8 @@ async def agent_daemon(marked: Marked, *, answer: Answer = never,
     from runtime.clients.daemon_client import serve_command
 
     async with spawn_daemon(serve_command(*extra_args), env=env,
-                            handlers={"permission.request": on_permission},
+                            # A client answering later: the link reads on.
+                            handlers={"permission.request": answers_later(on_permission)},
                             notification_handlers={"session.event": on_event,
                                                    "permission.withdrawn": on_withdrawn},
                             ) as daemon:

@@ -26,7 +26,7 @@ from protocol.messages.host import (
     ToolsStartedParams,
 )
 from protocol.tools import Decision, ToolResult
-from runtime.link import effect_taken
+from runtime.link import answers_later
 from runtime.supervision import cgroup_sweeps
 from runtime.supervision.link import HostLink
 
@@ -52,7 +52,6 @@ PermissionAnswer = Callable[[PermissionRequestParams], Awaitable[PermissionReque
 
 
 async def never_answer(params: PermissionRequestParams) -> PermissionRequestResult:
-    effect_taken()  # a client answering later: the link reads on
     await trio.sleep_forever()
     raise AssertionError("unreachable")
 
@@ -99,7 +98,6 @@ async def running_host(workspace: str, env: dict[str, str], *, mode: str = "auto
     holder: list[Host] = []
 
     async def on_permission(params: PermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         holder[0].permission_requests.append(params)
         holder[0].permission_asked.set()
         return await answer(params)
@@ -114,7 +112,9 @@ async def running_host(workspace: str, env: dict[str, str], *, mode: str = "auto
     def on_started(params: ToolsStartedParams) -> None:
         holder[0].notices.append(params)
 
-    link = HostLink(command=command, env=env, handlers={"permission.request": on_permission},
+    # A client answering later: the link reads on.
+    link = HostLink(command=command, env=env,
+                    handlers={"permission.request": answers_later(on_permission)},
                     notification_handlers={"permission.withdrawn": on_withdrawn,
                                            "tools.output": on_output,
                                            "tools.started": on_started})

@@ -48,7 +48,9 @@ class FakeBackend:
     async def ops_sessions(self) -> OpsSessionsResult:
         return OpsSessionsResult(os.getpid(), tuple(self.sessions))
 
-    async def ops_abort(self, session_id: str) -> AgentAbortResult:
+    async def ops_abort(self, session_id: str, *,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                        ) -> AgentAbortResult:
         self._known(session_id)
         self.aborts.append(session_id)
         if self.abort_gate is not None:

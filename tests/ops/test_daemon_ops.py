@@ -18,7 +18,7 @@ from protocol.toolclass import ToolClass
 from runtime.agent.hostcall import HostCallState, InFlightCall
 from runtime.daemon.ops_backend import DaemonOps, shown_state
 from runtime.daemon.ops_view import SessionOpsView
-from runtime.link import ConnectionClosed, NotSent
+from runtime.supervision.failures import HostLost, HostNotReached
 
 
 @dataclass
@@ -65,7 +65,8 @@ def make_ops(host: FakeHost | None = None, pending: frozenset[str] = frozenset()
                                find=lambda sid: session if sid == "s-1" else None,
                                get=lambda sid: session)
     return DaemonOps(cast(Any, sessions), cast(Any, host or FakeHost(
-        fails=NotSent("no live host"))), cast(Any, SimpleNamespace(pending_calls=lambda: pending)))
+        fails=HostNotReached("no live host"))),
+        cast(Any, SimpleNamespace(pending_calls=lambda: pending)))
 
 
 def the_session(ops: DaemonOps) -> SessionOpsView:
@@ -122,8 +123,8 @@ async def test_calls_the_host_holds_before_their_bodies_are_shown_so() -> None:
 
 
 @pytest.mark.parametrize("host", [
-    FakeHost(fails=NotSent("no live host")),  # none is started for a listing
-    FakeHost(fails=ConnectionClosed("the host died")),
+    FakeHost(fails=HostNotReached("no live host")),  # none is started for a listing
+    FakeHost(fails=HostLost("the host died")),
     FakeHost(hangs=True),
 ], ids=["absent", "died", "hung"])
 async def test_without_the_hosts_answer_the_runtimes_view_is_shown(host: FakeHost) -> None:

@@ -18,6 +18,7 @@ from runtime.agent.registry import (
     UserCause,
     cancel_on_abort,
     fuse,
+    on_abort,
 )
 
 
@@ -129,3 +130,18 @@ async def test_cancel_on_abort_removes_its_listener_when_not_aborted() -> None:
     assert controller.signal.listener_count == 0
     controller.abort(UserCause())
     assert not scope.cancel_called  # the old scope is no longer tied to the signal
+
+
+def test_on_abort_runs_its_listener_in_the_aborting_call_while_its_block_lasts() -> None:
+    controller, heard = AbortController(), []
+    with on_abort(controller.signal, heard.append):
+        assert heard == []
+        controller.abort(UserCause())
+        assert heard == [UserCause()]  # before abort() returned
+    later = AbortController()
+    with on_abort(later.signal, heard.append):
+        pass
+    later.abort(UserCause())  # the block ended: not heard
+    assert heard == [UserCause()]
+    with on_abort(controller.signal, heard.append):  # already aborted: heard at once
+        assert heard == [UserCause(), UserCause()]

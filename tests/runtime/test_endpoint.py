@@ -32,8 +32,10 @@ from runtime.link import (
     Handler,
     NotificationHandler,
     OversizedMessage,
-    effect_taken,
+    answers_later,
+    marks_effect,
 )
+from runtime.link.effects import Effect
 
 
 @asynccontextmanager
@@ -58,15 +60,15 @@ async def test_abort_is_read_while_every_handler_is_busy() -> None:
     release = trio.Event()
 
     async def slow_open(params: SessionOpenParams) -> Empty:
-        effect_taken()  # only waiting follows: the link reads on
-        await release.wait()
+        await release.wait()  # only waiting: declared answers_later, the link reads on
         return Empty()
 
     async def abort(params: ToolsAbortParams) -> ToolsAbortResult:
         release.set()
         return ToolsAbortResult(True, "running")
 
-    async with linked({"session.open": slow_open, "tools.abort": abort}) as (runtime, _):
+    async with linked({"session.open": answers_later(slow_open),
+                       "tools.abort": abort}) as (runtime, _):
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
                 for i in range(20):
@@ -117,12 +119,12 @@ async def test_notifications_after_reading_stopped_still_go_out() -> None:
     holder: list[Endpoint] = []
 
     async def disposing(params: SessionOpenParams) -> Empty:
-        effect_taken()
         await release.wait()
         holder[0].notify("tools.output", ToolsOutputParams("s", "c", 1, "stdout", "late\n"))
         return Empty()
 
-    async with linked({"session.open": disposing}, notes=notes) as (runtime, host):
+    async with linked({"session.open": answers_later(disposing)},
+                      notes=notes) as (runtime, host):
         holder.append(host)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(runtime.request, "session.open", SessionOpenParams("s", "/w"))
@@ -255,9 +257,9 @@ async def test_requests_take_effect_in_wire_order_and_waiting_holds_nothing() ->
     order: list[str] = []
     release = trio.Event()
 
-    async def open_(params: SessionOpenParams) -> Empty:
+    async def open_(params: SessionOpenParams, effect: Effect) -> Empty:
         order.append(params.session_id)
-        effect_taken()
+        effect.take()
         await release.wait()
         return Empty()
 
@@ -267,7 +269,7 @@ async def test_requests_take_effect_in_wire_order_and_waiting_holds_nothing() ->
 
     a_stream, b_stream = trio.testing.memory_stream_pair()
     host = Endpoint("host", b_stream, b_stream, incoming=RUNTIME_TO_HOST,
-                    outgoing=HOST_TO_RUNTIME, handlers={"session.open": open_,
+                    outgoing=HOST_TO_RUNTIME, handlers={"session.open": marks_effect(open_),
                                                         "tools.abort": abort})
     frames = []
     for i in range(50):

@@ -23,7 +23,8 @@ from protocol.messages.host import (
     ToolsOutputParams,
 )
 from protocol.tools import ToolResult, aborted_result, ok_result
-from runtime.agent.hosttools import HostTools, lost_host
+from runtime.agent.hostport import lost_host
+from runtime.agent.hosttools import HostTools
 from runtime.agent.registry import (
     AbortController,
     ToolCallRequest,
@@ -31,7 +32,8 @@ from runtime.agent.registry import (
     UserCause,
     run_tool_calls,
 )
-from runtime.link import ConnectionClosed, NotSent
+from runtime.link import NotSent
+from runtime.supervision.failures import HostLost, HostNotReached
 from runtime.supervision.generation import HostGeneration
 from runtime.supervision.lease import END_WAIT, HostLease
 
@@ -93,7 +95,7 @@ class FakeHost:
 
     async def request_if_alive(self, method: str, params: msgspec.Struct) -> Any:
         if not self.started.is_set():
-            raise NotSent("no host yet")  # a stop never starts a host
+            raise HostNotReached("no host yet")  # a stop never starts a host
         return await self.request(method, params)
 
     restarted = False
@@ -178,7 +180,7 @@ async def test_read_only_stops_waiting_at_once_though_the_host_never_answers(
 
 async def test_a_late_read_only_result_is_logged_with_its_call_tool_and_code(
         autojump_clock: trio.testing.MockClock, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="runtime.agent.hosttools")
+    caplog.set_level(logging.INFO, logger="runtime.agent.hostcall")
     host = FakeHost()
     host.execute_released = trio.Event()
     host.execute_answer = aborted_result(before_dispatch=False, details={"host": "late"})
@@ -294,7 +296,7 @@ async def test_a_body_that_started_is_never_reported_before_dispatch(
 
 async def test_a_request_never_sent_is_aborted_before_dispatch_and_loses_the_host() -> None:
     host = FakeHost()
-    host.execute_answer = NotSent("the turn's host is gone")
+    host.execute_answer = HostNotReached("the turn's host is gone")
     run = Run(host)
     with trio.fail_after(5):
         result, _ = await run.call(*WRITE)
@@ -307,7 +309,7 @@ async def test_a_crashed_call_settles_only_once_the_dead_hosts_processes_are_gon
         autojump_clock: trio.testing.MockClock) -> None:
     host = FakeHost()
     host.execute_released = trio.Event()
-    host.execute_answer = ConnectionClosed("host[1]: link closed")
+    host.execute_answer = HostLost("host[1]: link closed")
     run = Run(host)
 
     async def crash_then_sweep() -> None:
@@ -422,3 +424,28 @@ async def test_a_held_lease_awaits_what_outlives_its_calls_for_a_bounded_time(
             session.cancel()  # the session closes as its turn ends
     assert finished == ["abort answer"] and cancelled == ["late result"]
     assert trio.current_time() - began == pytest.approx(END_WAIT)
+
+
+@pytest.mark.parametrize("tool", [GREP, BASH, WRITE], ids=["read-only", "process", "mutating"])
+async def test_the_stop_reaches_the_call_before_any_task_wakes(
+        autojump_clock: trio.testing.MockClock, tool: tuple[str, dict[str, Any]]) -> None:
+    """One route: the abort of the signal itself moves the call and starts its one
+    tools.abort (no task has run between the abort and the check)."""
+    host = FakeHost()
+    host.answer_aborts(ToolsAbortResult(True, "running", True))
+    host.execute_released = trio.Event()
+    host.execute_answer = ok_result("done")
+    run = Run(host)
+    seen: list[str] = []
+
+    async def stop() -> None:
+        await host.sent.wait()
+        run.controller.abort(UserCause())
+        seen.extend(call.state.value for call in run.tools.in_flight())
+        await trio.sleep(1)
+        host.execute_released.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop)
+        await run.call(*tool)
+    assert seen == ["aborting"] and len(host.aborts) == 1

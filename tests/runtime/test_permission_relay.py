@@ -14,7 +14,7 @@ from protocol.messages.host import (
 )
 from protocol.methods import CLIENT_TO_RUNTIME, HOST_TO_RUNTIME, RUNTIME_TO_CLIENT, RUNTIME_TO_HOST
 from runtime.daemon.permission_relay import PermissionRelay
-from runtime.link import Endpoint, effect_taken
+from runtime.link import Endpoint, answers_later
 
 
 async def test_a_withdrawal_that_overtakes_its_request_refuses_it() -> None:
@@ -42,7 +42,6 @@ async def test_the_client_can_match_a_prompt_to_its_tool_call(
     relay = PermissionRelay()
 
     async def on_permission(params: ClientPermissionRequestParams) -> PermissionRequestResult:
-        effect_taken()  # a client answering later: the link reads on
         asked.append(params)
         assert relay.pending_calls() == {host_call_id}  # what operators see
         return PermissionRequestResult("allow-once")
@@ -77,7 +76,8 @@ async def test_a_prompt_after_the_client_left_does_not_hold_the_host_links_reade
     relay.client._on_closed()  # the client went away
     runtime_side, host_side = trio.testing.memory_stream_pair()
     runtime = Endpoint("host", runtime_side, runtime_side, incoming=HOST_TO_RUNTIME,
-                       outgoing=RUNTIME_TO_HOST, handlers={"permission.request": relay.request},
+                       outgoing=RUNTIME_TO_HOST,
+                       handlers={"permission.request": answers_later(relay.request)},
                        notification_handlers={"permission.withdrawn": relay.withdrawn})
     host = Endpoint("runtime", host_side, host_side, incoming=RUNTIME_TO_HOST,
                     outgoing=HOST_TO_RUNTIME)

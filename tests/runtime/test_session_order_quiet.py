@@ -1,30 +1,55 @@
 """SessionOrder.quiet: a turn parked behind a pending request leaves when it is stopped,
-also by a stop that never touches the chain (ops.abort, shutdown's dispose)."""
+also by a stop that never touches the chain (ops.abort, shutdown's dispose), at once and
+with no timer (virtual time does not move)."""
 
 from __future__ import annotations
 
 import trio
 import trio.testing
 
+from protocol.causes import OperatorCause
+from runtime.agent.registry.signal import AbortController
 from runtime.daemon.session_order import SessionOrder
 from runtime.daemon.sessions import SessionStore
+from runtime.link import Effect
 
 
 async def test_a_parked_turn_leaves_quiet_when_stopped_outside_the_chain(
         autojump_clock: trio.testing.MockClock) -> None:
     order = SessionOrder(SessionStore.__new__(SessionStore))
-    stopped = False
+    stop = AbortController()
     left = trio.Event()
 
     async def parked() -> None:
-        await order.quiet("s", lambda: stopped)
+        await order.quiet("s", stop.signal)
         left.set()
 
     async with trio.open_nursery() as nursery:
-        async with order.place("s"):  # a request on the session, still taking its effect
+        async with order.place("s", Effect()):  # a request on the session, still pending
             nursery.start_soon(parked)
-            await trio.sleep(0.05)
+            await trio.testing.wait_all_tasks_blocked()
             assert not left.is_set()
-            stopped = True  # the controller aborted: the chain did not change
-            with trio.fail_after(1):
-                await left.wait()
+            before = trio.current_time()
+            stop.abort(OperatorCause())  # the controller aborted: the chain did not change
+            await left.wait()
+            assert trio.current_time() == before
+
+
+async def test_a_parked_turn_leaves_quiet_when_the_chain_is_quiet(
+        autojump_clock: trio.testing.MockClock) -> None:
+    order = SessionOrder(SessionStore.__new__(SessionStore))
+    left = trio.Event()
+    effect = Effect()
+
+    async def parked() -> None:
+        await order.quiet("s", AbortController().signal)
+        left.set()
+
+    async with trio.open_nursery() as nursery:
+        async with order.place("s", effect) as place:
+            nursery.start_soon(parked)
+            await trio.testing.wait_all_tasks_blocked()
+            assert not left.is_set()
+            place.started()  # its effect: the request takes it, the chain is quiet
+            assert effect.taken
+            await left.wait()

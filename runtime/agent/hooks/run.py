@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import logging
 
-import msgspec
 import trio
 
-from protocol.errors import RemoteError
 from protocol.messages.host import HooksAbortParams, HooksRunParams, HooksRunResult
-from runtime.agent.hosttools import HostPort
+from runtime.agent.hostport import HostPort
 from runtime.agent.registry import AbortSignal, cancel_on_abort
-from runtime.link import ConnectionClosed, NotSent, OversizedMessage
+from runtime.supervision.failures import (
+    HostError,
+    HostLost,
+    HostNotReached,
+    HostRefused,
+    HostRequestTooLarge,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +50,11 @@ async def run_hook(host: HostPort, params: HooksRunParams, signal: AbortSignal, 
         sent = True  # the request is queued before this task's first checkpoint
         try:
             outcome.append(await host.request("hooks.run", params))
-        except (NotSent, OversizedMessage) as exc:
+        except (HostNotReached, HostRequestTooLarge) as exc:
             outcome.append(HooksRunResult("failed", error=f"the hook was not sent: {exc}"))
-        except ConnectionClosed:
+        except HostLost:
             outcome.append(HooksRunResult("failed", error="the host exited while it ran"))
-        except (RemoteError, msgspec.DecodeError) as exc:
+        except HostRefused as exc:
             outcome.append(HooksRunResult("failed", error=f"the host refused it: {exc}"))
         done.set()
 
@@ -81,5 +85,5 @@ async def _abort(host: HostPort, params: HooksRunParams) -> None:
     try:
         await host.request_if_alive("hooks.abort", HooksAbortParams(params.session_id,
                                                                     params.hook_id))
-    except (NotSent, ConnectionClosed, RemoteError, msgspec.DecodeError) as exc:
+    except HostError as exc:
         log.info("hooks.abort %s: %s", params.hook_id, exc)

@@ -39,7 +39,7 @@ from protocol.tools import ToolResult, error_result
 from runtime.agent.hooks.answer import FAILED_PREFIX, Verdict, hook_input, verdict
 from runtime.agent.hooks.config import Hook, HookConfig, HookEventName
 from runtime.agent.hooks.run import run_hook
-from runtime.agent.hosttools import HostPort
+from runtime.agent.hostport import HostPort
 from runtime.agent.registry import (
     AbortError,
     Allow,

@@ -48,6 +48,7 @@ from runtime.agent.registry.signal import (
     AbortSignal,
     cancel_on_abort,
     fuse,
+    on_abort,
 )
 from runtime.agent.registry.timeout import TimeoutPolicy
 from runtime.agent.registry.views import (
@@ -98,5 +99,6 @@ __all__ = [
     "cancel_on_abort",
     "define_tool",
     "fuse",
+    "on_abort",
     "run_tool_calls",
 ]

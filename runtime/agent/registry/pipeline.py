@@ -39,15 +39,17 @@ and the registry waits for every stage it started.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import trio
 
+from protocol.statetable import StateTable
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult
 from runtime.agent.registry import outcomes
@@ -66,13 +68,13 @@ from runtime.agent.registry.policies import (
 )
 from runtime.agent.registry.signal import fuse
 from runtime.agent.registry.views import (
+    CallRun,
     ToolDispatchExecution,
     ToolExecution,
     ToolExecutionInput,
-    _Run,
 )
 
-__all__ = ["Stages", "ToolCall"]
+__all__ = ["TABLE", "Stages", "TokenEvent", "ToolCall"]
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +120,16 @@ async def _contain(stage: Stage, thunk: Callable[[], Awaitable[T]],
     return outcome
 
 
-_State = Literal["ready", "running", "settled"]
+class TokenEvent(enum.Enum):
+    RUN = "run"  # run() began: its one run
+    SETTLE = "settle"  # its one result is published
+
+
+TABLE: StateTable[str, TokenEvent] = StateTable(
+    "the registry's call token", "ready", {
+        ("ready", TokenEvent.RUN): "running",
+        ("running", TokenEvent.SETTLE): "settled",
+    }, doc="one ToolCall, made by ToolRegistry.prepare and run exactly once")
 
 
 class ToolCall:
@@ -132,12 +143,12 @@ class ToolCall:
         self._definition = definition
         self._final_content = definition.final_content if definition is not None else None
         self._stages = stages
-        self._state: _State = "ready"
+        self._state = TABLE.initial
         self._result: ToolResult | None = None
         self._stop_driven = False
         self._stop_scope: trio.CancelScope | None = None  # the running stop handler's
         self._early: ToolResult | None = None
-        self._run: _Run | None = None
+        self._run: CallRun | None = None
         if definition is None:
             self._early = outcomes.unknown_tool(request.tool)
             return
@@ -146,7 +157,7 @@ class ToolCall:
         except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
             self._early = outcomes.invalid_arguments(exc)
             return
-        self._run = _Run(call_id=request.call_id, tool=request.tool,
+        self._run = CallRun(call_id=request.call_id, tool=request.tool,
                          tool_class=definition.tool_class, args=args,
                          caller_signal=request.signal)
 
@@ -202,13 +213,11 @@ class ToolCall:
 
     async def run(self) -> ToolResult:
         """Run every stage once; return the one frozen, published result."""
-        if self._state != "ready":
-            raise RuntimeError(f"call {self.call_id} has already run")
-        self._state = "running"
+        self._state = TABLE.next(self._state, TokenEvent.RUN)  # a second run() raises
         with trio.CancelScope(shield=True):
             result = await self._finalize(await self._outcome())
             self._result = result
-            self._state = "settled"
+            self._state = TABLE.next(self._state, TokenEvent.SETTLE)
             if self._stop_scope is not None:
                 self._stop_scope.cancel()
             if self._run is not None:
@@ -228,7 +237,7 @@ class ToolCall:
             return refused
         return await self._post_policies(run, await self._dispatch(run))
 
-    async def _pre_policies(self, run: _Run) -> ToolResult | None:
+    async def _pre_policies(self, run: CallRun) -> ToolResult | None:
         """``None`` to proceed, else the terminal result (denial, failure, stop)."""
         view = ToolExecution(run, self._caller)
         ask: Ask | None = None
@@ -257,7 +266,7 @@ class ToolCall:
             return outcomes.aborted(body_invoked=False)
         return None
 
-    async def _dispatch(self, run: _Run) -> ToolResult:
+    async def _dispatch(self, run: CallRun) -> ToolResult:
         """The around-dispatch waterfall, ending in the body."""
         view = ToolDispatchExecution(run)
         wrappers = self._stages.wrappers
@@ -293,7 +302,7 @@ class ToolCall:
         return outcomes.overtaken_by_stop(outcome, caller_aborted=self._caller.aborted,
                                           body_invoked=run.body_invoked)
 
-    async def _invoke_body(self, run: _Run) -> ToolResult:
+    async def _invoke_body(self, run: CallRun) -> ToolResult:
         definition = self._definition
         assert definition is not None
         with fuse(run.caller_signal, run.dispatch_signal) as signal:
@@ -308,7 +317,7 @@ class ToolCall:
                                          body_invoked=True)
         return outcome
 
-    async def _post_policies(self, run: _Run, result: ToolResult) -> ToolResult:
+    async def _post_policies(self, run: CallRun, result: ToolResult) -> ToolResult:
         view = ToolExecution(run, self._caller)
         for policy in self._stages.post_policies:
             outcome = await _contain("post-policy", partial(policy, view, result), ToolResult)
@@ -351,7 +360,7 @@ class ToolCall:
                                                        body_invoked=self.body_invoked))
         return outcome
 
-    async def _observe(self, run: _Run, result: ToolResult) -> None:
+    async def _observe(self, run: CallRun, result: ToolResult) -> None:
         view = ToolExecution(run, self._caller)
         result = sealed(result)  # observers cannot change what is published, even empty details
         for observer in self._stages.observers:

@@ -46,7 +46,7 @@ import trio
 
 from runtime.agent.registry.causes import Cause
 
-__all__ = ["AbortController", "AbortError", "AbortSignal", "cancel_on_abort", "fuse"]
+__all__ = ["AbortController", "AbortError", "AbortSignal", "cancel_on_abort", "fuse", "on_abort"]
 
 Listener = Callable[[Cause], object]
 
@@ -183,3 +183,15 @@ def cancel_on_abort(signal: AbortSignal) -> Iterator[trio.CancelScope]:
             yield scope
         finally:
             remove()
+
+
+@contextmanager
+def on_abort(signal: AbortSignal, listener: Listener) -> Iterator[None]:
+    """``listener(cause)`` runs when ``signal`` aborts (at once if it already has), in the
+    aborting task, for as long as the block lasts; it must not raise. For a body whose
+    stop must act before any task wakes (a host call's ``tools.abort`` starts then)."""
+    remove = signal._subscribe(listener)
+    try:
+        yield
+    finally:
+        remove()

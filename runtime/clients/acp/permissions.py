@@ -45,7 +45,7 @@ from runtime.clients.acp.messages import (
     ToolCallUpdate,
 )
 from runtime.clients.acp.translate import TITLE_MAX, tool_call_id, tool_kind
-from runtime.link import ConnectionClosed, Endpoint, effect_taken
+from runtime.link import ConnectionClosed, Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ class PermissionBridge:
             return DENY  # the native side forgot it already: nobody reads this
         prompt = _Prompt(params.session_id, params.call_id)
         self._prompts[params.request_id] = prompt
-        effect_taken()  # registered (a withdrawal finds it); the native link reads on
+        # Registered (a withdrawal finds it); the native link reads on (answers_later).
         try:
             if params.session_id not in self._cancelling:
                 answer = await self._ask(params, prompt)

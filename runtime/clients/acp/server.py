@@ -75,7 +75,14 @@ from runtime.clients.acp.opening import Openings
 from runtime.clients.acp.permissions import PermissionBridge
 from runtime.clients.acp.translate import Translator
 from runtime.clients.acp.trust import ask_trust
-from runtime.link import ConnectionClosed, Endpoint, Handler, NotificationHandler, SentRequest
+from runtime.link import (
+    ConnectionClosed,
+    Endpoint,
+    Handler,
+    NotificationHandler,
+    SentRequest,
+    answers_later,
+)
 
 log = logging.getLogger(__name__)
 _USER: ClientCause = UserCause()  # the cause of an editor's session/cancel
@@ -136,9 +143,13 @@ class AcpServer:
 
     @property
     def acp_handlers(self) -> dict[str, Handler]:
-        return {"initialize": self.initialize, "session/new": self.session_new,
-                "session/load": self.session_load, "session/prompt": self.session_prompt,
-                "session/set_mode": self.session_set_mode}
+        # Each is forwarded to the native link: its effect is its native request,
+        # queued before its first wait; waiting for the daemon's answer follows.
+        return {"initialize": self.initialize,
+                "session/new": answers_later(self.session_new),
+                "session/load": answers_later(self.session_load),
+                "session/prompt": answers_later(self.session_prompt),
+                "session/set_mode": answers_later(self.session_set_mode)}
 
     @property
     def acp_notification_handlers(self) -> dict[str, NotificationHandler]:
@@ -146,8 +157,9 @@ class AcpServer:
 
     @property
     def native_handlers(self) -> dict[str, Handler]:
-        return {"permission.request": self.permissions.request,
-                "workspace.trust": self._ask_trust}
+        # Registered, or shown to the editor: the native link reads on while it decides.
+        return {"permission.request": answers_later(self.permissions.request),
+                "workspace.trust": answers_later(self._ask_trust)}
 
     async def _ask_trust(self, params: WorkspaceTrustParams) -> WorkspaceTrustResult:
         """Asked while a session opens, before its workspace's servers start (trust.py)."""

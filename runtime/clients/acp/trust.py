@@ -23,7 +23,7 @@ from runtime.clients.acp.messages import (
     ToolCallContent,
     ToolCallUpdate,
 )
-from runtime.link import ConnectionClosed, Endpoint, effect_taken
+from runtime.link import ConnectionClosed, Endpoint
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ def describe(params: WorkspaceTrustParams) -> str:
 
 async def ask_trust(acp: Endpoint | None, params: WorkspaceTrustParams
                     ) -> WorkspaceTrustResult:
-    effect_taken()  # the native link reads on while the editor decides
     if acp is None:
         return NOT_NOW
     text = describe(params)

@@ -68,7 +68,7 @@ from runtime.clients.chat.plugins import server_lines
 from runtime.clients.chat.trust import TrustQuestion
 from runtime.clients.chat.view import ChatView, session_lines
 from runtime.clients.daemon_client import DaemonClient
-from runtime.link import ConnectionClosed, effect_taken
+from runtime.link import ConnectionClosed, answers_later
 
 _C = TypeVar("_C", bound=Command)
 
@@ -144,8 +144,9 @@ class Controller:
             try:
                 async with open_daemon(
                         log_file=log_file, env=options.env, serve_args=options.serve_args,
-                        handlers={"permission.request": self._on_permission,
-                                  "workspace.trust": self._trust.ask},
+                        # Asked: waiting for the user must not hold up the link's reader.
+                        handlers={"permission.request": answers_later(self._on_permission),
+                                  "workspace.trust": answers_later(self._trust.ask)},
                         notification_handlers={"session.event": self._on_event,
                                                "permission.withdrawn": self._on_withdrawn},
                 ) as daemon:
@@ -365,7 +366,6 @@ class Controller:
                              ) -> PermissionRequestResult:
         asked = _Asked(trio.Event())
         self._asked[params.request_id] = asked
-        effect_taken()  # asked: waiting for the user must not hold up the link's reader
         whole = self.view.permission_asked(params.request_id, params.tool,
                                            params.args_preview, params.risk, params.call_id)
         if whole:  # printed now, even while a stop settles: the user decides on it

@@ -14,7 +14,6 @@ from rich.text import Text
 from protocol.messages.client import WorkspaceTrustParams, WorkspaceTrustResult
 from runtime.clients.chat.commands import TrustAnswer, TrustChoice
 from runtime.clients.chat.plugins import trust_answered, trust_lines
-from runtime.link import effect_taken
 
 
 @dataclass
@@ -29,8 +28,8 @@ class TrustQuestion:
         self._asked: _Asked | None = None
 
     async def ask(self, params: WorkspaceTrustParams) -> WorkspaceTrustResult:
-        """The daemon's ``workspace.trust`` handler."""
-        effect_taken()  # waiting for the user must not hold up the link's reader
+        """The daemon's ``workspace.trust`` handler (``answers_later``: waiting for the user
+        must not hold up the link's reader)."""
         if self._asked is not None:
             self._asked.answered.set()
         asked = self._asked = _Asked(trio.Event())

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+import trio
+
 from protocol.messages.client import AgentAbortResult
 from protocol.messages.events import AnnouncedEvent
 from protocol.messages.ops import (
@@ -23,8 +25,11 @@ class OpsBackend(Protocol):
         calls wait in its admission queue."""
         ...
 
-    async def ops_abort(self, session_id: str) -> AgentAbortResult:
-        """A stop with cause ``operator``; answers when settled, like ``agent.abort``."""
+    async def ops_abort(self, session_id: str, *,
+                        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                        ) -> AgentAbortResult:
+        """A stop with cause ``operator``; answers when settled, like ``agent.abort``.
+        ``task_status`` is started once the stop is recorded and begun (its effect)."""
         ...
 
     async def ops_force(self, session_id: str, call_id: str) -> OpsForceResult: ...

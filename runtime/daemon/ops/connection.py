@@ -31,7 +31,14 @@ from protocol.messages.ops import (
 from protocol.methods import OPS_TO_RUNTIME, RUNTIME_TO_OPS
 from protocol.version import PROTOCOL_VERSION, check_compatible
 from runtime.daemon.ops.backend import OpsBackend
-from runtime.link import ConnectionClosed, Endpoint, Handler, effect_taken
+from runtime.link import (
+    ConnectionClosed,
+    Effect,
+    Endpoint,
+    Handler,
+    answers_later,
+    marks_effect,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +49,8 @@ SERVER_VERSION = "0.1.0"
 MAX_TAIL_LAG = 1000
 MAX_OPS_FRAME = 64 * 1024
 """The longest line an operator may send (an ops request is a few hundred bytes): a
-connection holds at most this much of an unfinished line (issue 31: 8 MiB each, before)."""
+connection holds at most this much of an unfinished line (8 MiB each, the general frame
+limit, before this bound)."""
 MAX_OPS_QUEUED = 16 * 1024 * 1024
 """Output one operator connection may leave unread (see ``Endpoint``'s ``max_queued``)."""
 HANDSHAKE_TIMEOUT = 10.0
@@ -70,12 +78,15 @@ class OpsConnection:
     def handlers(self) -> dict[str, Handler]:
         return {
             "initialize": self.initialize,
-            "ops.sessions": self.sessions,
-            "ops.abort": self.abort,
-            "ops.force": self.force,
-            "ops.restartHost": self.restart_host,
-            "ops.stats": self.stats,
-            "ops.tail": self.tail,
+            # Reports that change nothing: asking the live host is waiting.
+            "ops.sessions": answers_later(self.sessions),
+            "ops.stats": answers_later(self.stats),
+            "ops.abort": marks_effect(self.abort),  # once the stop is recorded and begun
+            "ops.force": answers_later(self.force),  # the host forces it: waited for
+            # The old host's stop and the new one's start are waits.
+            "ops.restartHost": answers_later(self.restart_host),
+            # Listening: forwarding until the client closes follows.
+            "ops.tail": answers_later(self.tail),
         }
 
     async def run(self) -> None:
@@ -109,10 +120,10 @@ class OpsConnection:
         self._require_initialized()
         return await self.backend.ops_sessions()
 
-    async def abort(self, params: OpsSessionParams) -> AgentAbortResult:
+    async def abort(self, params: OpsSessionParams, effect: Effect) -> AgentAbortResult:
         self._require_initialized()
         log.info("ops: operator stop of session %s", params.session_id)
-        return await self.backend.ops_abort(params.session_id)
+        return await self.backend.ops_abort(params.session_id, task_status=effect)
 
     async def force(self, params: OpsForceParams) -> OpsForceResult:
         self._require_initialized()
@@ -123,7 +134,6 @@ class OpsConnection:
     async def restart_host(self, params: Empty) -> OpsRestartHostResult:
         self._require_initialized()
         log.warning("ops: operator restarts the host")
-        effect_taken()  # the old host's stop and the new one's start are waits
         return await self.backend.ops_restart_host()
 
     async def stats(self, params: Empty) -> OpsStatsResult:
@@ -135,7 +145,6 @@ class OpsConnection:
         self._require_initialized()
         tail = _Tail(self, params.session_id)
         remove = self.backend.add_event_listener(tail.on_event)
-        effect_taken()  # listening: forwarding until the client closes follows
         try:
             await self.endpoint.closed.wait()
         finally:
