@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 import trio
 
-from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from tests.conftest import Marked
 from tests.kit.daemon import Agent, call, text
 
@@ -104,5 +103,3 @@ async def ops_stats(marked: Marked) -> dict[str, Any]:
     return stats
 
 
-async def allow(params: PermissionRequestParams) -> PermissionRequestResult:
-    return PermissionRequestResult("allow-once")

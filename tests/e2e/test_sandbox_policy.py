@@ -19,7 +19,6 @@ from protocol.messages.common import McpServerConfig
 from tests.conftest import Marked
 from tests.e2e.sandboxkit import (
     PY,
-    allow,
     as_root,
     config,
     landlock_abi,
@@ -31,6 +30,7 @@ from tests.e2e.sandboxkit import (
     run_calls,
     sh,
 )
+from tests.kit.answers import allow
 from tests.kit.daemon import agent_daemon, call, text
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")

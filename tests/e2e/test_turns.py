@@ -35,8 +35,8 @@ from protocol.messages.events import (
     ToolStartedEvent,
     TurnEnd,
 )
-from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from tests.conftest import Marked
+from tests.kit.answers import allow
 from tests.kit.daemon import (
     agent_daemon,
     call,
@@ -168,9 +168,6 @@ async def test_stop_during_a_permission_prompt(tmp_path: pathlib.Path, marked: M
 
 
 async def test_permission_answered_runs_the_call(tmp_path: pathlib.Path, marked: Marked) -> None:
-    async def allow(params: PermissionRequestParams) -> PermissionRequestResult:
-        return PermissionRequestResult("allow-once")
-
     script = [[call("w1", "Write", path="x.txt", content="yes")], [text("ok")]]
     async with agent_daemon(marked, answer=allow) as agent:
         await agent.new_session(tmp_path, script, mode="ask")
@@ -308,9 +305,6 @@ async def test_a_subagent_prompt_names_its_call_when_the_ids_have_dots(
         tmp_path: pathlib.Path, marked: Marked) -> None:
     """A provider's call ids may have dots: the client is still told the turn and call of
     the prompting call's tool/call event (protocol.ids keeps host call ids unambiguous)."""
-    async def allow(params: PermissionRequestParams) -> PermissionRequestResult:
-        return PermissionRequestResult("allow-once")
-
     script = [
         [call("fn.task1", "Task", prompt="write it")],
         [call("w.1", "Write", path="x.txt", content="yes")],

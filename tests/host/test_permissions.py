@@ -17,7 +17,6 @@ from host.tools import TOOLS
 from host.tools.context import ToolContext, ToolSpec
 from protocol.messages.host import (
     PermissionRequestParams,
-    PermissionRequestResult,
     PermissionWithdrawnParams,
     ToolsAbortParams,
     ToolsExecuteParams,
@@ -27,6 +26,7 @@ from protocol.messages.host import (
 from protocol.toolclass import ToolClass, tool_class
 from protocol.tools import Decision, ToolResult, ok_result
 from tests.conftest import Marked
+from tests.kit.answers import deny
 from tests.kit.host import running_host
 
 ALLOW, ASK = Verdict.ALLOW, Verdict.ASK
@@ -182,9 +182,6 @@ async def test_a_path_outside_the_workspace_is_refused_before_asking(
     workspace.mkdir()
     outside.mkdir()
     os.symlink(outside, workspace / "link")
-
-    async def deny(params: PermissionRequestParams) -> PermissionRequestResult:
-        return PermissionRequestResult("deny")
 
     calls = [("Write", {"path": "../x.txt", "content": "x"}),
              ("Write", {"path": str(outside / "x.txt"), "content": "x"}),

@@ -6,8 +6,8 @@ import tracemalloc
 import pytest
 
 from host.tombstones import TombstoneRegistry
-from protocol.messages.host import PermissionRequestParams, PermissionRequestResult
 from tests.conftest import Marked
+from tests.kit.answers import allow
 from tests.kit.host import running_host
 
 
@@ -66,9 +66,6 @@ def test_bad_configuration_is_refused() -> None:
 
 async def test_early_abort_stops_the_call_before_permission(tmp_path: pathlib.Path,
                                                            marked: Marked) -> None:
-    async def allow(params: PermissionRequestParams) -> PermissionRequestResult:
-        return PermissionRequestResult("allow-once")
-
     async with running_host(str(tmp_path), marked.env(), mode="ask", answer=allow) as host:
         state = await host.abort("c1", "Bash")
         assert not state.found and state.state == "tombstoned"

@@ -5,6 +5,7 @@
   still;
 - ``host``: a real host subprocess driven over its link, as the runtime drives it
   (``running_host``);
+- ``answers``: a client's answers to permission prompts (allow, deny, never), for both;
 - ``acpclient``: ``quiesce acp`` driven by the official ACP SDK (``acp_agent``, ``Editor``);
 - ``lineclient``: newline-delimited JSON-RPC over a byte stream (stdio, ``unix:``, ops);
 - ``rawclient``: bytes to ``quiesce serve``'s stdin, answer lines back;

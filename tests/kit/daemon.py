@@ -53,14 +53,8 @@ from runtime.clients.daemon_client import DaemonClient, spawn_daemon
 from runtime.link import ConnectionClosed, answers_later
 from runtime.proc.proctree import ENV_MARKER
 from tests.conftest import Marked
+from tests.kit.answers import Answer, never
 from tests.support import command_line, marked_processes
-
-Answer = Callable[[PermissionRequestParams], Awaitable[PermissionRequestResult]]
-
-
-async def never(params: PermissionRequestParams) -> PermissionRequestResult:
-    await trio.sleep_forever()
-    raise AssertionError
 
 
 @dataclass

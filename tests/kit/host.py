@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +29,7 @@ from protocol.tools import Decision, ToolResult
 from runtime.link import answers_later
 from runtime.supervision import cgroup_sweeps
 from runtime.supervision.link import HostLink
+from tests.kit.answers import Answer, never
 
 
 class NoRuntime:
@@ -46,14 +47,6 @@ class NoRuntime:
 
     def tool_started(self, params: ToolsStartedParams) -> None:
         pass
-
-
-PermissionAnswer = Callable[[PermissionRequestParams], Awaitable[PermissionRequestResult]]
-
-
-async def never_answer(params: PermissionRequestParams) -> PermissionRequestResult:
-    await trio.sleep_forever()
-    raise AssertionError("unreachable")
 
 
 @dataclass
@@ -88,7 +81,7 @@ class Host:
 @asynccontextmanager
 async def running_host(workspace: str, env: dict[str, str], *, mode: str = "auto",
                        config: dict[str, Any] | None = None,
-                       answer: PermissionAnswer = never_answer,
+                       answer: Answer = never,
                        command: list[str] | None = None) -> AsyncIterator[Host]:
     """``command``: the host to start (``python -m host`` by default), without
     ``--config``."""
