@@ -7,7 +7,7 @@ refused (``SHUTTING_DOWN``; ``agent.abort`` joins the stop instead), and a
 ``session.new`` read before it finishes opening before the host is stopped. The daemon
 wires its parts together,
 answers ``initialize`` and ``shutdown``, and routes the host's notifications and the
-sessions' events; the requests on sessions are ``session_requests.py``'s.
+sessions' events; the requests on sessions are ``sessions/requests.py``'s.
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ if TYPE_CHECKING:  # the session side is imported on its first use (``Daemon.req
     from runtime.agent.hooks.config import HookConfig
     from runtime.agent.turn import TurnConfig
     from runtime.daemon.ops_backend import DaemonOps
-    from runtime.daemon.session_requests import SessionRequests
-    from runtime.daemon.sessions import Session, SessionStore
+    from runtime.daemon.sessions.requests import SessionRequests
+    from runtime.daemon.sessions.store import Session, SessionStore
     from runtime.daemon.socket_clients import SocketClients
     from runtime.daemon.socketlink.listener import Listening, ServeLink
 
@@ -342,7 +342,7 @@ _SESSION_REQUESTS = {
 
 
 def _session_side(**kwargs: Any) -> SessionRequests:
-    from runtime.daemon.session_requests import SessionRequests  # on first use (start-up)
+    from runtime.daemon.sessions.requests import SessionRequests  # on first use (start-up)
 
     return SessionRequests(**kwargs)
 

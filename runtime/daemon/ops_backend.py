@@ -44,7 +44,7 @@ from runtime.agent.phase import PhaseKind
 from runtime.agent.registry import OperatorCause
 from runtime.daemon.percentiles import percentile
 from runtime.daemon.permission_relay import PermissionRelay
-from runtime.daemon.sessions import SessionStore
+from runtime.daemon.sessions.store import SessionStore
 from runtime.link import ConnectionClosed, effect_status
 from runtime.supervision.supervisor import HostSupervisor
 

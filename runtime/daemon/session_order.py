@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from runtime.daemon.sessions import SessionStore
+from runtime.daemon.sessions.store import SessionStore
 from runtime.link import effect_taken
 
 STOPPING_POLL = 0.02

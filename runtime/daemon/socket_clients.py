@@ -33,7 +33,7 @@ from runtime.link import Endpoint, Handler
 
 if TYPE_CHECKING:
     from runtime.daemon.daemon import Daemon
-    from runtime.daemon.sessions import Session
+    from runtime.daemon.sessions.store import Session
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import ScriptedProviderConfig, SessionNewParams
 from protocol.messages.host import PluginsListParams, PluginsListResult, SessionOpenResult
 from runtime.daemon.daemon import Daemon
-from runtime.daemon.session_life import SessionLife
+from runtime.daemon.sessions.session import SessionLife
 
 
 class _Host:

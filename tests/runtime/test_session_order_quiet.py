@@ -6,7 +6,7 @@ from __future__ import annotations
 import trio
 
 from runtime.daemon.session_order import SessionOrder
-from runtime.daemon.sessions import SessionStore
+from runtime.daemon.sessions.store import SessionStore
 
 
 async def test_a_parked_turn_leaves_quiet_when_stopped_outside_the_chain() -> None:

@@ -14,8 +14,8 @@ import pytest
 from protocol.messages.events import SessionMeta
 from runtime.agent import logfaults
 from runtime.agent.sessionlog import LogContents, SessionLog, read_log
-from runtime.daemon.daemon import sessions
-from runtime.daemon.sessions import SessionStore
+from runtime.daemon.sessions import store as sessions
+from runtime.daemon.sessions.store import SessionStore
 
 
 def stored(tmp_path: pathlib.Path) -> SessionStore:
@@ -35,7 +35,7 @@ def test_an_os_error_is_not_cached_past_its_fix(tmp_path: pathlib.Path,
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
     monkeypatch.setattr(sessions, "read_log", denied)
-    with caplog.at_level(logging.WARNING, logger="runtime.daemon.sessions"):
+    with caplog.at_level(logging.WARNING, logger="runtime.daemon.sessions.store"):
         (first,) = store.on_disk()
         store.on_disk()
     assert first.error is not None and "Permission denied" in first.error

@@ -56,10 +56,10 @@ from runtime.agent.registry import DisposedCause
 from runtime.agent.turn import TurnConfig
 from runtime.daemon.ops_backend import DaemonOps
 from runtime.daemon.permission_relay import PermissionRelay
-from runtime.daemon.session_life import SessionLife
 from runtime.daemon.session_order import STOPPING_POLL, SessionOrder
-from runtime.daemon.session_tools import SessionTools
-from runtime.daemon.sessions import Session, SessionStore
+from runtime.daemon.sessions.session import SessionLife
+from runtime.daemon.sessions.store import Session, SessionStore
+from runtime.daemon.sessions.tools import SessionTools
 from runtime.daemon.trust import DEFAULT_TRUST_TIMEOUT, TrustStore, WorkspaceTrust
 from runtime.link import Endpoint, effect_taken
 from runtime.supervision.supervisor import HostSupervisor

@@ -52,7 +52,7 @@ from runtime.agent.sessionlog import (
 )
 from runtime.agent.turn import TurnConfig
 from runtime.daemon.ops_view import SessionOpsView
-from runtime.daemon.session_picker import picker_fields
+from runtime.daemon.sessions.picker import picker_fields
 from runtime.daemon.stop_waiting import StopWaiting
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from runtime.agent.hooks.config import HookConfig
 from runtime.agent.hooks.stages import TurnHooks
 from runtime.agent.hosttools import HostTools
 from runtime.agent.registry import ToolRegistry
-from runtime.daemon.sessions import Session, SessionStore
+from runtime.daemon.sessions.store import Session, SessionStore
 from runtime.supervision.lease import HostLease
 from runtime.supervision.supervisor import HostSupervisor
 

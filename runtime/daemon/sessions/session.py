@@ -5,7 +5,7 @@ A ``SessionLife`` owns the session's agent task and the cancel scope it runs und
 registration with the host (``session.open``, the plugin servers the host starts for it,
 ``registration``: what a fresh host is told of the session after a crash or restart, read
 by the supervisor through the daemon's lives, ``session.close``). The rest
-of what is kept per session is the ``Session``'s own (``sessions.py``: its agent, its turn's
+of what is kept per session is the ``Session``'s own (``store.py``: its agent, its turn's
 hold on a host ``lease``, its ops view ``ops``), so ``close()`` drops it by removing the
 session from the ``SessionStore``. A ``session.new`` still opening runs under ``opening``, which a
 ``session.close`` cancels to undo the open.
@@ -27,7 +27,7 @@ from protocol.messages.host import (
     SessionOpenParams,
     SessionOpenResult,
 )
-from runtime.daemon.sessions import Session, SessionStore
+from runtime.daemon.sessions.store import Session, SessionStore
 from runtime.daemon.trust import WorkspaceTrust
 from runtime.link import ConnectionClosed, NotSent
 from runtime.supervision.supervisor import HostSupervisor

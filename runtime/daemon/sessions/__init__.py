@@ -1,0 +1,3 @@
+"""The daemon's sessions: each session (``session.py``), the store of them (``store.py``),
+the requests on them (``requests.py``), their host tools (``tools.py``) and what a session
+picker shows of one (``picker.py``)."""
