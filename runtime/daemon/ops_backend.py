@@ -92,7 +92,7 @@ class DaemonOps:
     # -- fed by the daemon (each session's calls are its own ``Session.ops``) -----------
 
     def record_stop(self, settled_ms: float) -> None:
-        """A stop that settled (``Agent.on_stop``): asked by a client, an operator, a
+        """A stop that settled (``Session.on_stop``): asked by a client, an operator, a
         close or the shutdown, counted once however many aborts joined it."""
         self.stops += 1
         self.stop_latencies_ms.append(settled_ms)

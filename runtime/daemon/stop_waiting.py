@@ -3,7 +3,7 @@
 The set is the calls of the session's host tools that a stop of the session's current
 phase has reached (``aborting``, ``draining``) and that still wait on the host (not
 abandoned, no result yet); ``agent.force`` without a call id forces them. It changes only
-where something tells it: the stop starts or its phase settles (``Agent.on_stopping``),
+where something tells it: the stop starts or its phase settles (``Session.on_stopping``),
 or a host call is made, moves in its state table or ends (``HostTools(on_calls=...)``).
 Each time, the set is looked at again and, if it differs from the one announced last, a
 ``stop/waiting`` event is announced through the session's journal, so it reaches every

@@ -1,40 +1,83 @@
-"""One session's life in the daemon, from ``open()`` to ``close()``: the one owner of
-what the daemon holds for a session besides its log.
+"""One session in the daemon, from its log's first line to ``close()``: ``Session``, the one
+owner of everything the daemon holds for it besides the store's entry.
 
-A ``SessionLife`` owns the session's agent task and the cancel scope it runs under and its
-registration with the host (``session.open``, the plugin servers the host starts for it,
-``registration``: what a fresh host is told of the session after a crash or restart, read
-by the supervisor through the daemon's lives, ``session.close``). The rest
-of what is kept per session is the ``Session``'s own (``store.py``: its agent, its turn's
-hold on a host ``lease``, its ops view ``ops``), so ``close()`` drops it by removing the
-session from the ``SessionStore``. A ``session.new`` still opening runs under ``opening``, which a
-``session.close`` cancels to undo the open.
+A session owns its agent (built here, with the session as its collaborators:
+``runtime/agent/collaborators.py``), the task the agent runs in and the cancel scope
+``close()`` cancels, its registration with the host (``session.open``, the plugin
+servers the host starts for it, ``registration``: what a fresh host is told of the session
+after a crash or restart, read by the supervisor through the store), its opening (a
+``session.new`` still opening runs under ``opening``, which a ``session.close`` cancels to
+undo the open), its load/close lock, its top-level turn's hold on a host (the lease), its
+ops view and its stop's waiting set. ``close()`` is the one place that drops all of it.
+
+What every session of the daemon shares (the host supervisor, the client link, the
+workspace trust, the tools factory, the wait before a turn) is its ``SessionServices``,
+made once by the session side and held by reference.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
 
+from protocol.causes import DisposedCause
 from protocol.errors import ErrorCode, RpcError
+from protocol.ids import root_turn_id
+from protocol.messages.client import PermissionMode, SandboxMode, SessionInfo
+from protocol.messages.events import AnnouncedEvent, SessionMeta
 from protocol.messages.host import (
     PluginsListParams,
     PluginsListResult,
+    PluginTool,
     SessionCloseHostParams,
     SessionOpenParams,
     SessionOpenResult,
 )
-from runtime.daemon.sessions.store import Session, SessionStore
-from runtime.daemon.trust import WorkspaceTrust
+from protocol.sandbox import SandboxPolicy
+from runtime.agent.agent import Agent, ToolsFactory
+from runtime.agent.compaction import settings_from_meta
+from runtime.agent.journal import Journal
+from runtime.agent.providers.base import Provider
+from runtime.agent.turn import TurnConfig
+from runtime.daemon.client_link import ClientLinkState
+from runtime.daemon.ops_view import SessionOpsView
+from runtime.daemon.sessions.picker import picker_fields
+from runtime.daemon.stop_waiting import StopWaiting
 from runtime.link import ConnectionClosed, NotSent
 from runtime.supervision.supervisor import HostSupervisor
+
+if TYPE_CHECKING:
+    from runtime.daemon.sessions.store import SessionStore
+    from runtime.daemon.trust import WorkspaceTrust
+    from runtime.supervision.lease import HostLease
 
 log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT = 10.0  # for the host to stop a closed session's plugin servers
+
+
+@dataclass(frozen=True)
+class SessionServices:
+    """What every session of a daemon shares, made once by the session side."""
+
+    host: HostSupervisor
+    link: ClientLinkState
+    announce: Callable[[str, AnnouncedEvent], None]
+    """A session's events, to the clients and operators that hear them."""
+    tools: Callable[[str], ToolsFactory]
+    """A session's host tools, made per turn (``sessions/tools.py``)."""
+    before_turn: Callable[[Session], Awaitable[None]]
+    """The wait before a turn's first step (``SessionRequests.before_turn``)."""
+    record_stop: Callable[[float], None]
+    """A settled stop, counted for operators (``DaemonOps.record_stop``)."""
+    stuck_after: float
+    trust: WorkspaceTrust | None = None
 
 
 @dataclass
@@ -45,61 +88,136 @@ class Opening:
     done: trio.Event = field(default_factory=trio.Event)
 
 
-class SessionLife:
-    def __init__(self, session: Session, *, sessions: SessionStore,
-                 host: HostSupervisor, trust: WorkspaceTrust | None = None) -> None:
-        self.session = session
-        self._sessions = sessions
-        self._host = host
-        self._trust = trust
-        self._agent_scope: trio.CancelScope | None = None
+class Session:
+    def __init__(self, meta: SessionMeta, journal: Journal, provider: Provider,
+                 config: TurnConfig, *, services: SessionServices, store: SessionStore,
+                 lock: trio.Lock | None = None) -> None:
+        """``lock``: the one a load of it holds (a session made so keeps it)."""
+        self.session_id = meta.session_id
+        self.workspace = meta.workspace
+        self.permission_mode: PermissionMode = meta.permission_mode  # type: ignore[assignment]
+        self.created_at = meta.created_at
+        self.mcp_servers = meta.mcp_servers
+        key_env = meta.provider.get("apiKeyEnv") if isinstance(meta.provider, dict) else None
+        self.hidden_env: tuple[str, ...] = (key_env,) if isinstance(key_env, str) else ()
+        """The variable its provider configuration names for its key (``apiKeyEnv``): the
+        host keeps it from every child process."""
+        self.sandbox: SandboxMode | None = meta.sandbox  # type: ignore[assignment]
+        """The sandbox mode the session narrowed to (``session.new``), or None."""
+        self.plugin_tools: tuple[PluginTool, ...] = ()
+        """The plugin tools the host listed for this session (what the model is offered)."""
+        self.sandbox_policy: SandboxPolicy | None = None
+        """The session's sandbox as the host enforces it (``session.open``'s answer): what
+        the Bash specification the model receives states."""
+        self.closing = False
+        """``close()`` is settling its turn: no new prompt; still visible to ``agent.abort``
+        and operators (who may have to force a stuck call for the close to finish)."""
+        self.lock = lock if lock is not None else trio.Lock()
+        """Held by a load or a close of the session for its whole length: two loads make
+        one session, not two agents, and a close and a load never interleave (the host
+        would see their ``session.open`` and ``session.close`` in either order)."""
+        self.ops = SessionOpsView()
+        """What operators see of its calls."""
         self.registration: SessionOpenParams | None = None
         """Set from ``open()`` until the session closes or its open is undone: every fresh
         host is told of the session with it."""
         self.opening: Opening | None = None
         """Set while ``session.new`` opens the session (``open_new``)."""
+        self._services = services
+        self._store = store
+        self._agent_scope: trio.CancelScope | None = None
+        self._lease: tuple[str, HostLease] | None = None
+        """Its current top-level turn and that turn's hold on a host, which the turn's
+        subagents share: nothing of a turn reaches a host started after its own died."""
+        self.agent = Agent(meta.session_id, journal, provider,
+                           services.tools(meta.session_id), config, collaborators=self,
+                           context=settings_from_meta(meta.provider))
+        self.waiting = StopWaiting(self.agent, self.ops)
+        """What a stop of it waits on, announced as ``stop/waiting`` when it changes."""
+
+    def info(self) -> SessionInfo:
+        agent = self.agent
+        return SessionInfo(self.session_id, self.workspace, self.permission_mode,
+                           self.created_at, usage=self.agent.usage,
+                           phase=self.agent.machine.phase.kind.value,
+                           **picker_fields(
+                               agent.journal.events, agent.journal.log_path,
+                               running=agent.busy or bool(agent.inbox),
+                               stopping=agent.stopping))
+
+    # -- the agent's collaborators (AgentCollaborators) ----------------------------------
 
     @property
-    def session_id(self) -> str:
-        return self.session.session_id
+    def stuck_after(self) -> float:
+        return self._services.stuck_after
+
+    async def before_turn(self) -> None:
+        await self._services.before_turn(self)
+
+    def hold_turn(self, turn_id: str) -> AbstractAsyncContextManager[None]:
+        """A top-level turn's run: the lease it and its subagents share is held, so what
+        outlives a call is awaited in the lease's own nursery."""
+        return self.lease_for(turn_id).held()
+
+    def on_step(self, turn_id: str, calls: Sequence[tuple[str, str, str]]) -> None:
+        self.ops.plan_step(turn_id, calls)
+
+    def on_stop(self, settled_ms: float) -> None:
+        self._services.record_stop(settled_ms)
+
+    def on_stopping(self) -> None:
+        self.waiting.changed()
+
+    def lease_for(self, turn_id: str) -> HostLease:
+        """The session's lease for this turn: its top-level turn's."""
+        top = root_turn_id(turn_id)
+        held = self._lease
+        if held is None or held[0] != top:
+            held = self._lease = (top, self._services.host.lease())
+        return held[1]
+
+    # -- the agent's task ---------------------------------------------------------------
 
     @property
     def running(self) -> bool:
         """Whether the agent's task was started (and the session not closed)."""
         return self._agent_scope is not None
 
-    def start_agent(self, nursery: trio.Nursery) -> None:
-        """Run the session's agent in ``nursery`` under a scope ``close()`` cancels."""
+    def start_agent(self) -> None:
+        """Run the agent in the daemon's nursery under a scope ``close()`` cancels."""
         if self._agent_scope is not None:
             return
+        nursery = self._services.link.nursery
+        assert nursery is not None, "the daemon serves"
         scope = self._agent_scope = trio.CancelScope()  # cancellable before it starts
         nursery.start_soon(self._serve_agent, scope)
 
     async def _serve_agent(self, scope: trio.CancelScope) -> None:
         with scope:
-            await self.session.agent.run()
+            await self.agent.run()
 
     # -- open ---------------------------------------------------------------------------
 
     async def open(self) -> PluginsListResult:
         """Register the session with the host and start its plugin servers: those its
-        workspace declares only once their content is trusted (``runtime/daemon/trust.py``: the
-        host lists them ``untrusted``, the decision is made, and a trusted digest is
+        workspace declares only once their content is trusted (``runtime/daemon/trust.py``:
+        the host lists them ``untrusted``, the decision is made, and a trusted digest is
         registered, so the host starts them, and a fresh host after a crash too)."""
-        session = self.session
+        host = self._services.host
         params = self.registration = SessionOpenParams(
-            session.session_id, session.workspace, session.permission_mode,
-            session.mcp_servers, session.hidden_env, sandbox=session.sandbox)
-        opened: SessionOpenResult = await self._host.request("session.open", params)
-        session.sandbox_policy = opened.sandbox
+            self.session_id, self.workspace, self.permission_mode,
+            self.mcp_servers, self.hidden_env, sandbox=self.sandbox)
+        opened: SessionOpenResult = await host.request("session.open", params)
+        self.sandbox_policy = opened.sandbox
         listed = await self._list_plugins()
-        if self._trust is None:
+        trust = self._services.trust
+        if trust is None:
             return listed
-        digest = await self._trust.decide(session.session_id, session.workspace, listed)
+        digest = await trust.decide(self.session_id, self.workspace, listed)
         if digest is None or self.registration is not params:
             return listed
         params = self.registration = msgspec.structs.replace(params, trusted_digest=digest)
-        await self._host.request("session.open", params)  # a re-open: what runs keeps running
+        await host.request("session.open", params)  # a re-open: what runs keeps running
         return await self._list_plugins()
 
     def begin_open(self) -> None:
@@ -137,35 +255,45 @@ class SessionLife:
 
     async def _undo_open(self) -> None:
         """The session forgotten, unregistered, and closed in the host (its servers too)."""
-        self._sessions.discard(self.session_id, forget=True)
+        self._store.discard(self, forget=True)
         self.registration = None
         await self._close_in_host()
 
     async def _list_plugins(self) -> PluginsListResult:
         """Start the session's plugin servers; their tools are offered from the next turn."""
-        session = self.session
-        listed: PluginsListResult = await self._host.request(
-            "plugins.list", PluginsListParams(session.session_id))
-        session.plugin_tools = listed.tools
+        listed: PluginsListResult = await self._services.host.request(
+            "plugins.list", PluginsListParams(self.session_id))
+        self.plugin_tools = listed.tools
         for server in listed.servers:
             if server.error is not None:
                 log.warning("session %s: plugin server %s unavailable: %s",
-                            session.session_id, server.name, server.error)
+                            self.session_id, server.name, server.error)
         return listed
 
     # -- close --------------------------------------------------------------------------
 
-    async def close(self) -> None:
-        """After the session's stop (whatever its outcome): drop everything the daemon
-        holds for it, and tell the host, which stops its plugin servers. Shielded: a close
-        that began finishes."""
+    async def close(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                    ) -> None:
+        """``session.close`` (the caller holds ``lock``): no new prompt from here; its turn
+        stopped (cause ``disposed``: aborts join the stop, operators still see it, as a
+        stuck call may need their force); then, whatever the stop's outcome, everything the
+        daemon holds for it dropped and the host told, which stops its plugin servers.
+        ``task_status`` is told when the stop has begun. Shielded: a close that began
+        finishes."""
+        self.closing = True
+        try:
+            with trio.CancelScope(shield=True):
+                await self.agent.cancel(DisposedCause(), task_status=task_status)
+        finally:
+            await self._drop()
+
+    async def _drop(self) -> None:
         with trio.CancelScope(shield=True):
-            session = self.session
-            await session.agent.record_owed()  # a last try, while the log is open
+            await self.agent.record_owed()  # a last try, while the log is open
             if self._agent_scope is not None:
                 self._agent_scope.cancel()
-            session.agent.journal.close()
-            self._sessions.remove(session.session_id)  # its lease and ops view with it
+            self.agent.journal.close()
+            self._store.remove(self)  # its lease and ops view with it
             self.registration = None
             # Also when the stop failed (its turn/end not durable: INTERNAL): the session
             # is closed all the same, its plugin servers with it.
@@ -176,8 +304,9 @@ class SessionLife:
         servers were swept with it)."""
         with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
             try:
-                await self._host.request_if_alive("session.close",
-                                                  SessionCloseHostParams(self.session_id))
+                await self._services.host.request_if_alive(
+                    "session.close", SessionCloseHostParams(self.session_id))
             except (NotSent, ConnectionClosed, RpcError) as exc:
                 log.info("session %s: the host was not told of its close (%s)",
                          self.session_id, exc)
+

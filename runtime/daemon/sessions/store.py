@@ -1,4 +1,6 @@
-"""Sessions: their logs in the data directory, their agents, and loading after a crash."""
+"""The daemon's sessions (``SessionStore``): their logs in the data directory, the sessions
+loaded from them or made new, and loading after a crash. Each session is its own
+(``session.py``); the store holds them and nothing else of theirs."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 import trio
@@ -24,7 +26,6 @@ from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import PermissionMode, ProviderConfig, SandboxMode, SessionInfo
 from protocol.messages.common import McpServerConfig
 from protocol.messages.events import (
-    AnnouncedEvent,
     HistoryCompacted,
     MaintenanceEnd,
     MaintenanceStart,
@@ -35,12 +36,9 @@ from protocol.messages.events import (
     TurnOutcome,
     TurnStart,
 )
-from protocol.messages.host import PluginTool
-from protocol.sandbox import SandboxPolicy
 from protocol.tools import ToolResult, aborted_result
 from runtime.agent import logfaults
-from runtime.agent.agent import Agent, ToolsFactory
-from runtime.agent.compaction import settings_from_meta, usage_sum
+from runtime.agent.compaction import usage_sum
 from runtime.agent.journal import Journal
 from runtime.agent.providers.base import Provider
 from runtime.agent.sessionlog import (
@@ -51,60 +49,12 @@ from runtime.agent.sessionlog import (
     read_log,
 )
 from runtime.agent.turn import TurnConfig
-from runtime.daemon.ops_view import SessionOpsView
 from runtime.daemon.sessions.picker import picker_fields
-from runtime.daemon.stop_waiting import StopWaiting
-
-if TYPE_CHECKING:
-    from runtime.supervision.lease import HostLease
+from runtime.daemon.sessions.session import Session, SessionServices
 
 log = logging.getLogger(__name__)
 
 _SESSION_ID = re.compile(r"^s-[0-9a-f]{12}$")
-
-
-@dataclass
-class Session:
-    session_id: str
-    workspace: str
-    permission_mode: PermissionMode
-    created_at: float
-    agent: Agent
-    mcp_servers: tuple[McpServerConfig, ...] = ()
-    hidden_env: tuple[str, ...] = ()
-    """The variable its provider configuration names for its key (``apiKeyEnv``): the
-    host keeps it from every child process."""
-    sandbox: SandboxMode | None = None
-    """The sandbox mode the session narrowed to (``session.new``), or None."""
-    plugin_tools: tuple[PluginTool, ...] = ()
-    """The plugin tools the host listed for this session (what the model is offered)."""
-    sandbox_policy: SandboxPolicy | None = None
-    """The session's sandbox as the host enforces it (``session.open``'s answer): what
-    the Bash specification the model receives states."""
-    closing: bool = False
-    """``session.close`` is settling its turn: no new prompt; still visible to ``agent.abort``
-    and operators (who may have to force a stuck call for the close to finish)."""
-    ops: SessionOpsView = field(default_factory=SessionOpsView)
-    """What operators see of its calls."""
-    lease: tuple[str, HostLease] | None = None
-    """Its current top-level turn and that turn's hold on a host, which the turn's
-    subagents share: nothing of a turn reaches a host started after its own died."""
-    waiting: StopWaiting = field(init=False)
-    """What a stop of it waits on, announced as ``stop/waiting`` when it changes."""
-
-    def __post_init__(self) -> None:
-        self.waiting = StopWaiting(self.agent, self.ops)
-        self.agent.on_stopping = self.waiting.changed
-
-    def info(self) -> SessionInfo:
-        agent = self.agent
-        return SessionInfo(self.session_id, self.workspace, self.permission_mode,
-                           self.created_at, usage=self.agent.usage,
-                           phase=self.agent.machine.phase.kind.value,
-                           **picker_fields(
-                               agent.journal.events, agent.journal.log_path,
-                               running=agent.busy or bool(agent.inbox),
-                               stopping=agent.stopping))
 
 
 @dataclass(frozen=True)
@@ -120,7 +70,8 @@ class SessionStore:
         self.dir = data_dir / "sessions"
         self._config = config or TurnConfig()
         self._sessions: dict[str, Session] = {}
-        self._locks: dict[str, trio.Lock] = {}
+        self._loads: dict[str, trio.Lock] = {}
+        """The lock of each session a load is about to make: the session keeps it."""
         self._listing: dict[pathlib.Path, tuple[tuple[int, int] | None, SessionInfo]] = {}
         """Each log's listing, by (size, mtime) of the file read (None: an OS error)."""
         # session.list and ops list from worker threads, maybe at once.
@@ -137,8 +88,7 @@ class SessionStore:
 
     def create(self, workspace: str, mode: PermissionMode,
                provider_config: ProviderConfig | None,
-               provider: Provider, announce: Callable[[str, AnnouncedEvent], None],
-               tools: Callable[[str], ToolsFactory],
+               provider: Provider, services: SessionServices,
                mcp_servers: tuple[McpServerConfig, ...] = (),
                system_prompt: str | None = None,
                sandbox: SandboxMode | None = None) -> Session:
@@ -155,7 +105,7 @@ class SessionStore:
         except OSError as exc:
             raise RpcError(ErrorCode.INTERNAL, f"cannot create the session log: "
                                                f"{exc.strerror}") from exc
-        journal = Journal(slog, lambda event: announce(session_id, event))
+        journal = Journal(slog, lambda event: services.announce(session_id, event))
         try:
             meta = journal.append(lambda seq: SessionMeta(
                 seq, "", session_id, real, mode, time.time(),
@@ -168,28 +118,24 @@ class SessionStore:
             raise RpcError(ErrorCode.INTERNAL, f"cannot write the session log: "
                                                f"{exc.strerror or exc}") from exc
         assert isinstance(meta, SessionMeta)
-        return self._add(meta, journal, provider, tools)
+        return self._add(meta, journal, provider, services)
 
     def _add(self, meta: SessionMeta, journal: Journal, provider: Provider,
-             tools: Callable[[str], ToolsFactory]) -> Session:
+             services: SessionServices, lock: trio.Lock | None = None) -> Session:
         config = dataclasses.replace(
             self._config, workspace=meta.workspace,
             system_prompt=meta.system_prompt or self._config.system_prompt)
-        agent = Agent(meta.session_id, journal, provider, tools(meta.session_id), config)
-        key_env = meta.provider.get("apiKeyEnv") if isinstance(meta.provider, dict) else None
-        agent.context = settings_from_meta(meta.provider)
-        session = Session(meta.session_id, meta.workspace, meta.permission_mode,  # type: ignore[arg-type]
-                          meta.created_at, agent, meta.mcp_servers,
-                          (key_env,) if isinstance(key_env, str) else (),
-                          meta.sandbox)  # type: ignore[arg-type]
+        session = Session(meta, journal, provider, config, services=services, store=self,
+                          lock=lock)
         self._sessions[session.session_id] = session
+        if lock is not None and self._loads.get(session.session_id) is lock:
+            del self._loads[session.session_id]  # the session's from here
         return session
 
     async def load(self, session_id: str, *, provider: Callable[[dict[str, Any]], Provider],
-                   announce: Callable[[str, AnnouncedEvent], None],
-                   tools: Callable[[str], ToolsFactory]) -> Loaded:
+                   services: SessionServices, lock: trio.Lock) -> Loaded:
         """Open a session from its log; close the turns a crash cut off, honestly.
-        The caller holds :meth:`lock` for the id."""
+        The caller holds ``lock``, :meth:`lock` of the id, which the session keeps."""
         if session_id in self._sessions:
             return Loaded(self._sessions[session_id], False)
         path = self.path_of(session_id)
@@ -217,8 +163,10 @@ class SessionStore:
             slog.close()
             raise RpcError(ErrorCode.INTERNAL, f"session log cannot take the repair of its "
                            f"interrupted turns: {_why(exc)}", {"path": str(path)}) from exc
-        journal = Journal(slog, lambda event: announce(session_id, event), tuple(journal.events))
-        return Loaded(self._add(meta, journal, provider(meta.provider), tools), recovered)
+        journal = Journal(slog, lambda event: services.announce(session_id, event),
+                          tuple(journal.events))
+        return Loaded(self._add(meta, journal, provider(meta.provider), services, lock),
+                      recovered)
 
     @staticmethod
     async def _repair(session_id: str, slog: SessionLog,
@@ -248,24 +196,35 @@ class SessionStore:
             log.info("session %s: closed interrupted turn %s", session_id, open_turn.turn_id)
         return journal, recovered
 
-    def discard(self, session_id: str, *, forget: bool = False) -> None:
+    def discard(self, session: Session, *, forget: bool = False) -> None:
         """Drop a session; ``forget``: also delete its log (it never became usable)."""
-        session = self._sessions.pop(session_id, None)
-        if session is not None:
+        if self._sessions.get(session.session_id) is session:
+            del self._sessions[session.session_id]
             session.agent.journal.close()
             if forget:
                 with contextlib.suppress(OSError):
-                    self.path_of(session_id).unlink()
+                    self.path_of(session.session_id).unlink()
 
     def lock(self, session_id: str) -> trio.Lock:
-        """Held by a load or a close of the session for its whole length: two loads make one
-        session, not two agents, and a close and a load never interleave (the host would see
-        their ``session.open`` and ``session.close`` in either order)."""
-        return self._locks.setdefault(session_id, trio.Lock())
+        """The load/close lock of the id (``Session.lock``): a loaded session's own; for an
+        id not loaded, the lock a load holds until it has made the session (which keeps it),
+        kept here only until then (``release_load``)."""
+        session = self._sessions.get(session_id)
+        if session is not None:
+            return session.lock
+        return self._loads.setdefault(session_id, trio.Lock())
 
-    def remove(self, session_id: str) -> None:
-        """Forget a closed session (its journal already closed)."""
-        self._sessions.pop(session_id, None)
+    def release_load(self, session_id: str) -> None:
+        """A load or close of the id has let its lock go: a lock no session took (the load
+        failed, the id was not loaded) is dropped once nobody holds or waits for it."""
+        lock = self._loads.get(session_id)
+        if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
+            del self._loads[session_id]
+
+    def remove(self, session: Session) -> None:
+        """Forget a closed session (its journal already closed), its lock with it."""
+        if self._sessions.get(session.session_id) is session:
+            del self._sessions[session.session_id]
 
     def find(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
