@@ -232,7 +232,7 @@ class SessionRequests:
                         session.start_agent()
                         servers = (await session.open()).servers
             finally:
-                self.sessions.release_load(params.session_id)
+                self.sessions.release_lock(params.session_id)
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered, servers)
@@ -264,7 +264,7 @@ class SessionRequests:
                     session = self.sessions.get(params.session_id)
                     await session.close(task_status=place)
             finally:
-                self.sessions.release_load(params.session_id)
+                self.sessions.release_lock(params.session_id)
         log.info("session %s closed", session.session_id)
         return Empty()
 

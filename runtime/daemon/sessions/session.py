@@ -180,7 +180,7 @@ class Session:
 
     @property
     def running(self) -> bool:
-        """Whether the agent's task was started (and the session not closed)."""
+        """Whether the agent's task was started."""
         return self._agent_scope is not None
 
     def start_agent(self) -> None:

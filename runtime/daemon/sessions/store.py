@@ -70,8 +70,10 @@ class SessionStore:
         self.dir = data_dir / "sessions"
         self._config = config or TurnConfig()
         self._sessions: dict[str, Session] = {}
-        self._loads: dict[str, trio.Lock] = {}
-        """The lock of each session a load is about to make: the session keeps it."""
+        self._locks: dict[str, trio.Lock] = {}
+        """The load/close lock of each id with no session now whose lock is held or awaited
+        (by a load about to make its session, which keeps it; by a close that has just
+        dropped its session): kept until it is let go (``release_lock``)."""
         self._listing: dict[pathlib.Path, tuple[tuple[int, int] | None, SessionInfo]] = {}
         """Each log's listing, by (size, mtime) of the file read (None: an OS error)."""
         # session.list and ops list from worker threads, maybe at once.
@@ -128,8 +130,8 @@ class SessionStore:
         session = Session(meta, journal, provider, config, services=services, store=self,
                           lock=lock)
         self._sessions[session.session_id] = session
-        if lock is not None and self._loads.get(session.session_id) is lock:
-            del self._loads[session.session_id]  # the session's from here
+        if lock is not None and self._locks.get(session.session_id) is lock:
+            del self._locks[session.session_id]  # the session's from here
         return session
 
     async def load(self, session_id: str, *, provider: Callable[[dict[str, Any]], Provider],
@@ -207,24 +209,28 @@ class SessionStore:
 
     def lock(self, session_id: str) -> trio.Lock:
         """The load/close lock of the id (``Session.lock``): a loaded session's own; for an
-        id not loaded, the lock a load holds until it has made the session (which keeps it),
-        kept here only until then (``release_load``)."""
+        id with no session, the one its load or close holds or awaits (a load's session
+        keeps it), kept here until it is let go (``release_lock``)."""
         session = self._sessions.get(session_id)
         if session is not None:
             return session.lock
-        return self._loads.setdefault(session_id, trio.Lock())
+        return self._locks.setdefault(session_id, trio.Lock())
 
-    def release_load(self, session_id: str) -> None:
-        """A load or close of the id has let its lock go: a lock no session took (the load
-        failed, the id was not loaded) is dropped once nobody holds or waits for it."""
-        lock = self._loads.get(session_id)
+    def release_lock(self, session_id: str) -> None:
+        """A load or close of the id has let its lock go: a lock no session has (the load
+        failed, the id was not loaded, the session closed) is dropped once nobody holds or
+        waits for it."""
+        lock = self._locks.get(session_id)
         if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
-            del self._loads[session_id]
+            del self._locks[session_id]
 
     def remove(self, session: Session) -> None:
-        """Forget a closed session (its journal already closed), its lock with it."""
+        """Forget a closed session (its journal already closed). Its close still holds its
+        lock (it tells the host last): kept for the id until let go, so a load behind the
+        close waits for all of it."""
         if self._sessions.get(session.session_id) is session:
             del self._sessions[session.session_id]
+            self._locks[session.session_id] = session.lock
 
     def find(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
