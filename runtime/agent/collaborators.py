@@ -47,7 +47,7 @@ class AgentCollaborators(Protocol):
 
     def on_stopping(self) -> None:
         """A stop of the current phase began, or that phase settled (what the stop waits on
-        is announced from there: ``runtime/daemon/stop_waiting.py``)."""
+        is announced from there: ``runtime/daemon/sessions/stop_waiting.py``)."""
         ...
 
 

@@ -10,8 +10,8 @@ one ``Endpoint`` with the daemon's handlers, plus what a renderer needs beside s
   ``afterSeq`` to this client, then its live ones (no event lost or doubled between the
   two: the replay and the start of following happen with no await between them).
 - ``stop/waiting``: the session announces what its stop waits on as that changes
-  (``runtime/daemon/stop_waiting.py``), to every client following it; one that attaches while a
-  stop waits is sent the current list.
+  (``runtime/daemon/sessions/stop_waiting.py``), to every client following it; one that
+  attaches while a stop waits is sent the current list.
 - ``agent.force`` is the daemon's, on every client link (``runtime/daemon/client_force.py``).
 """
 

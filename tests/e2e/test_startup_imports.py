@@ -33,7 +33,7 @@ sys.exit(main(["serve"]))
 # Modules (or packages: any module beneath them too) the first answer must not need.
 HEAVY = (
     "runtime.agent", "runtime.daemon.sessions",
-    "runtime.daemon.ops_backend", "runtime.daemon.ops_view",
+    "runtime.daemon.ops_backend",
     "runtime.clients",
     "httpx", "rich", "prompt_toolkit",
 )

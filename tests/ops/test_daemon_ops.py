@@ -17,7 +17,7 @@ from protocol.messages.host import HostCallInfo, HostStatsResult
 from protocol.toolclass import ToolClass
 from runtime.agent.hostcall import HostCallState, InFlightCall
 from runtime.daemon.ops_backend import DaemonOps, shown_state
-from runtime.daemon.ops_view import SessionOpsView
+from runtime.daemon.sessions.ops_view import SessionOpsView
 from runtime.link import ConnectionClosed, NotSent
 
 

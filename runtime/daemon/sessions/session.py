@@ -46,9 +46,9 @@ from runtime.agent.journal import Journal
 from runtime.agent.providers.base import Provider
 from runtime.agent.turn import TurnConfig
 from runtime.daemon.client_link import ClientLinkState
-from runtime.daemon.ops_view import SessionOpsView
+from runtime.daemon.sessions.ops_view import SessionOpsView
 from runtime.daemon.sessions.picker import picker_fields
-from runtime.daemon.stop_waiting import StopWaiting
+from runtime.daemon.sessions.stop_waiting import StopWaiting
 from runtime.link import ConnectionClosed, NotSent
 from runtime.supervision.supervisor import HostSupervisor
 

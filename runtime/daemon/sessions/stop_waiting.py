@@ -25,7 +25,7 @@ from runtime.agent.hostcall import HostCallState
 
 if TYPE_CHECKING:
     from runtime.agent.agent import Agent
-    from runtime.daemon.ops_view import SessionOpsView
+    from runtime.daemon.sessions.ops_view import SessionOpsView
 
 WaitingRow = tuple[str, str, str, str]
 """(call id, tool, class, state) of a call a stop waits on."""
