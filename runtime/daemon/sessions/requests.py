@@ -56,6 +56,7 @@ from runtime.daemon.client_link import ClientLinkState
 from runtime.daemon.ops_backend import DaemonOps
 from runtime.daemon.permission_relay import PermissionRelay
 from runtime.daemon.session_order import STOPPING_POLL, SessionOrder
+from runtime.daemon.sessions.listing import LogListing
 from runtime.daemon.sessions.session import Session, SessionServices
 from runtime.daemon.sessions.store import SessionStore
 from runtime.daemon.sessions.tools import SessionTools
@@ -86,9 +87,11 @@ class SessionRequests:
         if system_prompt is not None:  # the config file's; a session may replace it
             config = dataclasses.replace(config, system_prompt=system_prompt)
         self.sessions = SessionStore(data_dir, config)
+        self.listing = LogListing(self.sessions.dir,
+                                  loaded=lambda session_id: session_id in self.sessions)
         self.order = SessionOrder(self.sessions)
         self.host = host
-        self.ops = DaemonOps(self.sessions, host, permissions)
+        self.ops = DaemonOps(self.sessions, self.listing, host, permissions)
         self.tools = SessionTools(self.sessions, process_grace=(
             DEFAULT_PROCESS_GRACE if process_grace is None else process_grace), hooks=hooks)
         self.default_provider = default_provider
@@ -179,7 +182,7 @@ class SessionRequests:
         loaded = [s.info() for s in self.sessions.all()]
         effect_taken()  # the loaded sessions are listed as of now; the disk is read after
         listed = {info.session_id for info in loaded}
-        on_disk = [info for info in await self.sessions.scan_disk()
+        on_disk = [info for info in await self.listing.scan_disk()
                    if info.session_id not in listed]
         return SessionListResult(tuple(loaded + on_disk))
 

@@ -1,6 +1,7 @@
 """The daemon's sessions (``SessionStore``): their logs in the data directory, the sessions
 loaded from them or made new, and loading after a crash. Each session is its own
-(``session.py``); the store holds them and nothing else of theirs."""
+(``session.py``); the store holds them and nothing else of theirs. What ``session.list``
+shows of the logs not loaded here is ``listing.py``'s."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import functools
 import logging
 import os
 import pathlib
-import re
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -23,7 +22,7 @@ import trio
 
 from protocol import ids
 from protocol.errors import ErrorCode, RpcError
-from protocol.messages.client import PermissionMode, ProviderConfig, SandboxMode, SessionInfo
+from protocol.messages.client import PermissionMode, ProviderConfig, SandboxMode
 from protocol.messages.common import McpServerConfig
 from protocol.messages.events import (
     HistoryCompacted,
@@ -38,7 +37,6 @@ from protocol.messages.events import (
 )
 from protocol.tools import ToolResult, aborted_result
 from runtime.agent import logfaults
-from runtime.agent.compaction import usage_sum
 from runtime.agent.journal import Journal
 from runtime.agent.providers.base import Provider
 from runtime.agent.sessionlog import (
@@ -49,13 +47,10 @@ from runtime.agent.sessionlog import (
     read_log,
 )
 from runtime.agent.turn import TurnConfig
-from runtime.daemon.sessions.picker import picker_fields
+from runtime.daemon.sessions.listing import SESSION_ID, why
 from runtime.daemon.sessions.session import Session, SessionServices
 
 log = logging.getLogger(__name__)
-
-_SESSION_ID = re.compile(r"^s-[0-9a-f]{12}$")
-
 
 @dataclass(frozen=True)
 class Loaded:
@@ -74,17 +69,10 @@ class SessionStore:
         """The load/close lock of each id with no session now whose lock is held or awaited
         (by a load about to make its session, which keeps it; by a close that has just
         dropped its session): kept until it is let go (``release_lock``)."""
-        self._listing: dict[pathlib.Path, tuple[tuple[int, int] | None, SessionInfo]] = {}
-        """Each log's listing, by (size, mtime) of the file read (None: an OS error)."""
-        # session.list and ops list from worker threads, maybe at once.
-        self._listing_lock = threading.Lock()
         logfaults.warn_if_active(log)
-        self._scan_lock = trio.Lock()  # one scan of the logs on disk at a time
-        self._scans = 0
-        self._scanned: list[SessionInfo] = []
 
     def path_of(self, session_id: str) -> pathlib.Path:
-        if not _SESSION_ID.fullmatch(session_id):
+        if not SESSION_ID.fullmatch(session_id):
             raise RpcError(ErrorCode.INVALID_PARAMS, f"malformed session id {session_id!r}")
         return self.dir / f"{session_id}.jsonl"
 
@@ -150,7 +138,7 @@ class SessionStore:
             contents = await trio.to_thread.run_sync(read_log, path)
             meta = contents.meta
         except (OSError, ValueError) as exc:
-            raise RpcError(ErrorCode.INTERNAL, f"session log unreadable: {_why(exc)}",
+            raise RpcError(ErrorCode.INTERNAL, f"session log unreadable: {why(exc)}",
                            {"path": str(path)}) from exc
         try:
             slog = SessionLog.reopen(path, contents)
@@ -158,13 +146,13 @@ class SessionStore:
             raise RpcError(ErrorCode.BUSY, str(exc)) from exc
         except OSError as exc:  # the torn last line could not be cut (EROFS, EIO)
             raise RpcError(ErrorCode.INTERNAL, f"session log cannot be reopened for "
-                           f"appending: {_why(exc)}", {"path": str(path)}) from exc
+                           f"appending: {why(exc)}", {"path": str(path)}) from exc
         try:
             journal, recovered = await self._repair(session_id, slog, contents)
         except OSError as exc:  # the log refuses the repair: the load fails, nothing is torn
             slog.close()
             raise RpcError(ErrorCode.INTERNAL, f"session log cannot take the repair of its "
-                           f"interrupted turns: {_why(exc)}", {"path": str(path)}) from exc
+                           f"interrupted turns: {why(exc)}", {"path": str(path)}) from exc
         journal = Journal(slog, lambda event: services.announce(session_id, event),
                           tuple(journal.events))
         return Loaded(self._add(meta, journal, provider(meta.provider), services, lock),
@@ -232,6 +220,9 @@ class SessionStore:
             del self._sessions[session.session_id]
             self._locks[session.session_id] = session.lock
 
+    def __contains__(self, session_id: str) -> bool:
+        return session_id in self._sessions
+
     def find(self, session_id: str) -> Session | None:
         return self._sessions.get(session_id)
 
@@ -243,73 +234,6 @@ class SessionStore:
 
     def all(self) -> tuple[Session, ...]:
         return tuple(self._sessions.values())
-
-    async def scan_disk(self) -> list[SessionInfo]:
-        """The sessions on disk, read off the event loop (a long log must not hold up
-        agent.abort), by a scan that started after this call: lists that wait for the same
-        scan share it, so a burst of them (a batch) costs two scans, not a thread each
-        (which would take the worker threads and the interpreter lock a stop needs)."""
-        wanted = self._scans + 1
-        async with self._scan_lock:
-            if self._scans < wanted:
-                self._scans += 1
-                self._scanned = await trio.to_thread.run_sync(self.on_disk)
-            return self._scanned
-
-    def on_disk(self) -> list[SessionInfo]:
-        """Sessions in the data directory that this daemon has not loaded; a log that cannot
-        be read is listed with ``error`` saying why, never left out."""
-        found: list[SessionInfo] = []
-        if not self.dir.is_dir():
-            return found
-        paths = sorted(self.dir.glob("s-*.jsonl"))
-        with self._listing_lock:
-            for gone in set(self._listing) - set(paths):  # logs deleted since last listed
-                self._listing.pop(gone, None)
-            for path in paths:
-                session_id = path.stem
-                if session_id in self._sessions or not _SESSION_ID.fullmatch(session_id):
-                    continue
-                found.append(self._listed(path))
-        return found
-
-    def _listed(self, path: pathlib.Path) -> SessionInfo:
-        """How ``session.list`` shows a log not loaded here; logs unchanged since they were
-        last read (same size and mtime) are not read again, unless that read met an OS
-        error (a permission fixed by ``chmod`` changes neither)."""
-        try:
-            stat = path.stat()
-        except OSError as exc:
-            return _unreadable(path, exc, None)
-        key = (stat.st_size, stat.st_mtime_ns)
-        cached = self._listing.get(path)
-        if cached is not None and cached[0] == key:
-            info = cached[1]
-        else:
-            try:
-                contents = read_log(path)
-                meta = contents.meta
-            except OSError as exc:  # read again next time: it may clear, the file unchanged
-                info = _unreadable(path, exc, stat.st_mtime)
-                if cached is None or cached[1].error != info.error:  # said once, not each time
-                    log.warning("session log %s is unreadable: %s", path, _why(exc))
-                self._listing[path] = (None, info)
-                return info
-            except ValueError as exc:
-                log.warning("session log %s is unreadable: %s", path, _why(exc))
-                info = _unreadable(path, exc, stat.st_mtime)
-            else:
-                info = SessionInfo(meta.session_id, meta.workspace,
-                                   meta.permission_mode,  # type: ignore[arg-type]
-                                   meta.created_at, loaded=False,
-                                   interrupted=bool(contents.open_turns()),
-                                   usage=usage_sum(contents.events),
-                                   **picker_fields(contents.events, path))
-            self._listing[path] = (key, info)
-        # A session open in another daemon is running there, not interrupted.
-        if info.interrupted and is_live_elsewhere(path):
-            info = msgspec.structs.replace(info, interrupted=False)
-        return info
 
 
 def _open_maintenance(contents: LogContents) -> tuple[str, bool] | None:
@@ -325,34 +249,6 @@ def _open_maintenance(contents: LogContents) -> tuple[str, bool] | None:
         elif isinstance(event, MaintenanceEnd):
             open_ = None
     return open_
-
-
-def _why(exc: OSError | ValueError) -> str:
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"{exc.strerror} ({exc.filename})" if exc.filename else exc.strerror
-    return str(exc)
-
-
-def _unreadable(path: pathlib.Path, exc: OSError | ValueError,
-                mtime: float | None) -> SessionInfo:
-    """A listing of a log that cannot be read: what its first line says, if it can be
-    read, else only its id (workspace empty, no permission mode, created at the file's
-    mtime)."""
-    meta = _first_meta(path)
-    if meta is not None:
-        return SessionInfo(path.stem, meta.workspace, meta.permission_mode,  # type: ignore[arg-type]
-                           meta.created_at, loaded=False, error=_why(exc))
-    return SessionInfo(path.stem, "", None, mtime or 0.0, loaded=False, error=_why(exc))
-
-
-def _first_meta(path: pathlib.Path) -> SessionMeta | None:
-    try:
-        with path.open("rb") as f:
-            first = f.readline(1 << 20)
-        event = msgspec.json.decode(first, type=SessionMeta)
-    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-        return None
-    return event
 
 
 def _synthetic_result(call: ToolCallEvent, result: ToolResult, seq: int) -> ToolResultEvent:
