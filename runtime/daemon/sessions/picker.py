@@ -1,4 +1,4 @@
-"""What a session picker shows of a session (``session.list``, issue 27): a title (the
+"""What a session picker shows of a session (``session.list``): a title (the
 first prompt's first line, shortened), the last activity (its log's last write), the
 number of top-level turns, and whether a turn is running or a stop is waiting."""
 
