@@ -9,7 +9,7 @@ session's queue hold slots every other session needs.)
 Searches (Grep and Glob: each a ripgrep process walking a tree) have a third, smaller
 bound per session (``per_session_searches``): one session's burst of searches runs a
 few at a time instead of taking the host's event loop and the machine's CPUs from every
-other session (issue 14: other sessions' calls stay within 2x of their idle latency
+other session (the goal: other sessions' calls stay within 2x of their idle latency
 while one session runs 25 hostile searches). More searches at once than the machine has
 CPUs finish no sooner anyway.
 
@@ -23,10 +23,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 
 import trio
 
+from protocol.hostconfig import (
+    AdmissionLimits as AdmissionLimits,  # the settings, parsed with the host's
+)
 from protocol.toolclass import ToolClass
 
 
@@ -38,15 +40,6 @@ DEFAULT_PER_CLASS: Mapping[ToolClass, int] = {
     ToolClass.READ_ONLY: 32, ToolClass.PROCESS: 8, ToolClass.MUTATING: 8,
     ToolClass.PLUGIN: 16, ToolClass.LOCAL: 16,
 }
-
-
-@dataclass(frozen=True)
-class AdmissionLimits:
-    # Classes not named keep their default limit.
-    per_class: Mapping[ToolClass, int] = field(default_factory=dict)
-    per_session: int = 32
-    per_session_searches: int = 4
-    max_waiting: int = 256
 
 
 class Admission:

@@ -17,27 +17,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
+from protocol.hostconfig import EnvironmentPolicy
 from runtime.proc.secretenv import PROVIDER_KEYS, SECRET_PATTERNS, passes
 
 __all__ = ["PROVIDER_KEYS", "SECRET_PATTERNS", "ChildEnvironment", "EnvironmentPolicy",
            "child_environment", "configure", "hide"]
-
-
-@dataclass(frozen=True)
-class EnvironmentPolicy:
-    """The ``[environment]`` table of the daemon's configuration (handed to the host as
-    ``environment`` in its ``--config``)."""
-
-    include: tuple[str, ...] = ()
-    """Patterns of names passed although a secret pattern or ``exclude`` matches them."""
-    exclude: tuple[str, ...] = ()
-    """Patterns of names dropped besides ``SECRET_PATTERNS``."""
-    set: dict[str, str] = field(default_factory=dict)
-    """Variables set in every child (after the filtering)."""
-    hidden: tuple[str, ...] = ()
-    """Exact names never passed, ``include`` notwithstanding: the daemon's provider keys."""
 
 
 class ChildEnvironment:

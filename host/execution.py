@@ -18,7 +18,6 @@ import trio
 
 from host.admission import Admission, Overloaded
 from host.calls import Call, CallEvent, CallTable
-from host.config import HostConfig
 from host.permissions import PermissionPort, Verdict, ask, evaluate
 from host.sandbox.asking import must_ask
 from host.sessions import HostSession, HostSessions
@@ -27,6 +26,7 @@ from host.tools import ToolSpec
 from host.tools.context import ToolContext
 from protocol.causes import DisposedCause
 from protocol.errors import ErrorCode
+from protocol.hostconfig import HostConfig
 from protocol.messages.host import ToolsExecuteParams, ToolsOutputParams, ToolsStartedParams
 from protocol.toolclass import ToolClass
 from protocol.tools import TextContent, ToolResult, aborted_result, error_result

@@ -22,11 +22,11 @@ import subprocess
 
 import trio
 
-from host.config import HostConfig
 from host.sessions import HostSessions
 from host.tools.output import BoundedOutput, TextSink
 from host.tools.process import run_tree
 from protocol.errors import ErrorCode, RpcError
+from protocol.hostconfig import HostConfig
 from protocol.messages.host import (
     HooksAbortParams,
     HooksAbortResult,

@@ -34,21 +34,12 @@ import shutil
 from dataclasses import dataclass
 from typing import Literal
 
+from protocol.hostconfig import CallLimits as CallLimits  # the settings, parsed with the host's
+
 log = logging.getLogger(__name__)
 
 Mechanism = Literal["cgroup", "rlimit", "none"]
 MIB = 1 << 20
-
-
-@dataclass(frozen=True)
-class CallLimits:
-    """``[host.limits]``: a tool call's bounds (0: none)."""
-
-    max_processes: int = 1024
-    """Processes (and threads: the kernel counts tasks) one call's tree may have at once."""
-    max_memory_mb: int = 4096
-    """MiB of memory: one call's whole tree (cgroup), or each of its processes' address
-    space (rlimit)."""
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ import trio
 
 from host.admission import Admission
 from host.calls import CallTable
-from host.config import HostConfig
 from host.execution import Executor, RuntimePort
 from host.hooks import HookRunner
 from host.sandbox import Mode
@@ -44,6 +43,7 @@ from host.shutdown import stop_all
 from host.tombstones import TombstoneRegistry
 from host.tools import TOOLS, ToolSpec
 from protocol.causes import Cause
+from protocol.hostconfig import HostConfig
 from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig
 from protocol.messages.host import (

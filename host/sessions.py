@@ -9,17 +9,17 @@ from dataclasses import dataclass, field
 
 import trio
 
-from host.config import HostConfig
 from host.plugins import SessionPlugins, load_servers
 from host.sandbox import Mode, SessionSandbox, landlock
-from host.sandbox.settings import SandboxSettings, narrowed
 from host.workspace import Workspace
 from protocol.errors import ErrorCode, RpcError
+from protocol.hostconfig import HostConfig
 from protocol.mcp import PluginConfigError
 from protocol.messages.client import PermissionMode
 from protocol.messages.common import McpServerConfig
 from protocol.messages.host import PluginsListResult
 from protocol.sandbox import SandboxPolicy
+from protocol.sandboxsettings import SandboxSettings, narrowed
 from runtime.proc.proctree import ENV_MARKER
 
 

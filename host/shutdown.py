@@ -9,9 +9,9 @@ import logging
 import trio
 
 from host.calls import CallTable
-from host.config import HostConfig
 from host.sessions import HostSessions
 from protocol.causes import Cause
+from protocol.hostconfig import HostConfig
 from protocol.toolclass import ToolClass
 
 log = logging.getLogger(__name__)

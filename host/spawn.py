@@ -3,10 +3,10 @@
 A tool process is started in a new session (its pid is its session and group id) with an
 attribution marker in its environment, and, where the host has cgroups
 (:mod:`runtime.proc.cgroups`), inside a fresh cgroup of its own, as a member before it
-can fork: a tool process (stdin from /dev/null) through the gate (``_gated``: vfork,
+can fork: a tool process (stdin from /dev/null) through the gate (``start_gated``: vfork,
 ``setpriv --pdeathsig KILL``, a shell that waits on a pipe while the host moves it into its
 cgroup), a plugin server by a ``preexec_fn`` that writes itself into ``cgroup.procs``
-(``_forked``). ``Child.finish`` then stops the tree by its cgroup and kills whatever left
+(``start_forked``). ``Child.finish`` then stops the tree by its cgroup and kills whatever left
 it (``_kill_escapees``); without one, :mod:`runtime.proc.proctree` finds and kills its
 tree.
 
@@ -35,12 +35,12 @@ from host import limits
 from host.cgroupjoins import JOINS
 from host.childenv import child_environment
 from host.sandbox.confine import Confinement
-from host.spawn_start import _forked, _gated, gate_tools
+from host.spawn_start import gate_tools, start_forked, start_gated
 from runtime.proc import cgroups, escapes
 from runtime.proc.orphans import (
-    _started,
     adopted_children,
     reap_members,
+    started_pids,
 )
 from runtime.proc.proctree import KILL_TIMEOUT, KillReport, Marker, kill_tree
 
@@ -70,7 +70,7 @@ class Child:
         program of ours that never moves itself, ``rg``)."""
         self.returncode: int | None = None
         self.kill_report: KillReport | None = None
-        _started.add(self.pid)  # already, if the spawner started it
+        started_pids.add(self.pid)  # already, if the spawner started it
         self._pidfd: int | None = None
         try:
             self._pidfd = os.pidfd_open(self.pid)
@@ -119,7 +119,7 @@ class Child:
             await self.wait_exited()
         if self.popen.poll() is not None:  # reaps the root, by its pid only
             self.returncode = self.popen.returncode
-            _started.discard(self.pid)
+            started_pids.discard(self.pid)
         else:
             log.error("process %d did not exit after KILL", self.pid)
         self._close_pidfd()
@@ -172,7 +172,7 @@ def _escapees(base: str, root: int) -> list[tuple[int, int]]:
     reparented to us (a child of our main thread): only those are looked at, each outside
     the host's cgroups being killed with its subtree. One that moved into another live
     call's cgroup is found by ``_kill_escapees``."""
-    started = set(_started)
+    started = set(started_pids)
     candidates = [pid for pid in adopted_children() if pid not in started]
     return escapes.escapees(base, [root, *candidates])
 
@@ -254,7 +254,7 @@ async def start_process(argv: list[str], *, cgroup: cgroups.Cgroup | None = None
     the spawner thread with a parent-death signal, inside ``cgroup`` if given, and
     registered as ours (never taken for an orphan); ``niceness`` lowers its CPU priority.
     With ``stdin=subprocess.DEVNULL`` (every tool process) it is started through the gate
-    (``_gated``: no fork of the host), else with a ``preexec_fn``.
+    (``start_gated``: no fork of the host), else with a ``preexec_fn``.
     Shielded: the child it started must not be lost to a cancel."""
     popen, _ = await _start(argv, lambda: cgroup, False, niceness, options, confine)
     if cgroup is not None:
@@ -282,9 +282,9 @@ async def _start(argv: list[str], cgroup_of: Callable[[], cgroups.Cgroup | None]
             confinement = confine() if confine is not None else None
             cgroup = cgroup_of()
             if confinement is not None:
-                popen = _forked(argv, cgroup, niceness, options, confinement)
+                popen = start_forked(argv, cgroup, niceness, options, confinement)
             else:
-                popen = (_gated if gated else _forked)(argv, cgroup, niceness, options)
+                popen = (start_gated if gated else start_forked)(argv, cgroup, niceness, options)
             outcome.append((popen, cgroup))
         except Exception as exc:  # noqa: BLE001 -- raised again in the caller; it must not
             # end this thread (its children would get their parent-death signal)

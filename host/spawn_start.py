@@ -1,13 +1,13 @@
 """How a child is started, on the spawner thread (``host.spawn``): through the gate, or
 forked.
 
-- The gate (``_gated``), for a child whose stdin is /dev/null (every tool process): no
+- The gate (``start_gated``), for a child whose stdin is /dev/null (every tool process): no
   fork of the host. ``subprocess`` vforks (no ``preexec_fn``) and execs ``setpriv
   --pdeathsig KILL`` and then a shell that waits for one line on a pipe; meanwhile the
   host moves the child into its cgroup and sets its niceness, then writes the line. The
   command starts already a member, before it can fork; at EOF (the host died) it never
   runs.
-- The fork (``_forked``), for a child with a stdin of its own (a hook, a plugin server),
+- The fork (``start_forked``), for a child with a stdin of its own (a hook, a plugin server),
   or where ``setpriv`` or bash is missing: a ``preexec_fn`` arms the parent-death
   signal and writes the child into its cgroup before exec (``_die_with_parent``).
 
@@ -30,8 +30,8 @@ from typing import Any
 
 from host.sandbox.confine import Confinement, child_step
 from host.sandbox.confine import in_child as confine_child
-from runtime.proc import cgroups
-from runtime.proc.orphans import PR_SET_PDEATHSIG, _prctl, _spawn_lock, _started
+from runtime.proc import cgroups, libc
+from runtime.proc.orphans import PR_SET_PDEATHSIG, spawn_lock, started_pids
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def _die_with_parent(procs_fd: int | None = None, niceness: int = 0,
     """
     if not sys.platform.startswith("linux"):
         return None
-    prctl, parent, sig = _prctl(), os.getpid(), int(signal.SIGKILL)
+    prctl, parent, sig = libc.prctl(), os.getpid(), int(signal.SIGKILL)
     confine = child_step(confinement) if confinement is not None else None
 
     def in_child() -> None:
@@ -66,19 +66,19 @@ def _die_with_parent(procs_fd: int | None = None, niceness: int = 0,
     return in_child
 
 
-def _forked(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
-            options: dict[str, Any], confinement: Confinement | None = None
-            ) -> subprocess.Popen[bytes]:
+def start_forked(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
+                 options: dict[str, Any], confinement: Confinement | None = None
+                 ) -> subprocess.Popen[bytes]:
     """Fork (the host's whole address space, holding the interpreter lock) and run
     ``_die_with_parent`` in the child: for a child with a stdin of its own (a plugin), or
     one confined by the sandbox (``confinement``)."""
     procs_fd = cgroup.open_procs() if cgroup is not None else None
     try:
         preexec = _die_with_parent(procs_fd, niceness, confinement)
-        with _spawn_lock:
+        with spawn_lock:
             popen = subprocess.Popen(argv, start_new_session=True, close_fds=True,
                                      preexec_fn=preexec, **options)
-            _started.add(popen.pid)
+            started_pids.add(popen.pid)
         if niceness:
             _lower_autogroup(popen.pid, niceness)
         return popen
@@ -151,8 +151,8 @@ def _executable(name: str, options: dict[str, Any]) -> str:
     return found
 
 
-def _gated(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
-           options: dict[str, Any]) -> subprocess.Popen[bytes]:
+def start_gated(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
+                options: dict[str, Any]) -> subprocess.Popen[bytes]:
     """Start ``argv`` without forking the host: ``subprocess`` vforks (no ``preexec_fn``)
     and execs ``setpriv --pdeathsig KILL`` (the parent-death signal, kept across exec) and
     then the gate (``GATE_SCRIPT``), which waits on a pipe. Meanwhile the host moves the
@@ -166,13 +166,13 @@ def _gated(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
                "quiesce-gate", exe, *argv[1:]]
     gate_r, gate_w = os.pipe()
     try:
-        with _spawn_lock:
+        with spawn_lock:
             try:
                 popen = subprocess.Popen(wrapped, start_new_session=True, close_fds=True,
                                          **{**options, "stdin": gate_r})
             finally:
                 os.close(gate_r)
-            _started.add(popen.pid)
+            started_pids.add(popen.pid)
             try:
                 if cgroup is not None:
                     cgroup.add(popen.pid)
@@ -183,7 +183,7 @@ def _gated(argv: list[str], cgroup: cgroups.Cgroup | None, niceness: int,
             except OSError as exc:
                 popen.kill()
                 popen.wait()
-                _started.discard(popen.pid)
+                started_pids.discard(popen.pid)
                 raise subprocess.SubprocessError(f"cannot start {argv[0]!r}: {exc}") from exc
     finally:
         os.close(gate_w)

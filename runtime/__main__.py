@@ -1,3 +1,5 @@
+"""``python -m runtime``: the ``quiesce`` command (``runtime.cli``)."""
+
 import sys
 
 from runtime.cli import main

@@ -45,6 +45,17 @@ def _spawn_host(command: list[str]) -> subprocess.Popen[bytes]:
                             env=host_environment(command))
 
 
+def _run_host(argv: list[str]) -> int:
+    """``quiesce host``: this process becomes the host program, as ``python -m host``
+    would run it (same pid, command line, environment and stdio; its exit status is
+    ours). The runtime runs the program by name and imports none of the host's modules."""
+    import runpy
+
+    sys.argv[1:] = argv
+    runpy.run_module("host", run_name="__main__")
+    return 0  # not reached: the host's __main__ exits with its status
+
+
 LOG_FILE_HELP = ("append the log (this process's and its host's: all of stderr) to this "
                  "file instead of stderr")
 
@@ -235,9 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "web":
         return main(["serve", "--listen", "ws://127.0.0.1:0", "--web", *rest])
     if args.command == "host":
-        from host.main import main as host_main
-
-        return host_main(rest)
+        return _run_host(rest)
     if args.command == "ops":
         from runtime.clients.ops.cli import main as ops_main
 

@@ -1,19 +1,19 @@
 #!/usr/bin/env python3
-"""Memory bounds of the runtime under hostile peers (issue 31), through real `quiesce serve`s.
+"""Memory bounds of the runtime under hostile peers, through real `quiesce serve`s.
 
 Each scenario starts its own daemon, samples the runtime's RSS every 50 ms while a hostile
 peer does its worst, and checks the growth against the bound the code documents
 (docs/operations.md, "Bounds"):
 
 - client-unread: a client that never reads its answers sends session.load requests, each
-  replaying a session of about 2 MiB of events (issue 31: 450 kB of requests queued
-  757 MB). Bound: a quarter of MAX_QUEUED plus 32 MiB; once it reads, every one is answered.
+  replaying a session of about 2 MiB of events (before the bounds: 450 kB of requests
+  queued 757 MB). Bound: a quarter of MAX_QUEUED plus 32 MiB; once it reads, every one is answered.
 - client-gone (full mode only): a client that reads nothing while a turn streams more than
   MAX_QUEUED; the daemon must take it as gone and exit 0, as at the end of input.
-- ops-flood: connections to the ops socket, each sending 1 MiB without a newline (issue 31:
-  200 took the runtime to 1.66 GB). Bound: 32 MiB.
+- ops-flood: connections to the ops socket, each sending 1 MiB without a newline (before the
+  bounds: 200 took the runtime to 1.66 GB). Bound: 32 MiB.
 - endless-arguments: a local model server streams one tool call's arguments without end
-  (issue 31: 400 MB of fragments, 435 MB). Bound: MAX_CALL_ARGUMENTS x 4 + 32 MiB; the turn
+  (before the bounds: 400 MB of fragments, 435 MB). Bound: MAX_CALL_ARGUMENTS x 4 + 32 MiB; the turn
   must end `error` and the stream be closed.
 - endless-text: a local model server streams text without end. Bound: MAX_RESPONSE_TEXT x 4
   + 32 MiB (the turn holds the text, its deltas are announced); the turn must end `error`

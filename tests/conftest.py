@@ -51,7 +51,7 @@ def no_cgroup_left() -> Iterator[None]:
         path = os.path.join(base, name)
         cgroups.Cgroup(path).kill()
         for _ in range(100):
-            if cgroups._remove_tree(path):
+            if cgroups.remove_tree(path):
                 break
             time.sleep(0.02)
     assert not left, f"cgroups left behind: {left}"

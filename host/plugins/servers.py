@@ -27,6 +27,9 @@ from host.plugins.results import to_tool_result
 from host.spawn import Confine
 from host.tools.context import ToolContext, ToolSpec
 from protocol.errors import ErrorCode, RemoteError
+from protocol.hostconfig import (
+    PluginSettings as PluginSettings,  # the settings, parsed with the host's
+)
 from protocol.mcp import (
     TOOL_NAME,
     McpTool,
@@ -48,25 +51,6 @@ log = logging.getLogger(__name__)
 
 WORKSPACE_FILE = os.path.join(".quiesce", "mcp.json")
 MAX_FILE = 1024 * 1024
-
-
-def _env_seconds(name: str, default: float) -> float:
-    """A default an operator may change through the environment ``quiesce serve`` runs in."""
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        log.warning("ignoring %s=%r: not a number of seconds", name, os.environ[name])
-        return default
-
-
-@dataclass(frozen=True)
-class PluginSettings:
-    start_timeout: float = _env_seconds("QUIESCE_PLUGIN_START_TIMEOUT", 30.0)
-    """Seconds a server has to start and answer MCP ``initialize``."""
-    quiet_window: float = _env_seconds("QUIESCE_PLUGIN_QUIET_WINDOW", 1.0)
-    """After a stop, how long a server must stay silent about the call, from its answer to
-    the ping that shows it read the cancel, before the stop settles (``ABORTED``, marked
-    unconfirmed; see ``host.plugins.connection``)."""
 
 
 @dataclass(frozen=True)

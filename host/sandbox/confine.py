@@ -15,8 +15,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from host.sandbox import landlock, netns
-from runtime.proc.orphans import _prctl
+from host.sandbox import landlock
+from runtime.proc import libc, netns
 
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAPBSET_DROP = 24
@@ -38,7 +38,7 @@ class Confinement:
     ruleset: int | None
     """A Landlock ruleset's descriptor owned by this spawn, or ``None``."""
     netns: int | None = None
-    """A network namespace to join (``host.sandbox.netns``), owned by this spawn."""
+    """A network namespace to join (``runtime.proc.netns``), owned by this spawn."""
 
     def close(self) -> None:
         for fd in (self.ruleset, self.netns):
@@ -56,7 +56,7 @@ ChildStep = tuple[Callable[..., int], int, "int | None", "int | None"]
 
 def child_step(confinement: Confinement) -> ChildStep:
     """What ``in_child`` needs, resolved in the parent: prctl, the cap range, the fds."""
-    return (_prctl(), _last_cap() if os.geteuid() == 0 else -1, confinement.ruleset,
+    return (libc.prctl(), _last_cap() if os.geteuid() == 0 else -1, confinement.ruleset,
             confinement.netns)
 
 

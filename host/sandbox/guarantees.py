@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 
-from host.sandbox import landlock, netns
-from host.sandbox.settings import SandboxSettings
+from host.sandbox import landlock
 from protocol.sandbox import SandboxReport
+from protocol.sandboxsettings import SandboxSettings
+from runtime.proc import netns
 
 log = logging.getLogger(__name__)
 

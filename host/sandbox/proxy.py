@@ -27,8 +27,8 @@ from urllib.parse import urlsplit
 import h11
 import trio
 
-from host.sandbox import netns
-from host.sandbox.settings import admits
+from protocol.sandboxsettings import admits
+from runtime.proc import netns
 
 log = logging.getLogger(__name__)
 

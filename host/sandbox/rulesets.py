@@ -14,7 +14,7 @@ import shutil
 import subprocess
 
 from host.sandbox import landlock
-from host.sandbox.settings import SandboxSettings
+from protocol.sandboxsettings import SandboxSettings
 
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
            "/dev/tty", "/dev/ptmx", "/dev/pts", "/dev/shm")

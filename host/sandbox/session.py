@@ -11,11 +11,12 @@ import shutil
 import tempfile
 import threading
 
-from host.sandbox import landlock, netns, rulesets
+from host.sandbox import landlock, rulesets
 from host.sandbox.confine import Confinement
 from host.sandbox.proxy import SessionProxy
-from host.sandbox.settings import SandboxSettings
 from protocol.sandbox import SandboxPolicy
+from protocol.sandboxsettings import SandboxSettings
+from runtime.proc import netns
 
 log = logging.getLogger(__name__)
 

@@ -18,6 +18,7 @@ import trio
 from host.sandbox import SessionSandbox
 from host.tools.readers import READERS
 from host.workspace import ToolInputError, Workspace
+from protocol.hostconfig import HostToolConfig
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, error_result
 
@@ -31,22 +32,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class HostToolConfig:
-    kill_grace: float = 2.0
-    """Seconds between TERM and KILL when a process tree is stopped."""
-    bash_default_timeout_ms: int = 120_000
-    max_output_bytes: int = 64 * 1024
-    """Bound of a process tool's streamed output and result output, and of Grep's output."""
-    read_max_bytes: int = 256 * 1024
-    """Bound of Read's result text."""
-    image_output_dir: str = "images"
-    """Workspace-relative folder GenerateImages writes into."""
-    image_backend: list[str] | None = None
-    """Command of the image backend; ``None`` runs ``python -m host.imaging.render``."""
-    image_timeout_ms: int = 300_000
 
 
 @dataclass

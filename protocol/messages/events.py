@@ -119,6 +119,11 @@ class TurnOutcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_
     error: str | None = None
 
 
+NO_PROVIDER_ERROR = "no model provider is configured"
+"""How a turn's ``error`` begins when its session has no model provider (a client may
+say how to choose one)."""
+
+
 class TokenUsage(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel",
                  omit_defaults=True):
     """Tokens one model response (or a sum of them) took: ``input`` (every prompt token,

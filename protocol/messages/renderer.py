@@ -1,4 +1,4 @@
-"""What the client link adds for desktop renderers on a socket link (issue 27):
+"""What the client link adds for desktop renderers on a socket link:
 attaching to a running session, and forcing a stop's waiting calls."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ a result would corrupt the transcript.
 
 Linear by construction: a block collects its deltas in a list and joins them once,
 when its text is first read (``text += delta`` copied the whole block at every delta:
-a 1 MB answer in small deltas took 15 s of the runtime's loop, issue 31).
+a 1 MB answer in small deltas took 15 s of the runtime's loop).
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 PROVIDER_METAVAR = "{scripted:FILE,openai,anthropic}"
 """``--provider``'s name in usage lines: every form it takes (``OPTION_FORMS`` of
-``runtime.agent.providers.factory``, which is too heavy to import here)."""
+``runtime.daemon.provider_option``)."""
 
 
 def host_command(host_config: str | None) -> list[str]:
@@ -30,13 +31,13 @@ def host_command(host_config: str | None) -> list[str]:
 
 
 def _provider_option(parser: argparse.ArgumentParser, value: str) -> ProviderConfig:
-    """``--provider``, checked after the host is spawned (the check's imports are heavy);
-    a bad one is reported as argparse reports a bad option value."""
-    from runtime.agent.providers.factory import ProviderConfigError, parse_provider_option
+    """``--provider``, checked after the host is spawned; a bad one is reported as
+    argparse reports a bad option value."""
+    from runtime.daemon.provider_option import ProviderOptionError, parse_provider_option
 
     try:
         return parse_provider_option(value)
-    except ProviderConfigError as exc:
+    except ProviderOptionError as exc:
         parser.error(f"argument --provider: {exc}")
 
 
@@ -97,7 +98,8 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
     except ConfigError as exc:
         parser.error(f"configuration file {str(path)!r}: {exc}")
     if host_json is not None:
-        from host.main import parse_config
+        from protocol.hostconfig import parse_config
+        from runtime.proc.netns import unavailable_reason
 
         # The host checks them too; here a mistake is reported before anything runs.
         checks = [("[host]", host_json)]
@@ -105,7 +107,7 @@ def apply_config_file(parser: argparse.ArgumentParser, args: argparse.Namespace,
             checks.insert(0, ("[environment]", json.dumps({"environment": raw["environment"]})))
         for table, text in checks:
             try:
-                parse_config(text)
+                parse_config(text, environ=os.environ, why_no_private_network=unavailable_reason)
             except ValueError as exc:
                 parser.error(f"configuration file {str(path)!r}: {table}: {exc}")
 

@@ -58,7 +58,7 @@ class ServeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     environment: dict[str, Any] = msgspec.field(default_factory=dict)
     """Checked by the host's parser, as its ``environment`` (``host/childenv.py``)."""
     sandbox: dict[str, Any] = msgspec.field(default_factory=dict)
-    """Checked by the host (``host.sandbox.settings``), like ``host``."""
+    """Checked by the host (``protocol.sandboxsettings``), like ``host``."""
     hooks: HooksTable = HooksTable()
     tools: ToolsTable = ToolsTable()
 

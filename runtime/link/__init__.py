@@ -1,7 +1,10 @@
-"""The trio side of JSON-RPC links: endpoint (framing, correlation, writer) and dispatch.
+"""The trio side of JSON-RPC links: endpoint (framing, correlation, writer) and dispatch,
+with the stdout guard and the JSON-lines logs.
 
-Both processes use it: the runtime for its client and host links, the host for
-its runtime link.
+Both processes load it: the runtime for its client, host and ops links, the host for its
+runtime link and its plugin servers. It imports ``protocol`` and libraries only, nothing
+else of ours and not ``runtime.proc`` (the two are independent); every layer of the
+runtime and the host may import it.
 """
 
 from runtime.link.dispatch import (

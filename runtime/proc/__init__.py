@@ -1,9 +1,10 @@
-"""What the runtime and the host processes share: the JSON-RPC transport (``rpc``), the
-JSON-lines logging (``logs``), the stdout guard (``stdio``) and process-tree handling
-(``proctree``: the child subreaper, finding and killing marked trees and adopted orphans).
+"""Process control, what the runtime and the host both load: cgroups, process trees and
+their kill (``proctree``), our children and adopted orphans (``orphans``), processes that
+left their cgroup (``escapes``), secrets kept out of environments (``secretenv``), the
+peers of a local socket (``peers``), hardening and the C library's ``prctl``.
 
-A leaf: it imports ``protocol`` and libraries, never the rest of ``runtime`` nor ``host``
-(``[tool.importlinter]`` in pyproject.toml, run by ``lint-imports`` in ./scripts/check).
-It lives under ``runtime/`` because the top level is fixed (``runtime``, ``host``,
-``protocol``) and ``protocol`` is sans-IO; see docs/architecture.md.
+It imports ``protocol`` and libraries only, nothing else of ours and not ``runtime.link``
+(the two are independent); every layer of the runtime and the host may import it
+(``[tool.importlinter]`` in pyproject.toml, checked by ``lint-imports``). It lives under
+``runtime/`` because the top level is fixed and ``protocol`` is sans-IO.
 """

@@ -105,7 +105,7 @@ def _write(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def _members(path: str) -> list[int]:
+def pids_below(path: str) -> list[int]:
     """Pids in a cgroup and the cgroups below it."""
     pids: list[int] = []
     try:
@@ -116,7 +116,7 @@ def _members(path: str) -> list[int]:
     except OSError:
         return pids
     for sub in subdirs:
-        pids += _members(sub)
+        pids += pids_below(sub)
     return pids
 
 
@@ -156,7 +156,7 @@ async def wait_empty(path: str, within: float) -> bool:
         os.close(fd)
 
 
-def _remove_tree(path: str) -> bool:
+def remove_tree(path: str) -> bool:
     """rmdir ``path`` and the cgroups below it, deepest first; whether it is gone."""
     try:
         with os.scandir(path) as entries:
@@ -166,7 +166,7 @@ def _remove_tree(path: str) -> bool:
     except OSError:
         subdirs = []
     for sub in subdirs:
-        _remove_tree(sub)
+        remove_tree(sub)
     try:
         os.rmdir(path)
     except FileNotFoundError:
@@ -223,7 +223,7 @@ class Cgroup:
         _write(os.path.join(self.path, "cgroup.procs"), str(pid).encode())
 
     def members(self) -> list[int]:
-        pids = _members(self.path)
+        pids = pids_below(self.path)
         self.seen.update(pids)
         return pids
 
@@ -262,7 +262,7 @@ class Cgroup:
         return StopReport(len(self.seen), killed, survivors, time.monotonic() - started)
 
     def remove(self) -> bool:
-        return _remove_tree(self.path)
+        return remove_tree(self.path)
 
 
 class HostCgroups:
@@ -287,7 +287,7 @@ class HostCgroups:
         except OSError as exc:
             return f"cannot create {path}: {exc.strerror}"
         if not os.path.exists(os.path.join(path, "cgroup.kill")):
-            _remove_tree(path)
+            remove_tree(path)
             return "this kernel has no cgroup.kill (Linux 5.14)"
         try:  # the host must be allowed to move its children in
             probe = cls(path).new("probe")
@@ -295,7 +295,7 @@ class HostCgroups:
             os.close(fd)
             probe.remove()
         except OSError as exc:
-            _remove_tree(path)
+            remove_tree(path)
             return f"cannot use cgroups under {path}: {exc.strerror}"
         return cls(path)
 
@@ -314,7 +314,7 @@ class HostCgroups:
     def close(self) -> None:
         """Kill whatever is left below and remove the directory (the host is exiting)."""
         Cgroup(self.path).kill()
-        if not _remove_tree(self.path):
+        if not remove_tree(self.path):
             log.warning("cgroups of this host left at %s", self.path)
 
 

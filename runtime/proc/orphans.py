@@ -2,7 +2,7 @@
 
 A host (and the runtime) is a child subreaper (``become_subreaper``): an orphaned
 descendant is reparented to it, not to init. Every process it starts is registered
-(``_started``, under ``_spawn_lock`` while it is being started), so any other direct
+(``started_pids``, under ``spawn_lock`` while it is being started), so any other direct
 child is an orphan it adopted: the escapee of some tree (``runtime.proc.proctree``), to
 kill and reap. Reaping is by pid, never ``waitpid(-1)``, which would steal the exit
 status of children trio or ``subprocess`` own.
@@ -26,13 +26,11 @@ log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
-_spawn_lock = threading.Lock()
+spawn_lock = threading.Lock()
 """Held by the spawner around ``Popen`` and by a scan while it picks adopted orphans, so a
 child being started is never taken for an orphan."""
-_started: set[int] = set()
+started_pids: set[int] = set()
 """Pids of the processes we started and have not reaped yet: never orphans."""
-
-_prctl = prctl  # the name the spawner and the sandbox import
 
 
 _sweeping_orphans: list[bool] = [False]
@@ -49,14 +47,14 @@ def become_subreaper(*, sweep_orphans: bool = False) -> bool:
     if not sys.platform.startswith("linux"):
         log.info("child subreaper unsupported on %s; orphans go to init", sys.platform)
         return False
-    if _prctl()(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+    if prctl()(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         log.warning("prctl(PR_SET_CHILD_SUBREAPER) failed: %s", os.strerror(err))
         return False
     return True
 
 
-def _adopted_orphans(children: list[int], procs: dict[int, psutil.Process],
+def adopted_orphans(children: list[int], procs: dict[int, psutil.Process],
                      prefix: str) -> list[int]:
     """Our direct children that we did not start and cannot attribute (module docstring).
 
@@ -67,8 +65,8 @@ def _adopted_orphans(children: list[int], procs: dict[int, psutil.Process],
     session cannot be joined, only left).
     """
     orphans = []
-    with _spawn_lock:
-        started = set(_started)
+    with spawn_lock:
+        started = set(started_pids)
         for pid in children:
             if pid in started:
                 continue
@@ -86,7 +84,7 @@ def reap_members(pids: Collection[int]) -> None:
     tree); in a process that starts every child itself, every dead adopted orphan
     (``reap_orphan_zombies``). Never a child ``subprocess`` or the spawner owns."""
     adopted = set(adopted_children())
-    started = set(_started)
+    started = set(started_pids)
     for pid in pids:
         if pid in adopted and pid not in started:
             try:
@@ -102,7 +100,7 @@ def reap_orphan_zombies() -> int:
     did not start (an adopted orphan that died). How many. Reads only our own adopted
     children (``adopted_children``), never the whole process table."""
     reaped = 0
-    started = set(_started)
+    started = set(started_pids)
     for pid in adopted_children():
         if pid in started:
             continue

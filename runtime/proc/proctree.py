@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import psutil  # type: ignore[import-untyped, unused-ignore]  # types-psutil not a dev dep
 import trio
 
-from runtime.proc.orphans import _adopted_orphans, _sweeping_orphans
+from runtime.proc.orphans import adopted_orphans, sweeps_orphans
 from runtime.proc.proclisting import ENV_MARKER as ENV_MARKER
 from runtime.proc.proclisting import Listing, environ_matches, fresh_listing
 from runtime.proc.proclisting import Marker as Marker
@@ -132,7 +132,7 @@ class _Tree:
             if self._is_seed(pid, proc, listing):
                 members[pid] = proc
         if self.orphans_of is not None:
-            for pid in _adopted_orphans(children.get(me, []), procs, self.orphans_of):
+            for pid in adopted_orphans(children.get(me, []), procs, self.orphans_of):
                 members[pid] = procs[pid]
         stack = list(members)
         while stack:
@@ -316,7 +316,7 @@ async def kill_tree(root_pid: int, *, grace: float, marker: Marker | None = None
     nobody else will wait for; a root owned by ``subprocess`` is left to it.
     """
     prefix = f"{os.getpid()}:"
-    ours = (_sweeping_orphans[0] and marker is not None and marker[0] == ENV_MARKER
+    ours = (sweeps_orphans() and marker is not None and marker[0] == ENV_MARKER
             and marker[1].startswith(prefix))
     tree = _Tree(root_pid, marker, value_prefix=False, reap_root=reap_root,
                  orphans_of=prefix if ours else None)

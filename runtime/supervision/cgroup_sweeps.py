@@ -16,11 +16,11 @@ from runtime.proc import escapes
 from runtime.proc.cgroups import (
     HOST_PREFIX,
     Cgroup,
-    _members,
-    _remove_tree,
     call_cgroup_name,
     host_dir,
     own_cgroup_dir,
+    pids_below,
+    remove_tree,
     wait_empty,
 )
 
@@ -30,11 +30,11 @@ log = logging.getLogger(__name__)
 async def _kill_dir(path: str, within: float) -> int:
     """``cgroup.kill`` a whole directory, wait until empty, remove it; how many
     processes it held."""
-    held = len(_members(path))
+    held = len(pids_below(path))
     Cgroup(path).kill()
     if not await wait_empty(path, within):
         log.error("cgroup %s did not empty within %.1f s after cgroup.kill", path, within)
-    _remove_tree(path)
+    remove_tree(path)
     return held
 
 
@@ -67,7 +67,7 @@ async def kill_call_cgroup(host_pid: int, session_id: str, call_id: str, *,
         # The sessions begun in it (the call's root leads one): a process of one of them
         # that wrote itself into another call's cgroup is this call's, and dies with it
         # (``escapes.joined_elsewhere``; the frozen host holds each leader unreaped).
-        sessions = [pid for pid in _members(cgroup) if escapes.session_of(pid) == pid]
+        sessions = [pid for pid in pids_below(cgroup) if escapes.session_of(pid) == pid]
         Cgroup(cgroup).kill()
         empty = await wait_empty(cgroup, within) and empty
         for session in sessions:

@@ -39,8 +39,7 @@ outlives its maker), and by the marker the host set on them, the runtime being a
 child subreaper (orphans of a dead host are re-parented to it and reaped). A process
 call whose grace ran out without the host's answer has its processes ended from here
 (``HostLease.end_call_processes``). The cgroup handling lives in ``runtime.proc.cgroups``
-(standard library and trio only) so that it can move to a package the runtime and the
-host share when the runtime stops importing ``host`` (issue 17).
+(standard library and trio only), which the runtime and the host both load.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The client link over stdio, a WebSocket and a Unix socket (``quiesce serve --listen``,
-issue 27), in the same run: ``session.list``'s round trip (one at a time) and requests/s
+"""The client link over stdio, a WebSocket and a Unix socket (``quiesce serve --listen``),
+in the same run: ``session.list``'s round trip (one at a time) and requests/s
 (``IN_FLIGHT`` pipelined), and a stop (``agent.abort`` of a turn whose Bash call sleeps,
 sent until answered) over stdio and over the WebSocket.
 
@@ -240,8 +240,8 @@ def socket_section(series: dict[str, Series]) -> list[str]:
     if not rows:
         return []
     out = ["## The client link over stdio, a WebSocket and a Unix socket", "",
-           "Same run, one daemon per transport, byte-level clients (issue 27: "
-           "`quiesce serve --listen`).", "",
+           "Same run, one daemon per transport, byte-level clients "
+           "(`quiesce serve --listen`).", "",
            "| row | unit | n | median | p90 | min | max |", "|---|---|---:|---:|---:|---:|---:|"]
     for s in rows:
         out.append(f"| {s.title} | {s.unit} | {s.n} | {num(s.median, s.unit)} | "

@@ -366,9 +366,10 @@ async def _stop_tree(bench: Bench, series: Series, n: int, warmup: int, *, name:
 async def stop_term_honouring(bench: Bench, n: int, warmup: int) -> Series:
     series = Series("stop-tree-term", "stop: TERM-honouring process tree (Bash: `&`, setsid, "
                     "double fork, nohup)", goal=HONOURING_GOAL)
-    series.notes.append("before issue 14 (commit 5326022, the same command and machine on "
-                        "2026-12-01, load average ~4): median 107.2 ms, max 158.7 ms (n=15); "
-                        "before issue 20's tree-stop work (commit dcb15c8, load average 7 to "
+    series.notes.append("before the first tree-stop work (commit 5326022, the same command "
+                        "and machine on 2026-12-01, load average ~4): median 107.2 ms, "
+                        "max 158.7 ms (n=15); "
+                        "before the second tree-stop work (commit dcb15c8, load average 7 to "
                         "10): median 15.6 ms (n=15); before the TERM sent as the abort "
                         "arrives and the cgroup's rmdir left unawaited (commit 31fb6ad, the "
                         "full run of 2026-12-02 00:57 UTC): median 11.5 ms (n=15)")

@@ -21,14 +21,14 @@ from runtime.proc import cgroups
 TREES = 50
 MANY_TREE = "sleep 300 & setsid sleep 300 & echo tree-started; sleep 300"
 SLEEPS_PER_TREE = 3
-MANY_GOAL = Goal(500.0, "< 500 ms for all 50 answers, goal 200 ms (issue 14)")
-BEFORE = ("before issue 14 (commit 5326022: process-table scans per tree, polling; "
+MANY_GOAL = Goal(500.0, "< 500 ms for all 50 answers, goal 200 ms")
+BEFORE = ("before the first tree-stop work (commit 5326022: process-table scans per tree, polling; "
           "`./scripts/bench --only stop-tree-term --only stop-50-trees` on this machine on "
-          "2026-12-01, load average ~4): median 6,654 ms, max 6,763 ms (n=5); before issue "
-          "20's tree-stop work (commit dcb15c8, load average 7 to 10): median 371 ms (n=5); "
+          "2026-12-01, load average ~4): median 6,654 ms, max 6,763 ms (n=5); before the "
+          "second tree-stop work (commit dcb15c8, load average 7 to 10): median 371 ms (n=5); "
           "before the TERM sent as the abort arrives and the cgroup's rmdir left unawaited "
           "(commit 31fb6ad, the full run of 2026-12-02 00:57 UTC): median 217.8 ms (n=5)")
-BEFORE_FALLBACK = ("before issue 20's tree-stop work (commit dcb15c8: a full process-table scan "
+BEFORE_FALLBACK = ("before the second tree-stop work (commit dcb15c8: a full process-table scan "
                    "per tree every 50 ms, members polled every 10 ms; `./scripts/bench --only "
                    "stop-50-trees-fallback` on this machine on 2026-12-01, load average 7 to "
                    "10): median 5,150 ms, max 5,925 ms (n=5); at commit 31fb6ad (the full run "

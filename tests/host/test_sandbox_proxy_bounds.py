@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 import trio
 
-from host.sandbox import netns
 from host.sandbox.proxy import MAX_HEAD_BYTES, SessionProxy
-from host.sandbox.settings import admits
+from protocol.sandboxsettings import admits
+from runtime.proc import netns
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (a network namespace)")
 

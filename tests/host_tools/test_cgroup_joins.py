@@ -129,7 +129,7 @@ async def test_the_runtimes_kill_of_a_frozen_hosts_call_takes_its_joiners_too(
                         await trio.sleep(0.02)
                 joiner = int(pid_file.read_text())
                 b2_cgroup = point + where.read_text().strip()
-                b2_members = set(cgroups._members(b2_cgroup)) - {joiner}
+                b2_members = set(cgroups.pids_below(b2_cgroup)) - {joiner}
                 assert b2_members and _alive(joiner)
                 os.kill(host_pid, signal.SIGSTOP)
                 try:

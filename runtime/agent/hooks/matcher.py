@@ -1,7 +1,7 @@
 """A hook's matcher: a regular expression over tool names, matched in linear time.
 
 Python's ``re`` backtracks: ``(.*.*.*)*Z`` against a 14-character tool name held the
-runtime's loop for minutes (issue 31), and the loop is every session's. So a matcher is
+runtime's loop for minutes, and the loop is every session's. So a matcher is
 parsed by ``re``'s own parser (Python's syntax and error messages), and what can be
 matched without backtracking is compiled into a small automaton simulated over a set of
 states: time ``O(len(name) x states)``, states at most :data:`MAX_STATES`, whatever the

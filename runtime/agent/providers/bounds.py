@@ -2,7 +2,7 @@
 
 A provider collects a tool call's fragments until the call is complete (``base``), so a
 server that streams fragments without end, or a name that never stops growing, would grow
-the runtime without bound (issue 31: 400 MB of fragments took it to 435 MB). A
+the runtime without bound (400 MB of fragments once took it to 435 MB). A
 :class:`CallBudget` per response counts what the decoders hold: past a bound the response
 is a :class:`ProviderError` naming the call and the bound, and the turn ends with it.
 

@@ -7,10 +7,10 @@ from contextlib import asynccontextmanager
 
 from protocol.messages.client import (
     AnthropicProviderConfig,
-    OpenAIProviderConfig,
     ProviderConfig,
     ScriptedProviderConfig,
 )
+from protocol.messages.events import NO_PROVIDER_ERROR
 from runtime.agent.providers.base import (
     ModelRequest,
     Provider,
@@ -19,26 +19,9 @@ from runtime.agent.providers.base import (
 )
 from runtime.agent.providers.scripted import ScriptedProvider, load_script, parse_script
 
-OPTION_FORMS = "scripted:FILE, openai or anthropic"
-
 
 class ProviderConfigError(ValueError):
-    pass
-
-
-def parse_provider_option(option: str) -> ProviderConfig:
-    """``scripted:FILE``, ``openai`` or ``anthropic`` (``quiesce serve --provider``)."""
-    kind, _, rest = option.partition(":")
-    if kind == "scripted" and rest:
-        return ScriptedProviderConfig(path=rest)
-    if kind == "openai" and not rest:
-        return OpenAIProviderConfig()
-    if kind == "anthropic" and not rest:
-        return AnthropicProviderConfig()
-    raise ProviderConfigError(f"--provider must be {OPTION_FORMS}, not {option!r}")
-
-
-NO_PROVIDER_ERROR = "no model provider is configured"  # how the turn's error begins
+    """A session's provider configuration that no provider can be made from."""
 
 
 class UnconfiguredProvider:

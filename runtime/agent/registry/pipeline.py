@@ -66,10 +66,10 @@ from runtime.agent.registry.policies import (
 )
 from runtime.agent.registry.signal import fuse
 from runtime.agent.registry.views import (
+    CallRun,
     ToolDispatchExecution,
     ToolExecution,
     ToolExecutionInput,
-    _Run,
 )
 
 __all__ = ["Stages", "ToolCall"]
@@ -137,7 +137,7 @@ class ToolCall:
         self._stop_driven = False
         self._stop_scope: trio.CancelScope | None = None  # the running stop handler's
         self._early: ToolResult | None = None
-        self._run: _Run | None = None
+        self._run: CallRun | None = None
         if definition is None:
             self._early = outcomes.unknown_tool(request.tool)
             return
@@ -146,7 +146,7 @@ class ToolCall:
         except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
             self._early = outcomes.invalid_arguments(exc)
             return
-        self._run = _Run(call_id=request.call_id, tool=request.tool,
+        self._run = CallRun(call_id=request.call_id, tool=request.tool,
                          tool_class=definition.tool_class, args=args,
                          caller_signal=request.signal)
 
@@ -228,7 +228,7 @@ class ToolCall:
             return refused
         return await self._post_policies(run, await self._dispatch(run))
 
-    async def _pre_policies(self, run: _Run) -> ToolResult | None:
+    async def _pre_policies(self, run: CallRun) -> ToolResult | None:
         """``None`` to proceed, else the terminal result (denial, failure, stop)."""
         view = ToolExecution(run, self._caller)
         ask: Ask | None = None
@@ -257,7 +257,7 @@ class ToolCall:
             return outcomes.aborted(body_invoked=False)
         return None
 
-    async def _dispatch(self, run: _Run) -> ToolResult:
+    async def _dispatch(self, run: CallRun) -> ToolResult:
         """The around-dispatch waterfall, ending in the body."""
         view = ToolDispatchExecution(run)
         wrappers = self._stages.wrappers
@@ -293,7 +293,7 @@ class ToolCall:
         return outcomes.overtaken_by_stop(outcome, caller_aborted=self._caller.aborted,
                                           body_invoked=run.body_invoked)
 
-    async def _invoke_body(self, run: _Run) -> ToolResult:
+    async def _invoke_body(self, run: CallRun) -> ToolResult:
         definition = self._definition
         assert definition is not None
         with fuse(run.caller_signal, run.dispatch_signal) as signal:
@@ -308,7 +308,7 @@ class ToolCall:
                                          body_invoked=True)
         return outcome
 
-    async def _post_policies(self, run: _Run, result: ToolResult) -> ToolResult:
+    async def _post_policies(self, run: CallRun, result: ToolResult) -> ToolResult:
         view = ToolExecution(run, self._caller)
         for policy in self._stages.post_policies:
             outcome = await _contain("post-policy", partial(policy, view, result), ToolResult)
@@ -351,7 +351,7 @@ class ToolCall:
                                                        body_invoked=self.body_invoked))
         return outcome
 
-    async def _observe(self, run: _Run, result: ToolResult) -> None:
+    async def _observe(self, run: CallRun, result: ToolResult) -> None:
         view = ToolExecution(run, self._caller)
         result = sealed(result)  # observers cannot change what is published, even empty details
         for observer in self._stages.observers:

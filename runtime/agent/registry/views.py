@@ -56,7 +56,7 @@ class ToolExecutionInput:
         return cls(call_id=call.call_id, tool=call.tool, args=call.args, signal=signal)
 
 
-class _Run:
+class CallRun:
     """The registry's private mutable state of one call; stages see it through views."""
 
     __slots__ = (
@@ -87,7 +87,7 @@ class ToolExecution:
 
     __slots__ = ("_run", "_signal")
 
-    def __init__(self, run: _Run, signal: AbortSignal) -> None:
+    def __init__(self, run: CallRun, signal: AbortSignal) -> None:
         self._run = run
         self._signal = signal
 
@@ -134,7 +134,7 @@ class ToolDispatchExecution(ToolExecution):
 
     __slots__ = ()
 
-    def __init__(self, run: _Run) -> None:
+    def __init__(self, run: CallRun) -> None:
         super().__init__(run, run.caller_signal)
 
     @property

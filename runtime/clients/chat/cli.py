@@ -14,12 +14,12 @@ import pathlib
 import sys
 
 from protocol.messages.client import ProviderConfig, ScriptedProviderConfig
-from runtime.agent.providers.factory import ProviderConfigError, parse_provider_option
 from runtime.clients.chat.commands import CHOOSE_MODEL
 from runtime.clients.chat.controller import ChatError, ChatOptions
 from runtime.daemon.cli_options import PROVIDER_METAVAR
 from runtime.daemon.config import parse_serve_config
 from runtime.daemon.config_file import ConfigError, default_data_dir, read_config_file
+from runtime.daemon.provider_option import ProviderOptionError, parse_provider_option
 
 LOG_NAME = "chat-serve.log"
 DESCRIPTION = """\
@@ -46,7 +46,7 @@ NO_PROVIDER = f"No model is configured, so prompts will fail. {CHOOSE_MODEL}"
 def _provider(value: str) -> ProviderConfig:
     try:
         config = parse_provider_option(value)
-    except ProviderConfigError as exc:
+    except ProviderOptionError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
     if isinstance(config, ScriptedProviderConfig) and config.path is not None:
         path = pathlib.Path(config.path).expanduser().resolve()

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from protocol.messages.client import AgentAbortResult, SessionInfo
 from protocol.messages.events import (
+    NO_PROVIDER_ERROR,
     AnnouncedEvent,
     AssistantDeltaEvent,
     AssistantMessageEvent,
@@ -34,7 +35,6 @@ from protocol.messages.events import (
     TurnStart,
     UserMessageEvent,
 )
-from runtime.agent.providers.factory import NO_PROVIDER_ERROR
 from runtime.clients.chat.commands import CHOOSE_MODEL
 from runtime.clients.chat.maintenance import maintenance_lines, turn_usage_lines
 from runtime.clients.chat.timeline import StopTimeline, ms

@@ -42,7 +42,8 @@ SERVER_VERSION = "0.1.0"
 MAX_TAIL_LAG = 1000
 MAX_OPS_FRAME = 64 * 1024
 """The longest line an operator may send (an ops request is a few hundred bytes): a
-connection holds at most this much of an unfinished line (issue 31: 8 MiB each, before)."""
+connection holds at most this much of an unfinished line (8 MiB each, the general frame
+limit, before this bound)."""
 MAX_OPS_QUEUED = 16 * 1024 * 1024
 """Output one operator connection may leave unread (see ``Endpoint``'s ``max_queued``)."""
 HANDSHAKE_TIMEOUT = 10.0

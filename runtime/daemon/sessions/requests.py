@@ -6,7 +6,8 @@ Split from ``daemon.py`` (the link, its lifetime and shutdown), which routes the
 methods here; the client link's state (``ClientLinkState``: initialized, the client, the
 nursery the agents run in, the shutdown begun) is the daemon's, read here by reference.
 The daemon makes this side on its first use, not at start-up: the agent, the registry,
-the providers and the session log are imported then, after ``initialize`` is answered.
+the providers and the session log are imported then, after ``initialize`` is answered, so
+they never delay the first answer.
 """
 
 from __future__ import annotations
