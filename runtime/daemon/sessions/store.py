@@ -52,6 +52,7 @@ from runtime.daemon.sessions.session import Session, SessionServices
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class Loaded:
     session: Session
