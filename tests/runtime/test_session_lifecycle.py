@@ -23,6 +23,7 @@ from protocol.messages.client import (
 )
 from protocol.messages.host import PluginsListResult, SessionOpenResult
 from runtime.daemon.daemon import Daemon
+from runtime.link import Effect
 
 
 class _Host:
@@ -78,13 +79,13 @@ async def test_close_drops_the_session_its_registration_and_its_lock(
         session = daemon.sessions.get(session_id)
         assert session.running and session.registration is not None
         assert list(daemon.requests.registrations()) == [session.registration]
-        await daemon.requests.session_close(SessionCloseParams(session_id))
+        await daemon.requests.session_close(SessionCloseParams(session_id), Effect())
         assert daemon.sessions.find(session_id) is None and session.closing
         assert session.registration is None and list(daemon.requests.registrations()) == []
         assert host.told[-1] == ("session.close", session_id)
         assert _load_locks(daemon) == {}
         with pytest.raises(RpcError) as again:  # closed: nothing left to close
-            await daemon.requests.session_close(SessionCloseParams(session_id))
+            await daemon.requests.session_close(SessionCloseParams(session_id), Effect())
         assert again.value.code == ErrorCode.NOT_FOUND
         assert _load_locks(daemon) == {}  # the refused close kept no lock either
 
@@ -93,7 +94,7 @@ async def test_a_failed_load_keeps_no_lock(tmp_path: pathlib.Path,
                                            autojump_clock: trio.testing.MockClock) -> None:
     async with _serving(tmp_path) as (daemon, _):
         with pytest.raises(RpcError) as missing:
-            await daemon.requests.session_load(SessionLoadParams("s-0123456789ab"))
+            await daemon.requests.session_load(SessionLoadParams("s-0123456789ab"), Effect())
         assert missing.value.code == ErrorCode.NOT_FOUND
         assert _load_locks(daemon) == {}
 
@@ -102,12 +103,13 @@ async def test_two_loads_make_one_session_opened_once(
         tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
     async with _serving(tmp_path) as (daemon, host):
         session_id = await _new(daemon, tmp_path)
-        await daemon.requests.session_close(SessionCloseParams(session_id))
+        await daemon.requests.session_close(SessionCloseParams(session_id), Effect())
         host.told.clear()
         answers = []
 
         async def load() -> None:
-            answers.append(await daemon.requests.session_load(SessionLoadParams(session_id)))
+            answers.append(await daemon.requests.session_load(SessionLoadParams(session_id),
+                                                              Effect()))
 
         async with trio.open_nursery() as loads:
             loads.start_soon(load)
@@ -127,10 +129,12 @@ async def test_a_load_behind_a_close_waits_for_it_and_keeps_its_lock(
         host.let_close = trio.Event()
         host.told.clear()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(daemon.requests.session_close, SessionCloseParams(session_id))
+            nursery.start_soon(daemon.requests.session_close, SessionCloseParams(session_id),
+                               Effect())
             await trio.sleep(1)  # the close holds the lock, waiting for the host
             assert closed.closing and closed.lock.locked()
-            nursery.start_soon(daemon.requests.session_load, SessionLoadParams(session_id))
+            nursery.start_soon(daemon.requests.session_load, SessionLoadParams(session_id),
+                               Effect())
             await trio.sleep(1)
             assert host.told == [("session.close", session_id)]  # the load waits
             host.let_close.set()
@@ -141,5 +145,5 @@ async def test_a_load_behind_a_close_waits_for_it_and_keeps_its_lock(
         assert reloaded is not closed and reloaded.lock is closed.lock
         assert reloaded.running and _load_locks(daemon) == {}
         host.let_close = None
-        await daemon.requests.session_close(SessionCloseParams(session_id))
+        await daemon.requests.session_close(SessionCloseParams(session_id), Effect())
         assert list(daemon.sessions.all()) == [] and _load_locks(daemon) == {}
