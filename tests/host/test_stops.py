@@ -69,12 +69,15 @@ async def test_read_only_stop_returns_at_once(tmp_path: pathlib.Path, marked: Ma
     assert elapsed < 1.0, elapsed
 
 
+@pytest.mark.parametrize("mechanism", ["cgroup", "process-tree"])
 async def test_a_stopped_search_gets_the_hosts_priority_back(tmp_path: pathlib.Path,
-                                                             marked: Marked) -> None:
+                                                             marked: Marked,
+                                                             mechanism: str) -> None:
     """A search runs lowered (nice 19, its autogroup too), and a process dies of TERM or
     KILL only once the scheduler runs it: under CPU load a lowered one waited up to a
     second for that, past its grace. Its stop gives it the host's priority back before the
-    TERM: a stand-in ``rg`` says at which priority its TERM found it."""
+    TERM, whichever way the tree is killed (its cgroup, or the fallback without cgroups):
+    a stand-in ``rg`` says at which priority its TERM found it."""
     if os.geteuid() != 0:
         pytest.skip("raising a priority back needs CAP_SYS_NICE")
     ready, seen = tmp_path / "ready", tmp_path / "seen"
@@ -97,8 +100,9 @@ async def test_a_stopped_search_gets_the_hosts_priority_back(tmp_path: pathlib.P
         time.sleep(60)
         """))
     stand_in.chmod(0o755)
-    async with running_host(str(tmp_path), marked.env(QUIESCE_RG=str(stand_in)),
-                            config=FAST) as host:
+    env = marked.env(QUIESCE_RG=str(stand_in),
+                     **({"QUIESCE_CGROUPS": "off"} if mechanism == "process-tree" else {}))
+    async with running_host(str(tmp_path), env, config=FAST) as host:
         assert host.link.pid is not None
         host_nice = psutil.Process(host.link.pid).nice()
         async with trio.open_nursery() as nursery:
