@@ -35,7 +35,7 @@ from host import limits
 from host.cgroupjoins import JOINS
 from host.childenv import child_environment
 from host.sandbox.confine import Confinement
-from host.spawn_start import gate_tools, start_forked, start_gated
+from host.spawn_start import gate_tools, restore_priority, start_forked, start_gated
 from runtime.proc import cgroups, escapes
 from runtime.proc.orphans import (
     adopted_children,
@@ -57,7 +57,8 @@ class Child:
 
     def __init__(self, popen: subprocess.Popen[bytes], stdout: trio.lowlevel.FdStream,
                  stderr: trio.lowlevel.FdStream, marker: Marker | None,
-                 cgroup: cgroups.Cgroup | None = None, *, sweep_escapes: bool = True) -> None:
+                 cgroup: cgroups.Cgroup | None = None, *, sweep_escapes: bool = True,
+                 niceness: int = 0) -> None:
         self.popen = popen
         self.pid = popen.pid
         self.stdout = stdout
@@ -68,6 +69,9 @@ class Child:
         self.sweep_escapes = sweep_escapes
         """Whether its stop looks for processes that left their cgroups (false only for a
         program of ours that never moves itself, ``rg``)."""
+        self.lowered = niceness != 0
+        """Whether it runs at a lowered priority its stop has not given back yet
+        (``_unlower``)."""
         self.returncode: int | None = None
         self.kill_report: KillReport | None = None
         started_pids.add(self.pid)  # already, if the spawner started it
@@ -82,7 +86,16 @@ class Child:
         there. Only with a cgroup: without one, finding the tree takes a process scan,
         which ``finish`` makes."""
         if self.cgroup is not None:
+            self._unlower()
             self.cgroup.term()
+
+    def _unlower(self) -> None:
+        """Before the first TERM of a lowered tree still running: the host's priority back
+        (``restore_priority``), so it dies as soon as one that was never lowered."""
+        if self.lowered:
+            self.lowered = False
+            if not self.exited():
+                restore_priority(self.pid)
 
     def exited(self) -> bool:
         """Whether the root has exited (it stays a zombie until ``finish``)."""
@@ -109,6 +122,7 @@ class Child:
         """
         report = self.kill_report
         if report is None or self.returncode is None or not report.clean:
+            self._unlower()
             if self.cgroup is not None:
                 report = self.kill_report = await self._stop_cgroup(self.cgroup, grace)
             else:
@@ -336,7 +350,7 @@ async def spawn(argv: list[str], *, cwd: str | os.PathLike[str], marker: Marker 
     if cgroup is not None:
         JOINS.watch(cgroup.path)  # a foreign write into it from now on is seen
     return Child(popen, trio.lowlevel.FdStream(out_r), trio.lowlevel.FdStream(err_r), marker,
-                 cgroup, sweep_escapes=sweep_escapes)
+                 cgroup, sweep_escapes=sweep_escapes, niceness=niceness)
 
 
 @asynccontextmanager

@@ -111,6 +111,25 @@ _autogroup_refused: list[int] = []
 """Set once the kernel refused an autogroup's niceness (said once in the log)."""
 
 
+def restore_priority(pid: int) -> None:
+    """Give a lowered child, about to be stopped, the priority it would have had unlowered:
+    every thread of its process group (``pid``, a session leader) the spawning thread's
+    niceness, its autogroup nice 0. A process dies of TERM or KILL only once the scheduler
+    runs it, and under CPU load a nice-19 one in a nice-19 autogroup waits up to a second
+    for that: past a stop's grace. Best effort: raising a priority needs CAP_SYS_NICE (or
+    RLIMIT_NICE), and an autogroup's change without CAP_SYS_ADMIN comes at most once every
+    100 ms machine-wide; refused, the stop is only slower."""
+    try:
+        os.setpriority(os.PRIO_PGRP, pid, os.getpriority(os.PRIO_PROCESS, 0))
+    except (PermissionError, ProcessLookupError):
+        pass
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as group:
+            group.write("0")
+    except OSError:  # no autogroups, the child gone, or the rate limit (see above)
+        pass
+
+
 GATE_SCRIPT = 'read -r _ && exec "$@" </dev/null'
 """The gate: wait for one line on stdin (the host's go), then exec the command with stdin
 from /dev/null; at EOF (the host died, or gave up on the child) exit without exec."""

@@ -163,16 +163,19 @@ def parse_config(text: str | None, *, environ: Mapping[str, str],
     ``why_no_private_network``: why this machine cannot make a network namespace per
     session, or ``None`` if it can (``runtime.proc.netns.unavailable_reason``), asked only
     when the sandbox's settings need one."""
-    raw: object = {}
-    if text:
-        try:
-            raw = msgspec.json.decode(text)
-        except msgspec.DecodeError as exc:
-            raise ConfigError(f"not valid JSON: {exc}") from None
+    defaults = _environment_defaults(environ)
+    if not text:
+        # No file: the defaults, the environment's among them, taken as they are (the
+        # ranges are a file's to keep; a host without one never refused to start).
+        return msgspec.convert({"plugins": defaults} if defaults else {}, HostConfig)
+    try:
+        raw: object = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError("must be a JSON object")
     _refuse_unknown_keys(raw, HostConfig, "")
-    if defaults := _environment_defaults(environ):
+    if defaults:
         plugins = raw.setdefault("plugins", {})
         if isinstance(plugins, dict):  # else msgspec names it below
             raw["plugins"] = {**defaults, **plugins}

@@ -23,12 +23,8 @@ PRODUCT = ("runtime", "host", "protocol", "scripts")
 SEARCH_PATH = (ROOT, ROOT / "scripts")
 
 # Known crossings, each to be removed by the change that makes the name public (module,
-# private name it reaches). The daemon's session side (its requests object) is being
-# reworked: it is named here until then.
-ALLOWED = frozenset({
-    ("runtime.daemon.daemon", "_require_initialized"),  # Daemon -> SessionRequests
-    ("runtime.daemon.daemon", "_requests"),  # the daemon's session side, its own for now
-})
+# private name it reaches).
+ALLOWED: frozenset[tuple[str, str]] = frozenset()
 
 
 def _private(name: str) -> bool:

@@ -45,7 +45,9 @@ MAX_RECORD = 256 * 1024
 one is cut."""
 NICENESS = 19
 """A search runs at a lower CPU priority than the host (and the tools it serves): many
-searches at once slow each other, not the host's answers."""
+searches at once slow each other, not the host's answers. Its stop gives the host's
+priority back before the TERM (``host.spawn_start.restore_priority``): lowered, it would
+wait for the CPU to die."""
 STDERR_KEEP = 4096
 STDERR_WAIT = 1.0
 """Seconds to wait for the end of ``rg``'s stderr once it exited."""

@@ -13,7 +13,8 @@ could not fsync stays (it is true); one the log could not take is owed: recorded
 ``error``, saying the log failed) before anything else of the session, once the log takes
 records again. A turn whose ``turn/start`` the log never took records nothing. A stop is
 counted (``on_stop``) once, where its phase settles, whoever asked for it (a client, an
-operator, ``session.close``, shutdown).
+operator, ``session.close``, shutdown). What happens around its turns is its owner's, given
+when it is built (``collaborators.py``).
 
 A compaction (``session.compact``, or a prompt arriving while the history outgrows its
 share of the context window) runs in the ``maintenance`` phase the same way: entered at
@@ -37,7 +38,6 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ from protocol.messages.events import (
 )
 from protocol.messages.host import ToolsOutputParams, ToolsStartedParams
 from protocol.tools import error_result
+from runtime.agent.collaborators import AgentCollaborators, Unowned
 from runtime.agent.compaction import (
     Compaction,
     ContextSettings,
@@ -77,11 +78,9 @@ from runtime.agent.registry import (
     ToolRegistry,
 )
 from runtime.agent.task import TaskTool
-from runtime.agent.turn import StepListener, Turn, TurnConfig, TurnEnding
+from runtime.agent.turn import Turn, TurnConfig, TurnEnding
 
 log = logging.getLogger(__name__)
-
-DEFAULT_STUCK_AFTER = 30.0
 
 CallNotice = ToolsOutputParams | ToolsStartedParams  # the host's word on a running call
 ToolsFactory = Callable[[str], tuple[ToolRegistry, list[ToolDefinition[Any]],
@@ -111,7 +110,12 @@ class _TurnSlot:
 
 class Agent:
     def __init__(self, session_id: str, journal: Journal, provider: Provider,
-                 tools: ToolsFactory, config: TurnConfig | None = None) -> None:
+                 tools: ToolsFactory, config: TurnConfig | None = None, *,
+                 collaborators: AgentCollaborators | None = None,
+                 context: ContextSettings | None = None) -> None:
+        """``collaborators``: what its owner does around its turns (None: ``Unowned``);
+        ``context``: when the history is compacted on its own (the session's provider's
+        window)."""
         self.session_id = session_id
         self.journal = journal
         self._provider = provider
@@ -124,26 +128,13 @@ class Agent:
         self._turn_ids = itertools.count(_turn_count(journal) + 1)
         self._routes: list[Callable[[CallNotice], bool]] = []
         self._history = ModelHistory(journal.by_turn, journal.turn_order)
-        self.stuck_after = DEFAULT_STUCK_AFTER
-        self.on_step: StepListener | None = None  # told each step's calls (the ops view)
-        self.on_stop: Callable[[float], None] | None = None
-        """Told each stop that settled as ``aborted``: ms from its first request to then."""
-        self.on_stopping: Callable[[], None] | None = None
-        """Told when a stop of the current phase begins and when that phase settles (what
-        the stop waits on is announced from there: ``runtime/daemon/stop_waiting.py``)."""
+        self._owner: AgentCollaborators = (
+            collaborators if collaborators is not None else Unowned())
         self._stop_at: float | None = None  # the current phase's first stop request
         self._owed: list[tuple[str, str]] = []
         """(turn id, why) of turns whose turn/end the log could not take, oldest first."""
-        self.hold_turn: Callable[[str], AbstractAsyncContextManager[None]] | None = None
-        """Entered around a top-level turn's run, inside its shielded end, and left once its
-        stops are answered: the daemon holds the turn's host lease there (its nursery)."""
-        self.before_turn: Callable[[], Awaitable[None]] | None = None
-        """Awaited before a turn's first step (its phase and controller already exist): the
-        daemon lets its client link take the effect of the frames it has already read, so
-        a stop written right behind the prompt stops the turn before it runs a tool."""
         self.turns = 0
-        self.context = ContextSettings()
-        """When the history is compacted on its own (the session's provider's window)."""
+        self.context = context if context is not None else ContextSettings()
         self._maintenance: Compaction | None = None  # the maintenance phase's job
         self._settled_maintenance: Compaction | None = None  # the last one that ended
 
@@ -185,8 +176,7 @@ class Agent:
     async def _run_turn(self, slot: _TurnSlot) -> None:
         controller = self.machine.phase.controller
         assert controller is not None
-        if self.before_turn is not None:
-            await self.before_turn()
+        await self._owner.before_turn()
         registry, definitions, route = self._tools(slot.turn_id)
         def started(call_id: str) -> None:  # a local body: no host says it started
             self.journal.announce(lambda seq: ToolStartedEvent(seq, slot.turn_id, call_id))
@@ -197,7 +187,7 @@ class Agent:
         turn = Turn(turn_id=slot.turn_id, prompt=slot.prompt.text, journal=self.journal,
                     provider=self._provider, registry=registry,
                     definitions=[*definitions, task], config=self._config,
-                    history=self._history, on_step=self.on_step,
+                    history=self._history, on_step=self._owner.on_step,
                     context=self.context)
         durable: TurnEnd | None = None
         with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
@@ -209,8 +199,7 @@ class Agent:
                 self._routes.remove(route)
                 self._release(slot, None)
                 return
-            hold = self.hold_turn(slot.turn_id) if self.hold_turn else nullcontext()
-            async with hold:
+            async with self._owner.hold_turn(slot.turn_id):
                 try:
                     ending, durable = await self._run_to_end(turn, controller.signal)
                 finally:
@@ -259,8 +248,7 @@ class Agent:
     async def _run_maintenance(self, job: Compaction) -> None:
         controller = self.machine.phase.controller
         assert controller is not None
-        if self.before_turn is not None:  # as a turn: a stop written right behind it wins
-            await self.before_turn()
+        await self._owner.before_turn()  # as a turn: a stop written right behind it wins
         with trio.CancelScope(shield=True):  # it always reaches its durable end
             try:
                 await compact(job, self.journal, self._provider, self._history,
@@ -371,7 +359,8 @@ class Agent:
         try:
             turn = Turn(turn_id=turn_id, prompt=prompt, journal=self.journal,
                         provider=self._provider, registry=registry, definitions=definitions,
-                        config=self._config, history=self._history, on_step=self.on_step)
+                        config=self._config, history=self._history,
+                        on_step=self._owner.on_step)
             ending, _ = await self._run_to_end(turn, controller.signal)
         finally:
             self._routes.remove(route)
@@ -476,8 +465,12 @@ class Agent:
                                 self.calls_of(slot.turn_id))
 
     def _stopping_changed(self) -> None:
-        if self.on_stopping is not None:
-            self.on_stopping()
+        self._owner.on_stopping()
+
+    @property
+    def stuck_after(self) -> float:
+        """Seconds a stop waits before it is called stuck (its owner's)."""
+        return self._owner.stuck_after
 
     @property
     def stopping_since(self) -> float | None:
@@ -488,8 +481,8 @@ class Agent:
     def _count_stop(self, aborted: bool) -> None:
         """The phase is settling: count its stop (if it had one that answers ``aborted``)."""
         at, self._stop_at = self._stop_at, None
-        if at is not None and aborted and self.on_stop is not None:
-            self.on_stop(round((time.monotonic() - at) * 1000, 3))
+        if at is not None and aborted:
+            self._owner.on_stop(round((time.monotonic() - at) * 1000, 3))
 
     def calls_of(self, turn_id: str) -> tuple[AbortedCall, ...]:
         calls: dict[str, AbortedCall] = {}

@@ -14,7 +14,7 @@ from protocol.errors import ErrorCode, RpcError
 from protocol.messages.renderer import AgentForceParams, AgentForceResult, ForcedCall
 
 if TYPE_CHECKING:
-    from runtime.daemon.session_requests import SessionRequests
+    from runtime.daemon.sessions.requests import SessionRequests
 
 log = logging.getLogger(__name__)
 

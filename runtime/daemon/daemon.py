@@ -7,7 +7,7 @@ refused (``SHUTTING_DOWN``; ``agent.abort`` joins the stop instead), and a
 ``session.new`` read before it finishes opening before the host is stopped. The daemon
 wires its parts together,
 answers ``initialize`` and ``shutdown``, and routes the host's notifications and the
-sessions' events; the requests on sessions are ``session_requests.py``'s.
+sessions' events; the requests on sessions are ``sessions/requests.py``'s.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from protocol.messages.ops import (
 from protocol.messages.renderer import AgentForceParams, AgentForceResult
 from protocol.methods import CLIENT_TO_RUNTIME, RUNTIME_TO_CLIENT
 from protocol.version import PROTOCOL_VERSION, check_compatible
+from runtime.daemon.client_link import ClientLinkState
 from runtime.daemon.config_file import default_data_dir
 from runtime.daemon.ops.backend import EventListener
 from runtime.daemon.ops.rundir import UnsafeRunDir
@@ -55,8 +56,9 @@ if TYPE_CHECKING:  # the session side is imported on its first use (``Daemon.req
     from runtime.agent.hooks.config import HookConfig
     from runtime.agent.turn import TurnConfig
     from runtime.daemon.ops_backend import DaemonOps
-    from runtime.daemon.session_requests import SessionRequests
-    from runtime.daemon.sessions import Session, SessionStore
+    from runtime.daemon.sessions.requests import SessionRequests
+    from runtime.daemon.sessions.session import Session
+    from runtime.daemon.sessions.store import SessionStore
     from runtime.daemon.socket_clients import SocketClients
     from runtime.daemon.socketlink.listener import Listening, ServeLink
 
@@ -93,7 +95,10 @@ class Daemon:
         (None: ``runtime.daemon.trust.DEFAULT_TRUST_TIMEOUT``)."""
         self.max_frame_size = max_frame_size
         self.data_dir = data_dir or default_data_dir()
-        self.permissions = PermissionRelay()
+        self.client_link = ClientLinkState()
+        """The client link's state: this daemon's, read by the session side and the
+        permission relay by reference."""
+        self.permissions = PermissionRelay(self.client_link)
         self.host = HostSupervisor(
             command=host_command,
             # Registered (a withdrawal finds it), the host link reads on while it waits.
@@ -107,20 +112,14 @@ class Daemon:
         self.ops_server = OpsServer(_OpsOnFirstUse(self), data_dir=self.data_dir,
                                     refuse_own_descendants=True)
         self._session_side = functools.partial(
-            _session_side, data_dir=self.data_dir, host=self.host,
+            _session_side, data_dir=self.data_dir, host=self.host, link=self.client_link,
             permissions=self.permissions, announce=self._announce,
             default_provider=default_provider, turn_config=turn_config, max_steps=max_steps,
             system_prompt=system_prompt, stuck_after=stuck_after,
             process_grace=process_grace, hooks=hooks,
             trusted_workspaces=trusted_workspaces, trust_timeout=trust_timeout)
         self._requests: SessionRequests | None = None
-        self._initialized = False
-        self._client: Endpoint | None = None
-        self._nursery: trio.Nursery | None = None
         self._shutdown = trio.Event()
-        self._closing = False
-        """Set by ``shutdown`` (at its effect) or the end of input: later requests are
-        refused."""
         self.socket_clients: SocketClients | None = None
         """Set while serving a socket link (``serve_listening``) instead of stdio."""
 
@@ -129,13 +128,7 @@ class Daemon:
         """The session side (sessions, their tools, the ops view), made on first use: at
         start-up its imports would delay the first answer."""
         if self._requests is None:
-            requests = self._requests = self._session_side()
-            requests.initialized = self._initialized
-            requests.closing = self._closing
-            requests.client = self._client
-            requests.nursery = self._nursery
-            if self.socket_clients is not None:
-                requests.caught_up = self.socket_clients.hub.caught_up
+            self._requests = self._session_side()
         return self._requests
 
     @property
@@ -161,7 +154,7 @@ class Daemon:
     async def _agent_force(self, params: AgentForceParams) -> AgentForceResult:
         from runtime.daemon.client_force import agent_force  # the session side's, on first use
 
-        self.requests._require_initialized()
+        self.requests.require_initialized()
         return await agent_force(self.requests, params)
 
     async def _on_sessions(self, attribute: str, params: Any, *effect: Effect) -> Any:
@@ -172,22 +165,20 @@ class Daemon:
         return await getattr(self.requests, attribute)(params, *effect)
 
     def _refuse_if_closing(self) -> None:
-        if self._closing:
+        if self.client_link.closing:
             raise RpcError(ErrorCode.SHUTTING_DOWN,
                            "the daemon is shutting down: the request came after shutdown")
 
     def _begin_closing(self) -> None:
-        self._closing = True
-        if self._requests is not None:
-            self._requests.closing = True
+        """``shutdown`` (at its effect), a signal or the end of input: later requests are
+        refused."""
+        self.client_link.closing = True
 
     async def serve(self, receive: trio.abc.ReceiveStream, send: trio.abc.SendStream) -> None:
         client = Endpoint("client", receive, send, incoming=CLIENT_TO_RUNTIME,
                           outgoing=RUNTIME_TO_CLIENT, handlers=self.handlers,
                           max_frame_size=self.max_frame_size, max_queued=MAX_QUEUED)
-        self._client = self.permissions.client = client
-        if self._requests is not None:
-            self._requests.client = client
+        self.client_link.client = client
         async with trio.open_nursery() as nursery:
             await self._start_services(nursery)
             async with trio.open_nursery() as client_nursery:
@@ -206,9 +197,7 @@ class Daemon:
         """What every link's daemon runs in its outer nursery (so none holds a client's
         drain open): the signal handler, the host (ready when it returns) and the ops
         socket (or a logged reason it is off)."""
-        self._nursery = nursery
-        if self._requests is not None:
-            self._requests.nursery = nursery
+        self.client_link.nursery = nursery
         nursery.start_soon(self._shutdown_on_signal)
         await nursery.start(self.host.run)
         try:
@@ -226,10 +215,8 @@ class Daemon:
         from runtime.daemon.socket_clients import SocketClients
 
         clients = self.socket_clients = SocketClients(self)
-        self.permissions.hub = clients.hub
+        self.client_link.hub = clients.hub
         async with trio.open_nursery() as nursery:
-            if self._requests is not None:
-                self._requests.caught_up = clients.hub.caught_up
             await self._start_services(nursery)
             async with trio.open_nursery() as links:
                 listening = await links.start(listen(clients.serve_link))
@@ -302,8 +289,8 @@ class Daemon:
         if self.socket_clients is not None:
             self.socket_clients.hub.notify_session(
                 session_id, "session.event", SessionEventParams(session_id, event))
-        elif self._client is not None:
-            self._client.notify("session.event", SessionEventParams(session_id, event))
+        elif self.client_link.client is not None:
+            self.client_link.client.notify("session.event", SessionEventParams(session_id, event))
 
     def _on_tool_output(self, params: ToolsOutputParams | ToolsStartedParams) -> None:
         if self._requests is not None:  # else no session is open: nobody listens
@@ -314,9 +301,7 @@ class Daemon:
     async def initialize(self, params: InitializeParams) -> InitializeResult:
         self._refuse_if_closing()
         check_compatible(params.protocol_version)
-        self._initialized = True
-        if self._requests is not None:
-            self._requests.initialized = True
+        self.client_link.initialized = True
         link = self.host.link
         host_info = link.info if link is not None else None
         capabilities: dict[str, Any] = {
@@ -355,7 +340,7 @@ _SESSION_REQUESTS: dict[str, tuple[str, Callable[[Any], Handler]]] = {
 
 
 def _session_side(**kwargs: Any) -> SessionRequests:
-    from runtime.daemon.session_requests import SessionRequests  # on first use (start-up)
+    from runtime.daemon.sessions.requests import SessionRequests  # on first use (start-up)
 
     return SessionRequests(**kwargs)
 

@@ -44,7 +44,8 @@ from runtime.agent.phase import PhaseKind
 from runtime.agent.registry import OperatorCause
 from runtime.daemon.percentiles import percentile
 from runtime.daemon.permission_relay import PermissionRelay
-from runtime.daemon.sessions import SessionStore
+from runtime.daemon.sessions.listing import LogListing
+from runtime.daemon.sessions.store import SessionStore
 from runtime.supervision.failures import HostError
 from runtime.supervision.supervisor import HostSupervisor
 
@@ -75,12 +76,14 @@ def shown_state(runtime_state: HostCallState, host_state: CallPhase | None,
 
 
 class DaemonOps:
-    """``sessions``: the loaded sessions; ``host``: the host supervisor (asked for
-    ``host.stats``, ``tools.force``, a restart); ``permissions``: the prompts open."""
+    """``sessions``: the loaded sessions; ``listing``: the logs not loaded (the unreadable
+    ones are shown); ``host``: the host supervisor (asked for ``host.stats``,
+    ``tools.force``, a restart); ``permissions``: the prompts open."""
 
-    def __init__(self, sessions: SessionStore, host: HostSupervisor,
+    def __init__(self, sessions: SessionStore, listing: LogListing, host: HostSupervisor,
                  permissions: PermissionRelay) -> None:
         self._sessions = sessions
+        self._listing = listing
         self._host = host
         self._permissions = permissions
         self._listeners: list[EventListener] = []
@@ -92,7 +95,7 @@ class DaemonOps:
     # -- fed by the daemon (each session's calls are its own ``Session.ops``) -----------
 
     def record_stop(self, settled_ms: float) -> None:
-        """A stop that settled (``Agent.on_stop``): asked by a client, an operator, a
+        """A stop that settled (``Session.on_stop``): asked by a client, an operator, a
         close or the shutdown, counted once however many aborts joined it."""
         self.stops += 1
         self.stop_latencies_ms.append(settled_ms)
@@ -145,9 +148,9 @@ class DaemonOps:
                 waiting is not None and waiting > agent.stuck_after,
                 len(agent.inbox), tuple(calls), agent.usage))
         # The scan session.list uses (off the event loop, shared by listings at once).
-        broken = [i for i in await self._sessions.scan_disk() if i.error is not None]
+        broken = [i for i in await self._listing.scan_disk() if i.error is not None]
         return OpsSessionsResult(os.getpid(), tuple(out), tuple(
-            OpsUnreadableLog(i.session_id, i.error or "", str(self._sessions.dir /
+            OpsUnreadableLog(i.session_id, i.error or "", str(self._listing.dir /
                                                               f"{i.session_id}.jsonl"),
                              i.workspace) for i in broken))
 

@@ -27,6 +27,7 @@ from protocol.messages.host import (
     PermissionRequestResult,
     PermissionWithdrawnParams,
 )
+from runtime.daemon.client_link import ClientLinkState
 from runtime.link import ConnectionClosed, Endpoint
 
 if TYPE_CHECKING:
@@ -45,10 +46,9 @@ def client_params(params: PermissionRequestParams) -> ClientPermissionRequestPar
 
 
 class PermissionRelay:
-    def __init__(self) -> None:
-        self.client: Endpoint | None = None
-        self.hub: ClientHub | None = None
-        """On a socket link: the prompt goes to its session's clients, first answer wins."""
+    def __init__(self, link: ClientLinkState | None = None) -> None:
+        """``link``: the daemon's (None: one of its own, for a relay on its own)."""
+        self._link = link if link is not None else ClientLinkState()
         self._pending: dict[str, trio.CancelScope] = {}
         self._calls: dict[str, str] = {}  # request id -> host call id
         # Withdrawals read before their request (the host withdrew a prompt it had not
@@ -56,6 +56,19 @@ class PermissionRelay:
         # refused, never shown. The link takes frames in wire order, so a withdrawal
         # read after its request always finds it registered.
         self._withdrawn_early: collections.OrderedDict[str, None] = collections.OrderedDict()
+
+    @property
+    def client(self) -> Endpoint | None:
+        return self._link.client
+
+    @client.setter
+    def client(self, client: Endpoint | None) -> None:
+        self._link.client = client
+
+    @property
+    def hub(self) -> ClientHub | None:
+        """On a socket link: the prompt goes to its session's clients, first answer wins."""
+        return self._link.hub
 
     async def request(self, params: PermissionRequestParams) -> PermissionRequestResult:
         client = self.client

@@ -24,7 +24,7 @@ from contextlib import asynccontextmanager
 import trio
 
 from runtime.agent.registry.signal import AbortSignal, cancel_on_abort
-from runtime.daemon.sessions import SessionStore
+from runtime.daemon.sessions.store import SessionStore
 from runtime.link import Effect
 
 

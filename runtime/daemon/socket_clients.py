@@ -10,8 +10,8 @@ one ``Endpoint`` with the daemon's handlers, plus what a renderer needs beside s
   ``afterSeq`` to this client, then its live ones (no event lost or doubled between the
   two: the replay and the start of following happen with no await between them).
 - ``stop/waiting``: the session announces what its stop waits on as that changes
-  (``runtime/daemon/stop_waiting.py``), to every client following it; one that attaches while a
-  stop waits is sent the current list.
+  (``runtime/daemon/sessions/stop_waiting.py``), to every client following it; one that
+  attaches while a stop waits is sent the current list.
 - ``agent.force`` is the daemon's, on every client link (``runtime/daemon/client_force.py``).
 """
 
@@ -33,7 +33,7 @@ from runtime.link import Effect, Endpoint, Handler, call_handler, marks_effect
 
 if TYPE_CHECKING:
     from runtime.daemon.daemon import Daemon
-    from runtime.daemon.sessions import Session
+    from runtime.daemon.sessions.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -95,9 +95,8 @@ class SocketClients:
         """``session.load`` of a session loaded already and not busy loading or closing:
         its replay goes to this client only (the daemon's own replay would go to every
         client following it). None: the daemon's ``session.load`` does it."""
-        requests = self._daemon.requests
-        session = requests.sessions.find(session_id)
-        if session is None or session.closing or requests.sessions.lock(session_id).locked():
+        session = self._daemon.sessions.find(session_id)
+        if session is None or session.closing or session.lock.locked():
             return None
         self.attach(client, SessionAttachParams(session_id))
         return SessionLoadResult(session_id, session.workspace,
@@ -109,8 +108,7 @@ class SocketClients:
         return attach
 
     def _session(self, session_id: str) -> Session:
-        requests = self._daemon.requests
-        session = requests.sessions.find(session_id)
+        session = self._daemon.sessions.find(session_id)
         if session is None or session.closing:
             raise RpcError(ErrorCode.NOT_FOUND,
                            f"session {session_id} is not loaded (session.load it first)")

@@ -9,8 +9,8 @@ loss to the turn: its first request finds the successor.
 The lease also owns where the turn's requests that may outlive their call are awaited
 (``start_soon``: a ``tools.abort``, a read-only call's execute, which a stop abandons and
 whose late result is still logged): its own nursery, open while the lease is ``held()``.
-The top-level turn holds it around its run (``Agent.hold_turn``, set by the daemon to
-``SessionTools.hold``), inside the turn's shielded end, so a session's close cancels none
+The top-level turn holds it around its run (``Session.hold_turn``, the agent's
+collaborator), inside the turn's shielded end, so a session's close cancels none
 of it. When the turn is over (its ``turn/end`` durable, its stops answered) the lease waits,
 shielded, at most ``END_WAIT`` for what still runs there, then cancels it (a late answer
 is then dropped by the link): no nursery is lent from the daemon or the supervisor.

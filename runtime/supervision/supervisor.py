@@ -86,7 +86,7 @@ class HostSupervisor:
                  first_host: PopenProcess | None = None,
                  registrations: Callable[[], Iterable[SessionOpenParams]] = tuple) -> None:
         """``registrations``: the sessions registered with the host now (each
-        ``SessionLife`` owns its own), re-announced to every fresh host."""
+        session owns its own), re-announced to every fresh host."""
         self._command = command
         self._first_host = first_host
         self._handlers = dict(handlers or {})

@@ -32,8 +32,8 @@ sys.exit(main(["serve"]))
 
 # Modules (or packages: any module beneath them too) the first answer must not need.
 HEAVY = (
-    "runtime.agent", "runtime.daemon.sessions", "runtime.daemon.session_requests",
-    "runtime.daemon.session_tools", "runtime.daemon.ops_backend", "runtime.daemon.ops_view",
+    "runtime.agent", "runtime.daemon.sessions",
+    "runtime.daemon.ops_backend",
     "runtime.clients",
     "httpx", "rich", "prompt_toolkit",
 )

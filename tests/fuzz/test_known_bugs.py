@@ -12,7 +12,7 @@ import trio
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.version import check_compatible
-from runtime.daemon.sessions import SessionStore
+from runtime.daemon.sessions.store import SessionStore
 from tests.conftest import Marked
 from tests.fuzz.stream import host_command, spawned
 from tests.fuzz.test_stray import request

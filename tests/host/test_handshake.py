@@ -115,6 +115,19 @@ def test_an_unknown_key_or_invalid_value_is_refused_by_name(text: str, named: st
     assert named in str(info.value)
 
 
+def test_the_environments_plugin_settings_are_checked_with_a_file_only(marked: Marked) -> None:
+    """A host started without ``--config`` takes ``QUIESCE_PLUGIN_*`` as they are, as it
+    always did; with a file, they are that file's defaults and checked with it."""
+    env = {**marked.env(), "QUIESCE_PLUGIN_START_TIMEOUT": "0"}
+    bare = subprocess.run(host_command(), stdin=subprocess.DEVNULL, capture_output=True,
+                          timeout=20, env=env, check=False)
+    assert bare.returncode == 0, bare.stderr
+    filed = subprocess.run([*host_command(), "--config", "{}"], stdin=subprocess.DEVNULL,
+                           capture_output=True, timeout=20, env=env, check=False)
+    assert filed.returncode == 2
+    assert b"plugins.start_timeout" in filed.stderr
+
+
 def test_the_host_refuses_a_bad_config_at_start(marked: Marked) -> None:
     done = subprocess.run([*host_command(), "--config", '{"tools": {"kill_grase": 1}}'],
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=20,

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+import textwrap
 import time
 
 import psutil
+import pytest
 import trio
 
 from protocol.messages.host import (
@@ -58,6 +60,61 @@ async def test_read_only_stop_returns_at_once(tmp_path: pathlib.Path, marked: Ma
     (result,) = results
     assert result.code == "ABORTED" and result.body_invoked
     assert elapsed < 1.0, elapsed
+
+
+@pytest.mark.parametrize("mechanism", ["cgroup", "process-tree"])
+async def test_a_stopped_search_gets_the_hosts_priority_back(tmp_path: pathlib.Path,
+                                                             marked: Marked,
+                                                             mechanism: str) -> None:
+    """A search runs lowered (nice 19, its autogroup too), and a process dies of TERM or
+    KILL only once the scheduler runs it: under CPU load a lowered one waited up to a
+    second for that, past its grace. Its stop gives it the host's priority back before the
+    TERM, whichever way the tree is killed (its cgroup, or the fallback without cgroups):
+    a stand-in ``rg`` says at which priority its TERM found it."""
+    if os.geteuid() != 0:
+        pytest.skip("raising a priority back needs CAP_SYS_NICE")
+    ready, seen = tmp_path / "ready", tmp_path / "seen"
+    stand_in = tmp_path / "lowered-rg"
+    stand_in.write_text(f"#!{sys.executable}\n" + textwrap.dedent(f"""\
+        import os, signal, time
+        def priority():
+            nice = str(os.getpriority(os.PRIO_PROCESS, 0))
+            if not os.path.exists("/proc/self/autogroup"):
+                return nice + " -"
+            with open("/proc/self/autogroup") as group:
+                return nice + " " + group.read().split()[-1]
+        def on_term(signum, frame):
+            with open({str(seen)!r}, "w") as out:
+                out.write(priority())
+            os._exit(0)
+        signal.signal(signal.SIGTERM, on_term)
+        with open({str(ready)!r}, "w") as out:
+            out.write(priority())
+        time.sleep(60)
+        """))
+    stand_in.chmod(0o755)
+    env = marked.env(QUIESCE_RG=str(stand_in),
+                     **({"QUIESCE_CGROUPS": "off"} if mechanism == "process-tree" else {}))
+    async with running_host(str(tmp_path), env, config=FAST) as host:
+        assert host.link.pid is not None
+        host_nice = psutil.Process(host.link.pid).nice()
+        async with trio.open_nursery() as nursery:
+            results = []
+
+            async def run() -> None:
+                results.append(await host.execute("g1", "Grep", {"pattern": "zzz"}))
+
+            nursery.start_soon(run)
+            with trio.fail_after(10):
+                while not (ready.exists() and ready.read_text()):
+                    await trio.sleep(0.01)
+            lowered_nice, lowered_group = ready.read_text().split()
+            assert int(lowered_nice) > host_nice and lowered_group in ("19", "-")
+            await host.abort("g1", "Grep")
+    (result,) = results
+    assert result.code == "ABORTED" and result.body_invoked
+    nice, group = seen.read_text().split()
+    assert int(nice) == host_nice and group in ("0", "-"), seen.read_text()
 
 
 async def test_process_tree_stop_kills_every_member(tmp_path: pathlib.Path,

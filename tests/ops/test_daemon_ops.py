@@ -17,7 +17,7 @@ from protocol.messages.host import HostCallInfo, HostStatsResult
 from protocol.toolclass import ToolClass
 from runtime.agent.hostcall import HostCallState, InFlightCall
 from runtime.daemon.ops_backend import DaemonOps, shown_state
-from runtime.daemon.ops_view import SessionOpsView
+from runtime.daemon.sessions.ops_view import SessionOpsView
 from runtime.supervision.failures import HostLost, HostNotReached
 
 
@@ -60,11 +60,11 @@ def make_ops(host: FakeHost | None = None, pending: frozenset[str] = frozenset()
     async def scan_disk() -> list[object]:
         return []
 
-    sessions = SimpleNamespace(all=lambda: [session], scan_disk=scan_disk,
-                               dir=pathlib.Path("/data/sessions"),
+    sessions = SimpleNamespace(all=lambda: [session],
                                find=lambda sid: session if sid == "s-1" else None,
                                get=lambda sid: session)
-    return DaemonOps(cast(Any, sessions), cast(Any, host or FakeHost(
+    listing = SimpleNamespace(scan_disk=scan_disk, dir=pathlib.Path("/data/sessions"))
+    return DaemonOps(cast(Any, sessions), cast(Any, listing), cast(Any, host or FakeHost(
         fails=HostNotReached("no live host"))),
         cast(Any, SimpleNamespace(pending_calls=lambda: pending)))
 
@@ -155,7 +155,7 @@ async def test_stats_with_two_stops_puts_the_p90_above_the_median() -> None:
     host = FakeHost()
     host.pid, host.restarts, host.crashes = 1, 0, 0  # type: ignore[attr-defined]
     sessions = SimpleNamespace(all=list)
-    ops = DaemonOps(cast(Any, sessions), cast(Any, host), cast(Any, None))
+    ops = DaemonOps(cast(Any, sessions), cast(Any, None), cast(Any, host), cast(Any, None))
     ops.record_stop(36_911.2)
     ops.record_stop(35.8)
     stats = await ops.ops_stats()

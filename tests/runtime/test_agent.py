@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import pathlib
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult, error_result, ok_result
 from runtime.agent.agent import Agent
 from runtime.agent.assembler import Assembler
+from runtime.agent.collaborators import AgentCollaborators
 from runtime.agent.journal import Journal
 from runtime.agent.phase import InvalidTransition, PhaseEvent, PhaseKind, PhaseMachine
 from runtime.agent.providers.base import ReasoningDelta, ReasoningSeal, TextDelta, ToolCallChunk
@@ -58,13 +60,15 @@ def local_tools(definitions: Sequence[ToolDefinition[Any]] = ()) -> Any:
 def make_agent(tmp_path: pathlib.Path, script: list[Any], *,
                tools: Sequence[ToolDefinition[Any]] = (), config: TurnConfig | None = None,
                log_type: type[SessionLog] = SessionLog,
+               collaborators: AgentCollaborators | None = None,
                ) -> tuple[Agent, ScriptedProvider, list[AnnouncedEvent]]:
     log = log_type.create(tmp_path / "s.jsonl")
     announced: list[AnnouncedEvent] = []
     journal = Journal(log, announced.append)
     journal.append(lambda seq: SessionMeta(seq, "", "s-1", str(tmp_path), "auto", 0.0))
     provider = ScriptedProvider(parse_script(script))
-    agent = Agent("s-1", journal, provider, local_tools(tools), config)
+    agent = Agent("s-1", journal, provider, local_tools(tools), config,
+                  collaborators=collaborators)
     return agent, provider, announced
 
 
@@ -237,9 +241,10 @@ async def test_a_turn_ends_max_steps_at_the_daemons_step_limit(tmp_path: pathlib
     workspace.mkdir()
     step = [tool_call("e", "Echo")]
     provider = ScriptedProvider(parse_script([step, step, step, [{"text": "never"}]]))
-    session = daemon.sessions.create(str(workspace), "auto", None, provider,
-                                     lambda session_id, event: None,
-                                     lambda session_id: local_tools([ECHO]))
+    services = dataclasses.replace(daemon.requests.services,
+                                   announce=lambda session_id, event: None,
+                                   tools=lambda session_id: local_tools([ECHO]))
+    session = daemon.sessions.create(str(workspace), "auto", None, provider, services)
     async with trio.open_nursery() as nursery:
         await nursery.start(session.agent.run)
         pending = session.agent.prompt("loop")

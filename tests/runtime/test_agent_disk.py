@@ -13,6 +13,7 @@ import trio.testing
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.events import ToolCallEvent, ToolResultEvent, TurnEnd, TurnStart
 from runtime.agent import logfaults
+from runtime.agent.collaborators import Unowned
 from runtime.agent.registry import DisposedCause, UserCause
 from runtime.agent.sessionlog import read_log
 from tests.runtime.test_agent import ECHO, make_agent, tool_call
@@ -188,10 +189,15 @@ async def test_a_turn_does_not_start_while_an_earlier_end_is_still_owed(
 
 async def test_a_stop_is_counted_once_where_it_settles(
         tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
-    agent, _, _ = make_agent(tmp_path, [[{"text": "a"}, {"sleepMs": 60_000}], [{"text": "b"}],
-                                        [{"text": "c"}, {"sleepMs": 60_000}]])
     counted: list[float] = []
-    agent.on_stop = counted.append
+
+    class Counting(Unowned):
+        def on_stop(self, settled_ms: float) -> None:
+            counted.append(settled_ms)
+
+    agent, _, _ = make_agent(tmp_path, [[{"text": "a"}, {"sleepMs": 60_000}], [{"text": "b"}],
+                                        [{"text": "c"}, {"sleepMs": 60_000}]],
+                             collaborators=Counting())
     async with trio.open_nursery() as nursery:
         await nursery.start(agent.run)
         agent.prompt("one")

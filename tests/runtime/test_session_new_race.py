@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from typing import Any
 
@@ -13,7 +14,7 @@ from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import ScriptedProviderConfig, SessionNewParams
 from protocol.messages.host import PluginsListParams, PluginsListResult, SessionOpenResult
 from runtime.daemon.daemon import Daemon
-from runtime.daemon.session_life import SessionLife
+from runtime.daemon.sessions.session import Session
 
 
 class _Host:
@@ -23,16 +24,16 @@ class _Host:
     def __init__(self, daemon: Daemon) -> None:
         self.daemon = daemon
         self.told: list[str] = []
-        self.life: SessionLife | None = None
+        self.session: Session | None = None
 
     async def request(self, method: str, params: msgspec.Struct) -> Any:
         await trio.lowlevel.checkpoint()
         if method == "session.open":
             return SessionOpenResult()
         assert isinstance(params, PluginsListParams)
-        self.life = self.daemon.requests.lives[params.session_id]
-        assert self.life.registration is not None  # registered, until undone
-        opening = self.life.opening
+        self.session = self.daemon.sessions.get(params.session_id)
+        assert self.session.registration is not None  # registered, until undone
+        opening = self.session.opening
         assert opening is not None
         opening.scope.cancel()  # what session.close does
         return PluginsListResult((), ())
@@ -44,9 +45,10 @@ class _Host:
 async def test_a_close_after_the_opens_last_checkpoint_undoes_it(
         tmp_path: pathlib.Path) -> None:
     daemon = Daemon(data_dir=tmp_path / "data")
-    daemon.requests.initialized = True
+    daemon.client_link.initialized = True
     host = _Host(daemon)
-    daemon.requests.host = host  # type: ignore[assignment]
+    daemon.requests.services = dataclasses.replace(
+        daemon.requests.services, host=host)  # type: ignore[arg-type]
     workspace = tmp_path / "ws"
     workspace.mkdir()
     with pytest.raises(RpcError) as refused:
@@ -56,5 +58,5 @@ async def test_a_close_after_the_opens_last_checkpoint_undoes_it(
     assert list(daemon.sessions.all()) == []
     assert host.told == ["session.close"]
     # Undone: a fresh host would not be told of it.
-    assert host.life is not None and host.life.registration is None
-    assert daemon.requests.lives == {} and list(daemon.requests.registrations()) == []
+    assert host.session is not None and host.session.registration is None
+    assert list(daemon.requests.registrations()) == []

@@ -1,4 +1,4 @@
-"""``SessionStore.on_disk`` (what ``session.list`` shows of logs not loaded here): an OS
+"""``LogListing.on_disk`` (what ``session.list`` shows of logs not loaded here): an OS
 error is never cached, and the listing's cache is safe from two threads at once."""
 
 from __future__ import annotations
@@ -14,16 +14,17 @@ import pytest
 from protocol.messages.events import SessionMeta
 from runtime.agent import logfaults
 from runtime.agent.sessionlog import LogContents, SessionLog, read_log
-from runtime.daemon import sessions
-from runtime.daemon.sessions import SessionStore
+from runtime.daemon.sessions import listing as sessions
+from runtime.daemon.sessions.listing import LogListing
+from runtime.daemon.sessions.store import SessionStore
 
 
-def stored(tmp_path: pathlib.Path) -> SessionStore:
+def stored(tmp_path: pathlib.Path) -> LogListing:
     store = SessionStore(tmp_path)
     log = SessionLog.create(store.dir / "s-0123456789ab.jsonl")
     log.append(SessionMeta(0, "", "s-0123456789ab", str(tmp_path), "auto", 1.0))
     log.close()
-    return store
+    return LogListing(store.dir, loaded=lambda session_id: session_id in store)
 
 
 def test_an_os_error_is_not_cached_past_its_fix(tmp_path: pathlib.Path,
@@ -35,7 +36,7 @@ def test_an_os_error_is_not_cached_past_its_fix(tmp_path: pathlib.Path,
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
 
     monkeypatch.setattr(sessions, "read_log", denied)
-    with caplog.at_level(logging.WARNING, logger="runtime.daemon.sessions"):
+    with caplog.at_level(logging.WARNING, logger="runtime.daemon.sessions.listing"):
         (first,) = store.on_disk()
         store.on_disk()
     assert first.error is not None and "Permission denied" in first.error

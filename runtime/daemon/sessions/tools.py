@@ -1,15 +1,14 @@
 """Each session's host tools, made per turn: the registry a turn runs its calls through,
-their start, progress and abort events in the session's journal, the turn's hold on a host, and
-the host's tool output routed back to the agent listening for it."""
+their start, progress and abort events in the session's journal, on the turn's hold on a
+host (``Session.lease_for``), and the host's tool output routed back to the agent listening
+for it."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
-from protocol.ids import root_turn_id
 from protocol.messages.events import ToolAbortEvent, ToolProgressEvent, ToolStartedEvent
 from protocol.messages.host import ToolsAbortResult, ToolsOutputParams, ToolsStartedParams
 from runtime.agent.agent import CallNotice, ToolsFactory
@@ -17,18 +16,17 @@ from runtime.agent.hooks.config import HookConfig
 from runtime.agent.hooks.stages import TurnHooks
 from runtime.agent.hosttools import HostTools
 from runtime.agent.registry import ToolRegistry
-from runtime.daemon.sessions import Session, SessionStore
+from runtime.daemon.sessions.session import Session
+from runtime.daemon.sessions.store import SessionStore
 from runtime.supervision.lease import HostLease
-from runtime.supervision.supervisor import HostSupervisor
 
 log = logging.getLogger(__name__)
 
 
 class SessionTools:
-    def __init__(self, sessions: SessionStore, host: HostSupervisor, *,
+    def __init__(self, sessions: SessionStore, *,
                  process_grace: float, hooks: HookConfig | None = None) -> None:
         self._sessions = sessions
-        self._host = host
         self.process_grace = process_grace
         self._hooks = hooks if hooks is not None and not hooks.empty else None
 
@@ -49,7 +47,7 @@ class SessionTools:
                 journal.announce(lambda seq: ToolAbortEvent(seq, turn_id, call_id, tool,
                                                             answer.state, answer.body_invoked))
 
-            lease = self._lease(session, turn_id)
+            lease = session.lease_for(turn_id)
             hooks = self._turn_hooks(session, turn_id, lease)
             tools = HostTools(lease, session_id, turn_id,
                               on_progress=on_progress, on_started=on_started,
@@ -83,18 +81,3 @@ class SessionTools:
             return
         if not session.agent.on_output(params):
             log.debug("dropped output of %s (no longer listened to)", params.call_id)
-
-    @asynccontextmanager
-    async def hold(self, session: Session, turn_id: str) -> AsyncIterator[None]:
-        """A top-level turn's run (``Agent.hold_turn``): the lease it and its subagents
-        share is held, so what outlives a call is awaited in the lease's own nursery."""
-        async with self._lease(session, turn_id).held():
-            yield
-
-    def _lease(self, session: Session, turn_id: str) -> HostLease:
-        """The session's lease for this turn: its top-level turn's (kept on the session)."""
-        top = root_turn_id(turn_id)
-        held = session.lease
-        if held is None or held[0] != top:
-            held = session.lease = (top, self._host.lease())
-        return held[1]

@@ -3,7 +3,7 @@
 The set is the calls of the session's host tools that a stop of the session's current
 phase has reached (``aborting``, ``draining``) and that still wait on the host (not
 abandoned, no result yet); ``agent.force`` without a call id forces them. It changes only
-where something tells it: the stop starts or its phase settles (``Agent.on_stopping``),
+where something tells it: the stop starts or its phase settles (``Session.on_stopping``),
 or a host call is made, moves in its state table or ends (``HostTools(on_calls=...)``).
 Each time, the set is looked at again and, if it differs from the one announced last, a
 ``stop/waiting`` event is announced through the session's journal, so it reaches every
@@ -25,7 +25,7 @@ from runtime.agent.hostcall import HostCallState
 
 if TYPE_CHECKING:
     from runtime.agent.agent import Agent
-    from runtime.daemon.ops_view import SessionOpsView
+    from runtime.daemon.sessions.ops_view import SessionOpsView
 
 WaitingRow = tuple[str, str, str, str]
 """(call id, tool, class, state) of a call a stop waits on."""
