@@ -1,5 +1,7 @@
 """The test kit: what the tests drive the product with, written once.
 
+- ``agent``: the agent in process, no host, no daemon (``make_agent``), its log's fsync
+  on virtual time (``VirtualSyncLog``);
 - ``daemon``: ``quiesce serve`` as a subprocess driven through agent turns
   (``agent_daemon``, ``Agent.stop_and_check``, ``kill_under``), and holding its host
   still;

@@ -5,79 +5,36 @@ from __future__ import annotations
 import dataclasses
 import errno
 import pathlib
-from collections.abc import Sequence
 from typing import Any
 
-import msgspec
 import pytest
 import trio
 import trio.testing
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.events import (
-    AnnouncedEvent,
     AssistantMessageEvent,
-    SessionMeta,
     ToolCallEvent,
     ToolResultEvent,
     TurnEnd,
 )
-from protocol.messages.host import ToolsOutputParams
 from protocol.toolclass import ToolClass
-from protocol.tools import ToolResult, error_result, ok_result
-from runtime.agent.agent import Agent
+from protocol.tools import ToolResult, error_result
 from runtime.agent.assembler import Assembler
-from runtime.agent.collaborators import AgentCollaborators
-from runtime.agent.journal import Journal
 from runtime.agent.phase import InvalidTransition, PhaseEvent, PhaseKind, PhaseMachine
 from runtime.agent.providers.base import ReasoningDelta, ReasoningSeal, TextDelta, ToolCallChunk
 from runtime.agent.providers.scripted import ScriptedProvider, parse_script
 from runtime.agent.registry import (
     AbortSignal,
     HookCause,
-    ToolDefinition,
     ToolExecution,
-    ToolRegistry,
     UserCause,
     cancel_on_abort,
     define_tool,
 )
 from runtime.agent.sessionlog import SessionLog, read_log
-from runtime.agent.turn import TurnConfig
 from runtime.daemon.daemon import Daemon
-
-
-def no_route(params: ToolsOutputParams) -> bool:
-    return False
-
-
-def local_tools(definitions: Sequence[ToolDefinition[Any]] = ()) -> Any:
-    def tools(turn_id: str) -> tuple[ToolRegistry, list[ToolDefinition[Any]], Any]:
-        return ToolRegistry(list(definitions)), list(definitions), no_route
-    return tools
-
-
-def make_agent(tmp_path: pathlib.Path, script: list[Any], *,
-               tools: Sequence[ToolDefinition[Any]] = (), config: TurnConfig | None = None,
-               log_type: type[SessionLog] = SessionLog,
-               collaborators: AgentCollaborators | None = None,
-               ) -> tuple[Agent, ScriptedProvider, list[AnnouncedEvent]]:
-    log = log_type.create(tmp_path / "s.jsonl")
-    announced: list[AnnouncedEvent] = []
-    journal = Journal(log, announced.append)
-    journal.append(lambda seq: SessionMeta(seq, "", "s-1", str(tmp_path), "auto", 0.0))
-    provider = ScriptedProvider(parse_script(script))
-    agent = Agent("s-1", journal, provider, local_tools(tools), config,
-                  collaborators=collaborators)
-    return agent, provider, announced
-
-
-class EchoArgs(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    text: str = ""
-
-
-async def _echo(args: EchoArgs, execution: ToolExecution) -> ToolResult:
-    return ok_result(args.text)
+from tests.kit.agent import ECHO, EchoArgs, local_tools, make_agent, tool_call
 
 
 async def _crash_on_stop(args: EchoArgs, execution: ToolExecution) -> ToolResult:
@@ -89,13 +46,8 @@ async def _crash_on_stop(args: EchoArgs, execution: ToolExecution) -> ToolResult
                         body_invoked=True)
 
 
-ECHO = define_tool("Echo", args=EchoArgs, tool_class=ToolClass.LOCAL, body=_echo)
 CRASH_ON_STOP = define_tool("Slow", args=EchoArgs, tool_class=ToolClass.LOCAL,
                             body=_crash_on_stop)
-
-
-def tool_call(call_id: str, name: str) -> dict[str, Any]:
-    return {"toolCall": {"id": call_id, "name": name, "args": {}}}
 
 
 def test_phase_table() -> None:

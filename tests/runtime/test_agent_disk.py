@@ -16,7 +16,7 @@ from runtime.agent import logfaults
 from runtime.agent.collaborators import Unowned
 from runtime.agent.registry import DisposedCause, UserCause
 from runtime.agent.sessionlog import read_log
-from tests.runtime.test_agent import ECHO, make_agent, tool_call
+from tests.kit.agent import ECHO, make_agent, tool_call
 
 
 @pytest.fixture

@@ -26,20 +26,11 @@ from protocol.messages.events import (
 from runtime.agent.agent import Agent, PendingPrompt
 from runtime.agent.compaction import ContextSettings
 from runtime.agent.registry import UserCause
-from runtime.agent.sessionlog import SessionLog, read_log
+from runtime.agent.sessionlog import read_log
+from tests.kit.agent import VirtualSyncLog, make_agent
 from tests.kit.daemon import check_answer, sleep, text
-from tests.runtime.test_agent import make_agent
 
 TWO_TURNS = [[text("first answer")], [text("second answer")]]
-
-
-class VirtualSyncLog(SessionLog):
-    """A log whose fsync takes a virtual millisecond: the real one, in a worker thread,
-    would let the mock clock jump while it runs (every task blocked), so a stop would
-    read minutes of virtual time that never passed."""
-
-    async def sync(self) -> None:
-        await trio.sleep(0.001)
 
 
 def make(tmp_path: pathlib.Path, script: list[Any]
