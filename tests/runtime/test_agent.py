@@ -34,7 +34,14 @@ from runtime.agent.registry import (
 )
 from runtime.agent.sessionlog import SessionLog, read_log
 from runtime.daemon.daemon import Daemon
-from tests.kit.agent import ECHO, EchoArgs, local_tools, make_agent, tool_call
+from tests.kit.agent import (
+    ECHO,
+    EchoArgs,
+    VirtualSyncLog,
+    local_tools,
+    make_agent,
+    tool_call,
+)
 
 
 async def _crash_on_stop(args: EchoArgs, execution: ToolExecution) -> ToolResult:
@@ -138,9 +145,10 @@ async def test_stream_stop_keeps_interrupted_prefix_and_first_cause_wins(
     assert end.end.reason is not None and {end.end.reason.kind} == kinds
 
 
-async def test_inbox_runs_queued_prompts_and_a_stop_clears_it(tmp_path: pathlib.Path) -> None:
+async def test_inbox_runs_queued_prompts_and_a_stop_clears_it(
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
     script = [[{"text": "one"}, {"sleepMs": 60_000}], [{"text": "never"}]]
-    agent, provider, _ = make_agent(tmp_path, script)
+    agent, provider, _ = make_agent(tmp_path, script, log_type=VirtualSyncLog)
     async with trio.open_nursery() as nursery:
         await nursery.start(agent.run)
         first = agent.prompt("1")
@@ -156,8 +164,9 @@ async def test_inbox_runs_queued_prompts_and_a_stop_clears_it(tmp_path: pathlib.
 
 
 async def test_a_stop_during_maintenance_aborts_it_and_answers_once_it_ended(
-        tmp_path: pathlib.Path) -> None:
-    agent, provider, _ = make_agent(tmp_path, [[{"text": "after maintenance"}]])
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
+    agent, provider, _ = make_agent(tmp_path, [[{"text": "after maintenance"}]],
+                                    log_type=VirtualSyncLog)
     seen: list[object] = []
 
     async def job(signal: AbortSignal) -> None:
@@ -236,8 +245,9 @@ async def test_a_stop_whose_turn_end_is_not_durable_is_an_internal_error(
 
 
 async def test_a_stop_that_ends_in_a_host_crash_answers_with_the_stopped_calls(
-        tmp_path: pathlib.Path) -> None:
-    agent, _, _ = make_agent(tmp_path, [[tool_call("c1", "Slow")]], tools=[CRASH_ON_STOP])
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
+    agent, _, _ = make_agent(tmp_path, [[tool_call("c1", "Slow")]], tools=[CRASH_ON_STOP],
+                             log_type=VirtualSyncLog)
     async with trio.open_nursery() as nursery:
         await nursery.start(agent.run)
         pending = agent.prompt("hi")
