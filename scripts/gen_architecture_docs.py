@@ -19,7 +19,8 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
 TARGET = ROOT / "docs" / "architecture.md"
 PACKAGES = ("protocol", "runtime", "host")
 """The top level, in the order the tables are drawn: what the others stand on first."""
@@ -93,7 +94,11 @@ def render_module_tables() -> str:
 
 
 def render_state_tables() -> str:
-    from state_tables import render  # scripts/, beside this file; it imports the packages
+    # scripts/state_tables.py, beside this file (imported by a test, this file's folder is
+    # not on the path); it imports the packages, whose tables it draws.
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    from state_tables import render
 
     return render()
 

@@ -18,8 +18,9 @@ the call, never the lease's owner. Then, by the tool's class:
 
 - read-only: stops waiting at once, without waiting for the host's answer to the
   abort (``ABORTED``: the body may have started); the request may still finish in
-  the lease's nursery for ``LATE_RESULT_WAIT``, and a late host result is logged (INFO:
-  call, tool, code) and discarded.
+  the lease's nursery for ``LATE_RESULT_WAIT``, but no longer than the lease's
+  ``END_WAIT`` after its turn ends, and a late host result is logged (INFO: call, tool,
+  code) and discarded.
 - process: waits up to the process grace for the host's result (the output the
   host collected before it killed the tree); past it, the runtime ends the call's
   processes itself (``HostPort.end_call_processes``: its cgroup killed, or the host
