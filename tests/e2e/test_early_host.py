@@ -27,7 +27,7 @@ from runtime.link import Endpoint
 from runtime.supervision.link import default_host_command
 from runtime.supervision.popen_process import PopenProcess
 from tests.conftest import Marked
-from tests.support import MARK_VAR, marked_processes
+from tests.support import MARK_VAR, command_line, marked_processes
 
 ADOPTED = "adopted (started before the runtime's imports)"
 
@@ -149,10 +149,11 @@ def test_a_failed_serve_kills_and_reaps_its_early_host(tmp_path: pathlib.Path,
 async def test_a_runtime_killed_before_the_handshake_leaves_no_host(marked: Marked) -> None:
     async with spawn_daemon(env=marked.env(), stderr=subprocess.DEVNULL) as daemon:
         runtime = psutil.Process(daemon.process.pid)
-        with trio.fail_after(10):
-            while not runtime.children():
+        with trio.fail_after(10):  # the host, by its command line: not a passing child
+            while not (hosts := [child for child in runtime.children()
+                                 if " -m host" in command_line(child)]):
                 await trio.sleep(0.005)
-        (host,) = runtime.children()
+        (host,) = hosts
         daemon.process.kill()
         # The host reads EOF on its stdin (the runtime held the only write end) and exits;
         # the marked fixture fails the test if it is still there.
