@@ -47,7 +47,7 @@ from benchlib.harness import MARK_VAR, kill_all, marked
 
 from runtime.agent.providers.bounds import MAX_CALL_ARGUMENTS, MAX_RESPONSE_TEXT
 from runtime.clients.daemon_client import serve_command
-from runtime.link.endpoint import MAX_QUEUED
+from runtime.link.writer import MAX_QUEUED
 
 MIB = 1024 * 1024
 INIT = {"protocolVersion": "1.0", "clientInfo": {"name": "bounds"}}

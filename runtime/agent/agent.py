@@ -1,34 +1,32 @@
-"""One session's agent: the phase table, the inbox, turns, and stops that settle.
+"""One session's agent: the owner of its phases, its inbox, its turns and their stops.
 
 A prompt accepted while idle starts its turn's phase at once (with its
 controller), so a stop that arrives before the turn's first step still stops
 that turn. Prompts accepted while a turn (or maintenance) runs wait in the inbox
-and start the next turns. ``cancel`` aborts the current phase's controller,
+(``inbox.py``) and start the next turns. ``cancel`` aborts the current phase's controller,
 whichever non-idle phase it is (first cause wins), clears the inbox unless asked
 to keep it, and returns only when that phase has ended: for a turn, when its
 ``turn/end`` is on disk (fsynced); concurrent cancels join the same settlement.
 A turn whose ``turn/end`` could not be made durable answers its stops with an
-``INTERNAL`` error, never with a settlement it cannot vouch for. An end the log took but
-could not fsync stays (it is true); one the log could not take is owed: recorded (kind
-``error``, saying the log failed) before anything else of the session, once the log takes
-records again. A turn whose ``turn/start`` the log never took records nothing. A stop is
+``INTERNAL`` error, never with a settlement it cannot vouch for (``stopanswer.py``). An end
+the log could not take is owed (``owed.py``); a turn runs to its recorded end in
+``turnend.py``. A turn whose ``turn/start`` the log never took records nothing. A stop is
 counted (``on_stop``) once, where its phase settles, whoever asked for it (a client, an
 operator, ``session.close``, shutdown). What happens around its turns is its owner's, given
 when it is built (``collaborators.py``).
 
 A compaction (``session.compact``, or a prompt arriving while the history outgrows its
 share of the context window) runs in the ``maintenance`` phase the same way: entered at
-once, run by the agent's task, shielded to its durable ``maintenance/end``, then its stops
-answered and the inbox's first prompt started (``compaction.py`` is the job itself). A
-compaction a running turn needs between its steps is the turn's own work (``turn.py``),
-under the turn's controller: the phase stays ``running``.
+once, run by the agent's task (``maintenance.py``), shielded to its durable
+``maintenance/end``, then its stops answered and the inbox's first prompt started
+(``compaction.py`` is the job itself). A compaction a running turn needs between its steps
+is the turn's own work (``turn.py``), under the turn's controller: the phase stays
+``running``.
 
-Why one module past ~400 lines: the turn's run, its owed end and its stops are one
-settlement (the phase table's ``END_TURN`` fires where the end is durable or owed, and
-every stop answers from it), and a maintenance phase settles the same way; apart, the
-order a reader must check (end on disk, then the stops answered, then the next turn)
-would span modules. The phases are ``phase.py``, one turn's steps ``turn.py``, a
-subagent's tool ``task.py``, the compaction job ``compaction.py``.
+The agent keeps the settlement's order in one place: the phase table's ``END_TURN`` fires
+where the end is durable or owed (``_release``), then the stops answer, then the next turn
+starts. The phases are ``phase.py``, one turn's steps ``turn.py``, a subagent's tool
+``task.py``.
 """
 
 from __future__ import annotations
@@ -38,36 +36,32 @@ import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
 from protocol import ids
-from protocol.errors import ErrorCode, RpcError
-from protocol.messages.client import AbortedCall, AgentAbortResult, AgentPromptResult
+from protocol.messages.client import AbortedCall, AgentAbortResult
 from protocol.messages.events import (
     AssistantMessageEvent,
-    StopReason,
     TokenUsage,
-    ToolCallEvent,
-    ToolResultEvent,
     ToolStartedEvent,
     TurnEnd,
     TurnOutcome,
 )
 from protocol.messages.host import ToolsOutputParams, ToolsStartedParams
-from protocol.tools import error_result
 from runtime.agent.collaborators import AgentCollaborators, Unowned
 from runtime.agent.compaction import (
     Compaction,
     ContextSettings,
-    compact,
     outgrown,
     usage_sum,
 )
 from runtime.agent.history import ModelHistory
+from runtime.agent.inbox import PendingPrompt
 from runtime.agent.journal import Journal
+from runtime.agent.maintenance import run_compaction
+from runtime.agent.owed import OwedEnds, recorded_end
 from runtime.agent.phase import PhaseEvent, PhaseKind, PhaseMachine
 from runtime.agent.providers.base import Provider
 from runtime.agent.registry import (
@@ -77,35 +71,16 @@ from runtime.agent.registry import (
     ToolDefinition,
     ToolRegistry,
 )
+from runtime.agent.stopanswer import calls_of, stop_answer
 from runtime.agent.task import TaskTool
-from runtime.agent.turn import Turn, TurnConfig, TurnEnding
+from runtime.agent.turn import Turn, TurnConfig
+from runtime.agent.turnend import TurnSlot, run_to_end
 
 log = logging.getLogger(__name__)
 
 CallNotice = ToolsOutputParams | ToolsStartedParams  # the host's word on a running call
 ToolsFactory = Callable[[str], tuple[ToolRegistry, list[ToolDefinition[Any]],
                                      Callable[[CallNotice], bool]]]
-
-
-@dataclass
-class PendingPrompt:
-    text: str
-    done: trio.Event = field(default_factory=trio.Event)
-    result: AgentPromptResult | None = None
-
-    def resolve(self, turn_id: str | None, stop_reason: StopReason) -> None:
-        self.result = AgentPromptResult(turn_id, stop_reason)
-        self.done.set()
-
-
-@dataclass
-class _TurnSlot:
-    turn_id: str
-    prompt: PendingPrompt
-    end: TurnEnd | None = None
-    """The turn's ``turn/end`` once it is durable (None: not yet, or it could not be)."""
-    started_at: float = field(default_factory=time.monotonic)
-    stop_requested_at: float | None = None
 
 
 class Agent:
@@ -123,7 +98,7 @@ class Agent:
         self._config = config or TurnConfig()
         self.machine = PhaseMachine()
         self.inbox: collections.deque[PendingPrompt] = collections.deque()
-        self._current: _TurnSlot | None = None
+        self._current: TurnSlot | None = None
         self._wake = trio.Event()
         self._turn_ids = itertools.count(_turn_count(journal) + 1)
         self._routes: list[Callable[[CallNotice], bool]] = []
@@ -131,8 +106,7 @@ class Agent:
         self._owner: AgentCollaborators = (
             collaborators if collaborators is not None else Unowned())
         self._stop_at: float | None = None  # the current phase's first stop request
-        self._owed: list[tuple[str, str]] = []
-        """(turn id, why) of turns whose turn/end the log could not take, oldest first."""
+        self._owed = OwedEnds(session_id, journal)
         self.turns = 0
         self.context = context if context is not None else ContextSettings()
         self._maintenance: Compaction | None = None  # the maintenance phase's job
@@ -157,7 +131,7 @@ class Agent:
             return
         turn_id = ids.top_turn_id(next(self._turn_ids))
         self.machine.fire(PhaseEvent.START_TURN, turn_id=turn_id)
-        self._current = _TurnSlot(turn_id, pending)
+        self._current = TurnSlot(turn_id, pending)
         self._wake.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -173,7 +147,7 @@ class Agent:
                     assert self._current is not None
                     await self._run_turn(self._current)
 
-    async def _run_turn(self, slot: _TurnSlot) -> None:
+    async def _run_turn(self, slot: TurnSlot) -> None:
         controller = self.machine.phase.controller
         assert controller is not None
         await self._owner.before_turn()
@@ -192,7 +166,7 @@ class Agent:
         durable: TurnEnd | None = None
         with trio.CancelScope(shield=True):  # a turn always reaches its durable turn/end
             try:
-                await self._record_owed()
+                await self._owed.record()
             except OSError:
                 log.exception("session %s: the log still cannot record the end of an earlier "
                               "turn; turn %s does not start", self.session_id, slot.turn_id)
@@ -201,7 +175,8 @@ class Agent:
                 return
             async with self._owner.hold_turn(slot.turn_id):
                 try:
-                    ending, durable = await self._run_to_end(turn, controller.signal)
+                    ending, durable = await run_to_end(turn, controller.signal,
+                                                       self.journal, self._owed)
                 finally:
                     self._routes.remove(route)
                     self.turns += 1
@@ -209,7 +184,7 @@ class Agent:
         log.info("session %s turn %s ended %s", self.session_id, slot.turn_id,
                  ending.outcome.kind)
 
-    def _release(self, slot: _TurnSlot, end: TurnEnd | None) -> None:
+    def _release(self, slot: TurnSlot, end: TurnEnd | None) -> None:
         """The turn is over (its turn/end durable, or the log broken): release its waiters
         with what the log says, never more."""
         slot.end = end
@@ -251,15 +226,8 @@ class Agent:
         await self._owner.before_turn()  # as a turn: a stop written right behind it wins
         with trio.CancelScope(shield=True):  # it always reaches its durable end
             try:
-                await compact(job, self.journal, self._provider, self._history,
-                              controller.signal)
-            except OSError as exc:
-                log.exception("session %s: the log failed during compaction",
-                              self.session_id)
-                job.outcome, job.error = "failed", f"the session log failed: {exc}"
-            except Exception as exc:  # the maintenance's one mapping of unexpected failures
-                log.exception("session %s: compaction failed", self.session_id)
-                job.outcome, job.error = "failed", _describe(exc)
+                await run_compaction(self.session_id, job, self.journal, self._provider,
+                                     self._history, controller.signal)
             finally:
                 self._maintenance, self._settled_maintenance = None, job
                 self._count_stop(job.outcome == "aborted")
@@ -270,86 +238,17 @@ class Agent:
         log.info("session %s: compaction (%s) ended %s", self.session_id, job.trigger,
                  job.outcome)
 
-    async def _run_to_end(self, turn: Turn, signal: AbortSignal
-                          ) -> tuple[TurnEnding, TurnEnd | None]:
-        """Run a turn and record its turn/end, whatever happens inside it; the ending and
-        the turn/end if it is durable (None if the log failed to append or fsync it, or
-        never took the turn's turn/start: then no end is written).
-
-        This is the one place a turn's unexpected failure (a bug, a model answer the
-        scheduler refuses, a failing disk) is mapped: the turn ends ``error``, and every
-        call it recorded without a result gets one saying its outcome is unknown.
-        """
-        try:
-            ending = await turn.run(signal)
-        except Exception as exc:  # the turn's one mapping of unexpected failures
-            log.exception("session %s turn %s failed", self.session_id, turn.turn_id)
-            ending = TurnEnding(TurnOutcome("error", error=_describe(exc)), "error")
-        if turn.turn_id not in self.journal.by_turn:  # its turn/start never reached the log
-            return ending, None
-        try:
-            await self._record_owed()  # a subagent's owed end before its parent's
-            self._balance(turn.turn_id)
-            usage = usage_sum(self.journal.by_turn.get(turn.turn_id, ()))
-            end = await self.journal.append_durably(lambda seq: TurnEnd(
-                seq, turn.turn_id, ending.outcome, ending.stop_reason, usage))
-        except OSError as exc:
-            log.exception("session %s: the log could not record the end of %s",
-                          self.session_id, turn.turn_id)
-            self._owe(turn.turn_id, exc)
-            return ending, None
-        assert isinstance(end, TurnEnd)
-        return ending, end
-
-    def _ended(self, turn_id: str) -> TurnEnd | None:
-        """The turn's turn/end in the log (durable or not), if it has one."""
-        return next((e for e in self.journal.by_turn.get(turn_id, ())
-                     if isinstance(e, TurnEnd)), None)
-
-    def _owe(self, turn_id: str, exc: OSError) -> None:
-        """Remember a turn whose end the log could not take, if its turn/start is there
-        (a turn the log never took has nothing to close) and its end is not (one the log
-        took but could not fsync is kept: it is true)."""
-        if turn_id in self.journal.by_turn and self._ended(turn_id) is None \
-                and turn_id not in {t for t, _ in self._owed}:
-            self._owed.append((turn_id, "the session log could not record this turn's end "
-                                        f"({exc.strerror or exc}); recorded once it could"))
-
-    async def _record_owed(self) -> None:
-        """Record the owed ends, oldest first (``OSError`` if the log still fails): each
-        turn ends ``error``, as its prompt was answered, its unanswered calls balanced."""
-        while self._owed:
-            turn_id, why = self._owed[0]
-            if self._ended(turn_id) is None:
-                self._balance(turn_id)
-                await self.journal.append_durably(
-                    lambda seq, t=turn_id, w=why: TurnEnd(  # type: ignore[misc]
-                        seq, t, TurnOutcome("error", error=w), "error"))
-                log.info("session %s: recorded the owed end of turn %s", self.session_id,
-                         turn_id)
-            self._owed.pop(0)
-
     async def record_owed(self) -> bool:
         """Try to record the owed ends now (a close, a shutdown); whether none is left."""
         if self.busy:
             return False
         with trio.CancelScope(shield=True):
             try:
-                await self._record_owed()
+                await self._owed.record()
             except OSError as exc:
                 log.error("session %s: %d turn end(s) still cannot be recorded: %s",
                           self.session_id, len(self._owed), exc)
         return not self._owed
-
-    def _balance(self, turn_id: str) -> None:
-        answered = {e.call_id for e in self.journal.by_turn.get(turn_id, [])
-                    if isinstance(e, ToolResultEvent)}
-        for call in [e for e in self.journal.by_turn.get(turn_id, [])
-                     if isinstance(e, ToolCallEvent) and e.call_id not in answered]:
-            result = error_result(ErrorCode.INTERNAL, "the runtime failed during this call; "
-                                  "its outcome is unknown", body_invoked=True)
-            self.journal.append(lambda seq, c=call, r=result: ToolResultEvent(  # type: ignore[misc]
-                seq, c.turn_id, c.step, c.call_id, True, r.code, r.content, r.details))
 
     async def _run_child(self, turn_id: str, prompt: str,
                          controller: AbortController) -> tuple[TurnEnd, str]:
@@ -361,13 +260,14 @@ class Agent:
                         provider=self._provider, registry=registry, definitions=definitions,
                         config=self._config, history=self._history,
                         on_step=self._owner.on_step)
-            ending, _ = await self._run_to_end(turn, controller.signal)
+            ending, _ = await run_to_end(turn, controller.signal, self.journal,
+                                         self._owed)
         finally:
             self._routes.remove(route)
         # The parent's record of the child says what the child's log says: its end (durable
         # or not), the owed end, or (no turn/start) the failure that kept it from starting.
-        owed = dict(self._owed).get(turn_id)
-        end = self._ended(turn_id) or (
+        owed = self._owed.why(turn_id)
+        end = recorded_end(self.journal, turn_id) or (
             TurnEnd(-1, turn_id, TurnOutcome("error", error=owed), "error") if owed
             else TurnEnd(-1, turn_id, ending.outcome, ending.stop_reason))
         texts = [e for e in self.journal.by_turn.get(turn_id, [])
@@ -440,29 +340,7 @@ class Agent:
             await phase.settled.wait()
         settled_ms = round((time.perf_counter() - started) * 1000, 3)
         stop_cause = phase.controller.signal.cause
-        if slot is None:  # maintenance: no turn, no calls
-            if job is not None and not job.durable:
-                raise RpcError(ErrorCode.INTERNAL, "the compaction ended, but its "
-                               "maintenance/end could not be made durable (see the daemon log)")
-            if job is not None and job.outcome in ("compacted", "nothing"):
-                return AgentAbortResult("idle")  # it ended on its own first
-            return AgentAbortResult("aborted", None, stop_cause, settled_ms)
-        if slot.end is None and slot.turn_id not in self.journal.by_turn:
-            raise RpcError(ErrorCode.INTERNAL, "the turn could not start: the session log "
-                           "refused its turn/start (see the daemon log)")
-        if slot.end is None:
-            raise RpcError(ErrorCode.INTERNAL, f"turn {slot.turn_id} ended, but its turn/end "
-                           "could not be made durable (see the daemon log)")
-        if slot.end.end.kind == "completed":
-            return AgentAbortResult("idle", slot.turn_id)  # it ended on its own first
-        # Aborted, or ended by an error (a host crash, a record the disk refused) while the
-        # stop settled: either way the stopped turn is over, its calls say how each ended,
-        # and the answer says what its durable turn/end says.
-        if slot.end.end.kind == "error":
-            return AgentAbortResult("error", slot.turn_id, stop_cause, settled_ms,
-                                    self.calls_of(slot.turn_id), slot.end.end.error)
-        return AgentAbortResult("aborted", slot.turn_id, stop_cause, settled_ms,
-                                self.calls_of(slot.turn_id))
+        return stop_answer(self.journal, slot, job, stop_cause, settled_ms)
 
     def _stopping_changed(self) -> None:
         self._owner.on_stopping()
@@ -485,15 +363,7 @@ class Agent:
             self._owner.on_stop(round((time.monotonic() - at) * 1000, 3))
 
     def calls_of(self, turn_id: str) -> tuple[AbortedCall, ...]:
-        calls: dict[str, AbortedCall] = {}
-        for event in self.journal.by_turn.get(turn_id, []):
-            if isinstance(event, ToolCallEvent):
-                calls[event.call_id] = AbortedCall(event.call_id, event.tool, event.tool_class)
-            elif isinstance(event, ToolResultEvent) and event.call_id in calls:
-                call = calls[event.call_id]
-                calls[event.call_id] = AbortedCall(call.call_id, call.tool, call.tool_class,
-                                                   event.code)
-        return tuple(calls.values())
+        return calls_of(self.journal, turn_id)
 
     @property
     def current_turn(self) -> tuple[str, float, float | None] | None:
@@ -527,11 +397,3 @@ def _turn_count(journal: Journal) -> int:
     return max((n for n in map(ids.top_turn_number, journal.turn_order) if n is not None),
                default=0)
 
-
-def _describe(exc: Exception) -> str:
-    """A turn's unexpected failure as its turn/end says it (a group of one is its member)."""
-    while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    if isinstance(exc, OSError) and exc.strerror:  # the session log, mostly: a full disk
-        return f"internal error: {type(exc).__name__}: {exc.strerror}"
-    return f"internal error: {type(exc).__name__}: {exc}"

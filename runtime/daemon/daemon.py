@@ -44,7 +44,7 @@ from runtime.daemon.ops.rundir import UnsafeRunDir
 from runtime.daemon.ops.server import OpsServer
 from runtime.daemon.permission_relay import PermissionRelay
 from runtime.link import Effect, Endpoint, Handler, answers_later, marks_effect
-from runtime.link.endpoint import MAX_QUEUED
+from runtime.link.writer import MAX_QUEUED
 from runtime.supervision.popen_process import PopenProcess
 from runtime.supervision.supervisor import (
     DEFAULT_LIVENESS_TIMEOUT,

@@ -1,9 +1,10 @@
 """One side of a JSON-RPC link over a pair of byte streams, under trio.
 
 Framing and envelopes come from ``protocol`` (sans-IO); this module adds the
-I/O: a reader task, a single writer task (two tasks writing one stream raise
-``BusyResourceError``, and a cancelled ``send_all`` could tear a frame), and id
-correlation for the requests this side sends.
+I/O: a reader task, and the link's parts it composes: the single writer task
+(``writer.py``: two tasks writing one stream raise ``BusyResourceError``, and a cancelled
+``send_all`` could tear a frame), and id correlation for the requests this side sends
+(``correlation.py``).
 
 Requests take effect in wire order: the reader hands each request to
 ``nursery.start`` and reads the next frame once the handler has taken its effect
@@ -22,27 +23,23 @@ ops socket's are): once more than a quarter of it is queued the reader takes no 
 frame until the writer is down to an eighth (backpressure: a peer that does not read gets
 no more of its requests served), and past it the peer is taken as gone: its output is
 dropped and the link ends as if it had closed (on the daemon's stdio, the end of input:
-every turn stopped, the daemon exits).
+every turn stopped, the daemon exits). The bound is kept by the writer (``writer.py``).
 
 Nothing is written over the frame limit: an answer that would be is an error
 answer, a notification that would be has its longest strings shortened
 (``protocol.bounds.shorten``), and a request that would be raises
-:class:`OversizedMessage`.
+:class:`OversizedMessage` (``fitting.py``).
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import trio
 
-from protocol.bounds import shorten
 from protocol.envelope import (
     Batch,
     Incoming,
@@ -56,81 +53,26 @@ from protocol.envelope import (
     error_response,
     parse_frame,
 )
-from protocol.errors import ERROR_MESSAGES, ErrorCode, RemoteError, RpcError
-from protocol.framing import DEFAULT_MAX_FRAME_SIZE, Frame, FrameDecoder, encode_frame
+from protocol.errors import ERROR_MESSAGES, ErrorCode
+from protocol.framing import DEFAULT_MAX_FRAME_SIZE, Frame, FrameDecoder
 from protocol.methods import Direction, RequestId
 from runtime.link.batch import BatchReply
+from runtime.link.correlation import Correlation, NotSent, SentRequest
 from runtime.link.dispatch import (
     InstantHandler,
     NotificationHandler,
-    Response,
     dispatch_now,
     dispatch_request,
-    encode_responses,
 )
 from runtime.link.effects import Effect, Handler, start_in_order
+from runtime.link.fitting import OversizedMessage, fitted, shortened
+from runtime.link.writer import Writer
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 65536
 SLOW_EFFECT = 0.5
 """A handler that takes longer to take its effect (the reader waits for it) is logged."""
-WRITE_COALESCE = 65536
-"""Queued frames are joined into one write up to about this many bytes."""
-MAX_QUEUED = 64 * 1024 * 1024
-"""Bytes of output a link with a bound (``max_queued``) may hold for its peer: past it
-the peer is gone; from a quarter of it the reader waits (the client link's bound)."""
-
-
-class ConnectionClosed(Exception):
-    """The link closed before the peer answered."""
-
-
-class NotSent(ConnectionClosed):
-    """The link was already closed: the request never left this process."""
-
-
-class OversizedMessage(RpcError):
-    """A message larger than the link's frame limit: the peer would drop it unanswered."""
-
-    def __init__(self, size: int, limit: int) -> None:
-        super().__init__(ErrorCode.INVALID_PARAMS,
-                         f"message of {size} bytes exceeds the {limit} byte frame limit",
-                         {"size": size, "limit": limit})
-
-
-@dataclass
-class _Pending:
-    done: trio.Event = field(default_factory=trio.Event)
-    result: msgspec.Raw | None = None
-    error: RemoteError | ConnectionClosed | None = None
-
-
-class SentRequest:
-    """A request already queued on a link; :meth:`result` waits for its answer."""
-
-    def __init__(self, endpoint: Endpoint, request_id: RequestId, pending: _Pending,
-                 decoder: msgspec.json.Decoder[Any]) -> None:
-        self._endpoint = endpoint
-        self.request_id = request_id
-        self._pending = pending
-        self._decoder = decoder
-
-    async def result(self) -> Any:
-        """The typed result; raise RemoteError on an error. A cancelled caller forgets the
-        request (a late answer is dropped)."""
-        try:
-            await self._pending.done.wait()
-        finally:
-            self._endpoint._pending.pop(self.request_id, None)
-        if self._pending.error is not None:
-            raise self._pending.error
-        assert self._pending.result is not None
-        return self._decoder.decode(self._pending.result)
-
-    def forget(self) -> None:
-        """Nobody will wait for the answer: drop it when it comes."""
-        self._endpoint._pending.pop(self.request_id, None)
 
 
 class Endpoint:
@@ -154,7 +96,6 @@ class Endpoint:
         ends read each other)."""
         self.name = name
         self._receive = receive
-        self._send = send
         self._incoming = incoming
         self._outgoing = outgoing
         self._handlers: dict[str, Handler] = dict(handlers or {})
@@ -162,24 +103,25 @@ class Endpoint:
         self._notification_handlers = dict(notification_handlers or {})
         self._max_frame_size = max_frame_size
         self._max_read_frame_size = max_read_frame_size or max_frame_size
-        self._ids = itertools.count(1)
-        self._pending: dict[RequestId, _Pending] = {}
-        # Unbounded: a sender never blocks or tears a frame; producers bound their output.
-        self._out_send, self._out_receive = trio.open_memory_channel[bytes](math.inf)
-        self._max_queued = max_queued
-        self.queued = 0  # bytes of output not written yet
-        self._room = trio.Event()  # set while the reader need not wait for the writer
-        self._room.set()
-        self._dropped = False  # the peer left too much unread: its output is discarded
+        self._correlation = Correlation(name)
+        self._writer = Writer(name, send, max_queued, self.stop_reading)
         self._pauses = 0
-        self._write_scope: trio.CancelScope | None = None
         self._nursery: trio.Nursery | None = None
         self._reading = True
         self._receive_scope: trio.CancelScope | None = None
         self._idle = trio.Event()  # set while the reader waits for bytes (or has ended)
         self.closed = trio.Event()
         self.frames_in = 0
-        self.frames_out = 0
+
+    @property
+    def queued(self) -> int:
+        """Bytes of output not written yet."""
+        return self._writer.queued
+
+    @property
+    def frames_out(self) -> int:
+        """Frames written to the peer."""
+        return self._writer.frames_out
 
     def add_handler(self, method: str, handler: Handler) -> None:
         """Serve ``method``; when its effect is taken is ``handler``'s declaration's
@@ -197,7 +139,7 @@ class Endpoint:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until the peer closes its side and every running handler has answered."""
         async with trio.open_nursery() as outer:
-            outer.start_soon(self._write_loop)
+            outer.start_soon(self._writer.run)
             async with trio.open_nursery() as handlers:
                 self._nursery = handlers
                 task_status.started()
@@ -206,7 +148,7 @@ class Endpoint:
                 finally:
                     # Also when the link is cancelled: nobody may wait for an answer forever.
                     self._on_closed()
-            self._out_send.close()
+            self._writer.close()
 
     def stop_reading(self) -> None:
         """Read no more; ``run`` returns once running handlers answered and output drained.
@@ -223,10 +165,7 @@ class Endpoint:
     def _on_closed(self) -> None:
         self._idle.set()
         self.closed.set()
-        for pending in self._pending.values():
-            pending.error = ConnectionClosed(f"{self.name}: link closed")
-            pending.done.set()
-        self._pending.clear()
+        self._correlation.close()
 
     async def request(self, method: str, params: msgspec.Struct, *,
                       request_id: RequestId | None = None) -> Any:
@@ -247,18 +186,17 @@ class Endpoint:
         if self.closed.is_set():
             raise NotSent(f"{self.name}: link closed")
         if request_id is None:
-            request_id = next(self._ids)
+            request_id = next(self._correlation.ids)
         payload = encode_request(request_id, method, params)
         if len(payload) > self._max_frame_size:
             raise OversizedMessage(len(payload), self._max_frame_size)
-        pending = _Pending()
-        self._pending[request_id] = pending
+        pending = self._correlation.expect(request_id)
         try:
-            self._enqueue(payload)
+            self._writer.enqueue(payload)
         except NotSent:
-            self._pending.pop(request_id, None)
+            self._correlation.forget(request_id)
             raise
-        return SentRequest(self, request_id, pending, spec.result_decoder)
+        return SentRequest(self._correlation, request_id, pending, spec.result_decoder)
 
     def notify(self, method: str, params: msgspec.Struct) -> None:
         """Queue a notification; never blocks, so it keeps its order among others.
@@ -268,87 +206,12 @@ class Endpoint:
         assert self._outgoing.specs[method].is_notification, method
         payload = encode_notification(method, params)
         if len(payload) > self._max_frame_size:
-            short = self._shortened(method, params, len(payload))
+            short = shortened(self.name, method, params, len(payload),
+                              self._max_frame_size)
             if short is None:
                 return
             payload = short
-        self._enqueue_quietly(payload)
-
-    def _shortened(self, method: str, params: msgspec.Struct, size: int) -> bytes | None:
-        """The notification with its longest strings cut to fit a frame (None: it cannot
-        be made to, and is dropped). The record it announces keeps them whole.
-        ``size``: the encoded notification's, so its params are not encoded again."""
-        overhead = len(encode_notification(method, {}))  # type: ignore[arg-type]
-        short = shorten(msgspec.to_builtins(params), self._max_frame_size - overhead,
-                        size - overhead + 2)  # its params: "{}" is in the overhead
-        if short is None:
-            log.error("%s: %s of %d bytes cannot be shortened to the %d byte frame limit; "
-                      "dropped", self.name, method, size, self._max_frame_size)
-            return None
-        log.warning("%s: %s of %d bytes shortened to fit the %d byte frame limit",
-                    self.name, method, size, self._max_frame_size)
-        return encode_notification(method, short)
-
-    def _enqueue(self, payload: bytes) -> None:
-        frame = encode_frame(payload)
-        try:
-            self._out_send.send_nowait(frame)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            # Closed: the link drained and ended; broken: its writer was cancelled.
-            raise NotSent(f"{self.name}: link closed") from None
-        self._queued(len(frame))
-
-    def _queued(self, size: int) -> None:
-        self.queued += size
-        limit = self._max_queued
-        if limit is None or self._dropped:
-            return
-        if self.queued > limit:
-            log.error("%s: the peer left %d bytes of output unread (limit %d): taken as "
-                      "gone, its output dropped", self.name, self.queued, limit)
-            self._dropped = True
-            if self._write_scope is not None:
-                self._write_scope.cancel()
-            self.stop_reading()
-        elif self.queued > limit // 4 and self._room.is_set():
-            self._room = trio.Event()
-
-    def _written(self, size: int) -> None:
-        self.queued -= size
-        if (self._max_queued is not None and self.queued <= self._max_queued // 8
-                and not self._room.is_set()):  # not at a quarter: no pause per frame
-            self._room.set()
-
-    async def _write_loop(self) -> None:
-        broken = False
-        async with self._out_receive:
-            async for frame in self._out_receive:
-                if broken or self._dropped:
-                    self._written(len(frame))
-                    continue
-                # Every frame already queued goes out in the same write: under load one
-                # syscall (and one wake-up of the peer) carries many answers. Frames are
-                # whole, so the peer's decoder splits them as before; order is kept.
-                frames = [frame]
-                size = len(frame)
-                while size < WRITE_COALESCE:
-                    try:
-                        frames.append(self._out_receive.receive_nowait())
-                    except (trio.WouldBlock, trio.EndOfChannel):
-                        break
-                    size += len(frames[-1])
-                try:
-                    with trio.CancelScope() as self._write_scope:  # cancelled: dropped
-                        await self._send.send_all(
-                            frame if len(frames) == 1 else b"".join(frames))
-                    if not self._write_scope.cancelled_caught:
-                        self.frames_out += len(frames)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    log.info("%s: peer stopped reading; dropping further output", self.name)
-                    broken = True
-                finally:
-                    self._write_scope = None
-                self._written(size)
+        self._writer.enqueue_quietly(payload)
 
     async def _read_loop(self) -> None:
         decoder = FrameDecoder(self._max_read_frame_size)
@@ -363,7 +226,7 @@ class Endpoint:
                 return
             self._idle = trio.Event()
             for event in decoder.feed(data):
-                if not self._room.is_set():
+                if not self._writer.room.is_set():
                     await self._wait_for_room()
                 if not self._reading:
                     return
@@ -385,7 +248,7 @@ class Endpoint:
         # Not idle: frames read and not taken yet wait too (a turn's first step waits for
         # them, so a stop behind its prompt still stops it).
         with trio.CancelScope() as self._receive_scope:  # stop_reading() ends the wait
-            await self._room.wait()
+            await self._writer.room.wait()
         log.debug("%s: the peer read its output; reading resumed", self.name)
 
     async def _handle_parsed(self, parsed: Incoming | Batch) -> None:
@@ -393,13 +256,13 @@ class Endpoint:
         a task of the endpoint's nursery."""
         assert self._nursery is not None
         if isinstance(parsed, Batch):
-            reply = BatchReply(self._max_frame_size, self._enqueue_quietly)
+            reply = BatchReply(self._max_frame_size, self._writer.enqueue_quietly)
             for item in parsed.items:
                 await self._handle_member(item, reply)
             reply.close()
         elif isinstance(parsed, IncomingRequest):
             if self._instant and (now := self._answer_now(parsed)) is not None:
-                self._enqueue_quietly(now)
+                self._writer.enqueue_quietly(now)
                 return
             started = trio.current_time()
             await start_in_order(self._nursery, self._serve_request, parsed)
@@ -409,7 +272,7 @@ class Endpoint:
         elif isinstance(parsed, IncomingNotification):
             self._handle_notification(parsed)
         elif isinstance(parsed, IncomingResponse):
-            self._resolve(parsed)
+            self._correlation.resolve(parsed)
         elif parsed.respond:
             self._send_error(parsed.id, parsed.code, parsed.data)
         else:
@@ -429,7 +292,7 @@ class Endpoint:
         elif isinstance(item, IncomingNotification):
             self._handle_notification(item)
         else:
-            self._resolve(item)
+            self._correlation.resolve(item)
 
     def _handle_notification(self, note: IncomingNotification) -> None:
         handler = self._notification_handlers.get(note.method)
@@ -442,30 +305,9 @@ class Endpoint:
             log.exception("%s: handler of notification %s failed; dropped", self.name,
                           note.method)
 
-    def _resolve(self, response: IncomingResponse) -> None:
-        pending = self._pending.pop(response.id, None)
-        if pending is None:
-            log.debug("%s: dropped answer to forgotten request %r", self.name, response.id)
-            return
-        if response.error is not None:
-            err = response.error
-            pending.error = RemoteError(err.code, err.message, err.data)
-        else:
-            pending.result = response.result
-        pending.done.set()
-
     def _send_error(self, request_id: RequestId | None, code: ErrorCode, data: Any) -> None:
         message = error_response(request_id, int(code), ERROR_MESSAGES[code], data)
-        self._enqueue_quietly(encode_message(message))
-
-    def _enqueue_quietly(self, payload: bytes) -> None:
-        frame = encode_frame(payload)
-        try:
-            self._out_send.send_nowait(frame)
-        except (trio.ClosedResourceError, trio.BrokenResourceError):
-            log.debug("%s: message dropped, link closed", self.name)
-            return
-        self._queued(len(frame))
+        self._writer.enqueue_quietly(encode_message(message))
 
     def _answer_now(self, request: IncomingRequest, room: int = 0) -> bytes | None:
         """The encoded answer of the request's instant handler, if it answers."""
@@ -474,27 +316,16 @@ class Endpoint:
         if trio.current_time() - started > SLOW_EFFECT:  # it held the whole loop
             log.warning("%s: the instant handler of %s took %.3f s", self.name,
                         request.method, trio.current_time() - started)
-        return None if response is None else self._fitted(request, response, room)
+        return None if response is None else fitted(self.name, request, response, room,
+                                                     self._max_frame_size)
 
     async def _answer(self, request: IncomingRequest, effect: Effect, room: int = 0) -> bytes:
         """The encoded answer; ``room``: bytes the frame needs besides it (a batch's ``[]``)."""
         response = await dispatch_request(self._handlers, request, effect)
-        return self._fitted(request, response, room)
-
-    def _fitted(self, request: IncomingRequest, response: Response, room: int) -> bytes:
-        payload = encode_responses(response)
-        if len(payload) + room > self._max_frame_size:
-            # The peer would drop it and wait forever: answer with an error instead.
-            log.error("%s: answer to %s is %d bytes, over the frame limit", self.name,
-                      request.method, len(payload))
-            payload = encode_message(error_response(
-                request.id, int(ErrorCode.INTERNAL), ERROR_MESSAGES[ErrorCode.INTERNAL],
-                f"the answer ({len(payload)} bytes) exceeds the {self._max_frame_size} byte "
-                "frame limit"))
-        return payload
+        return fitted(self.name, request, response, room, self._max_frame_size)
 
     async def _serve_request(self, request: IncomingRequest, effect: Effect) -> None:
-        self._enqueue_quietly(await self._answer(request, effect))
+        self._writer.enqueue_quietly(await self._answer(request, effect))
 
     async def _serve_member(self, request: IncomingRequest, reply: BatchReply,
                             effect: Effect) -> None:

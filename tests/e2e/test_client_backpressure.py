@@ -1,6 +1,6 @@
 """Issue 31 item 6: a client that stops reading cannot grow the runtime without bound.
 
-Output waiting for the client is bounded (``runtime.link.endpoint.MAX_QUEUED``):
+Output waiting for the client is bounded (``runtime.link.writer.MAX_QUEUED``):
 from a quarter of it the runtime reads none of the client's next requests (backpressure:
 they are served once it reads again), and past it the client is gone: the link ends as at
 the end of input (every turn stopped, cause ``disposed``; the daemon exits 0). Before,
@@ -18,7 +18,7 @@ import trio
 
 from protocol.messages.events import TurnEnd
 from runtime.agent.sessionlog import read_log
-from runtime.link.endpoint import MAX_QUEUED
+from runtime.link.writer import MAX_QUEUED
 from tests.conftest import Marked
 from tests.kit.rawclient import RawClient, raw_daemon
 

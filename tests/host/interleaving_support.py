@@ -312,10 +312,11 @@ class InterleavingHost:
     def instrument(self, link: HostLink) -> None:
         endpoint = link._endpoint
         assert endpoint is not None
-        start = next(endpoint._ids)
-        endpoint._ids = _TaskIds(start, self.ids_by_task)  # type: ignore[assignment]
-        original = endpoint._resolve
-        pending = endpoint._pending
+        correlation = endpoint._correlation
+        start = next(correlation.ids)
+        correlation.ids = _TaskIds(start, self.ids_by_task)
+        original = correlation.resolve
+        pending = correlation.pending
 
         def resolve(response: IncomingResponse) -> None:
             self.wire += 1
@@ -326,7 +327,7 @@ class InterleavingHost:
             self.response_wire[response.id] = self.wire
             original(response)
 
-        endpoint._resolve = resolve  # type: ignore[method-assign]
+        correlation.resolve = resolve  # type: ignore[method-assign]
 
     async def on_permission(self, params: PermissionRequestParams) -> PermissionRequestResult:
         run = self.runs.get((params.session_id, params.call_id))

@@ -91,7 +91,7 @@ async def test_a_cancelled_request_is_forgotten_and_its_late_answer_dropped() ->
     async with linked({"session.open": slow_open}) as (runtime, _):
         with trio.move_on_after(0.05):
             await runtime.request("session.open", SessionOpenParams("s", "/w"))
-        assert runtime._pending == {}
+        assert runtime._correlation.pending == {}
         release.set()
         await answered.wait()
         await trio.testing.wait_all_tasks_blocked()

@@ -1,9 +1,10 @@
 """The ACP agent: ACP requests in, native client requests out, native events back as ACP.
 
 The server is a client of the native daemon (``runtime.daemon.daemon``) and holds only what the
-translation needs: per session a :class:`~runtime.clients.acp.translate.Translator`, the prompt
-in flight and the prompts seen on the wire but not started yet. Turns, tools, the host
-and the stop policy are the daemon's.
+translation needs: per session a :class:`~runtime.clients.acp.translate.Translator` and the
+prompt in flight (``session.py``), and the prompts seen on the wire but not started yet
+(``prompts.py``). Turns, tools, the host and the stop policy are the daemon's; a prompt's
+run on the native link and its stop are ``promptrun.py``.
 
 Stops: ``session/cancel`` (or ``$/cancel_request`` naming a prompt) marks the session's
 prompts cancelled, stops waiting for the editor's permission answers, and has the prompt
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -28,13 +28,7 @@ from protocol.causes import ClientCause, DisposedCause, UserCause
 from protocol.envelope import IncomingNotification, IncomingRequest
 from protocol.errors import ErrorCode, RpcError
 from protocol.messages.client import (
-    AgentAbortParams,
-    AgentAbortResult,
-    AgentPromptParams,
-    AgentPromptResult,
     PermissionMode,
-    SessionCompactParams,
-    SessionCompactResult,
     SessionEventParams,
     SessionLoadParams,
     SessionNewParams,
@@ -43,13 +37,11 @@ from protocol.messages.client import (
     WorkspaceTrustResult,
 )
 from protocol.messages.events import SessionMeta, TurnEnd
-from protocol.methods import RequestId
 from runtime.clients.acp import compact
 from runtime.clients.acp.convert import mcp_servers, prompt_text
 from runtime.clients.acp.messages import (
     PROTOCOL_VERSION,
     AgentCapabilities,
-    AgentMessageChunk,
     CancelNotification,
     CancelRequestNotification,
     CurrentModeUpdate,
@@ -66,13 +58,14 @@ from runtime.clients.acp.messages import (
     SessionUpdate,
     SetSessionModeRequest,
     SetSessionModeResponse,
-    StopReason,
-    TextBlock,
     ToolCallUpdate,
 )
 from runtime.clients.acp.modes import mode_state, permission_mode
 from runtime.clients.acp.opening import Openings
 from runtime.clients.acp.permissions import PermissionBridge
+from runtime.clients.acp.promptrun import queue_abort, run_compact, run_prompt
+from runtime.clients.acp.prompts import SeenPrompts
+from runtime.clients.acp.session import AcpSession
 from runtime.clients.acp.translate import Translator
 from runtime.clients.acp.trust import ask_trust
 from runtime.link import (
@@ -80,7 +73,6 @@ from runtime.link import (
     Endpoint,
     Handler,
     NotificationHandler,
-    SentRequest,
     answers_later,
 )
 
@@ -88,36 +80,6 @@ log = logging.getLogger(__name__)
 _USER: ClientCause = UserCause()  # the cause of an editor's session/cancel
 
 VERSION = "0.1.0"
-ABORT_RETRY = 0.02  # seconds between stops while our prompt has not reached the agent
-_STOP_REASONS: dict[str, StopReason] = {"end_turn": "end_turn", "cancelled": "cancelled",
-                                        "max_steps": "max_turn_requests"}
-
-
-@dataclass
-class _Prompt:
-    """A ``session/prompt`` seen on the wire, from before its handler runs to its answer."""
-
-    request_id: RequestId | None
-    params: PromptRequest
-    cancelled: trio.Event = field(default_factory=trio.Event)
-    cause: ClientCause = field(default_factory=UserCause)
-    done: trio.Event = field(default_factory=trio.Event)
-    sent: bool = False  # its agent.prompt is queued on the native link
-    abort: SentRequest | None = None  # the agent.abort queued right behind it, if any
-
-    @property
-    def session_id(self) -> str:
-        return self.params.session_id
-
-
-@dataclass
-class _Session:
-    session_id: str
-    translator: Translator = field(default_factory=Translator)
-    replaying: bool = False
-    active: _Prompt | None = None
-    errors: dict[str, str] = field(default_factory=dict)  # turn id -> why it failed
-    mode: str = ""  # its permission mode (session/meta's, then session/set_mode's)
 
 
 class AcpServer:
@@ -126,10 +88,9 @@ class AcpServer:
         self.native: Endpoint | None = None
         self._acp: Endpoint | None = None
         self.permissions = PermissionBridge(self._describe, self._cancel_session)
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[str, AcpSession] = {}
         self._initialized = False
-        self._by_id: dict[RequestId, _Prompt] = {}
-        self._unstarted: dict[str, list[_Prompt]] = {}  # session id -> seen, not started
+        self.prompts = SeenPrompts()  # session/prompt seen, not answered
         self.openings = Openings()  # session/new seen, not answered
         self.tasks: trio.Nursery | None = None
         """Where a notification that must follow an answer is sent from (the link's)."""
@@ -177,31 +138,12 @@ class AcpServer:
         if isinstance(request, IncomingNotification):
             if request.method == "session/cancel":
                 # The prompts read before it and not yet handled never reach the agent.
-                for prompt in self._unstarted.get(request.params.session_id, ()):
-                    prompt.cancelled.set()
+                self.prompts.cancel_unstarted(request.params.session_id)
             return
         if request.method == "session/prompt":
-            prompt = _Prompt(request.id, request.params)
-            self._by_id[request.id] = prompt
-            self._unstarted.setdefault(prompt.session_id, []).append(prompt)
+            self.prompts.seen(request.id, request.params)
         elif request.method == "session/new":
             self.openings.seen(request.id, request.params)
-
-    def _claim(self, params: PromptRequest) -> _Prompt:
-        """The prompt seen for these params: the first unstarted one equal to them (two
-        equal prompts are interchangeable)."""
-        waiting = self._unstarted.get(params.session_id, [])
-        for i, prompt in enumerate(waiting):
-            if prompt.params == params:
-                del waiting[i]
-                if not waiting:
-                    del self._unstarted[params.session_id]
-                return prompt
-        return _Prompt(None, params)  # not seen by the tap: cancellable once it runs
-
-    def _forget(self, prompt: _Prompt) -> None:
-        if prompt.request_id is not None and self._by_id.get(prompt.request_id) is prompt:
-            del self._by_id[prompt.request_id]
 
     # -- ACP requests ---------------------------------------------------------------------
 
@@ -218,7 +160,7 @@ class AcpServer:
         if not self._initialized:
             raise RpcError(ErrorCode.INVALID_REQUEST, "send initialize first")
 
-    def _session(self, session_id: str) -> _Session:
+    def _session(self, session_id: str) -> AcpSession:
         self._require_initialized()
         session = self._sessions.get(session_id)
         if session is None:
@@ -237,7 +179,7 @@ class AcpServer:
             created = await self.openings.open(new, SessionNewParams(
                 params.cwd, self.permission_mode, None, mcp_servers(params.mcp_servers)),
                 self._native)
-            self._sessions[created.session_id] = _Session(
+            self._sessions[created.session_id] = AcpSession(
                 created.session_id, Translator(params.cwd), mode=self.permission_mode)
             self._advertise_commands(created.session_id)
             return NewSessionResponse(created.session_id, mode_state(self.permission_mode))
@@ -250,7 +192,7 @@ class AcpServer:
         if old is not None and old.active is not None:
             raise RpcError(ErrorCode.INVALID_REQUEST, "the session is running a prompt")
         # A fresh translator: the replay shows the whole history, as the native log has it.
-        session = _Session(params.session_id, Translator(params.cwd), replaying=True)
+        session = AcpSession(params.session_id, Translator(params.cwd), replaying=True)
         self._sessions[params.session_id] = session
         try:
             # The servers the editor sends now replace the stored ones (ACP: the client's
@@ -278,7 +220,7 @@ class AcpServer:
         return SetSessionModeResponse()
 
     async def session_prompt(self, params: PromptRequest) -> PromptResponse:
-        prompt = self._claim(params)
+        prompt = self.prompts.claim(params)
         try:
             session = self._session(params.session_id)
             text = prompt_text(params.prompt)
@@ -290,87 +232,14 @@ class AcpServer:
             session.active = prompt
             try:
                 if compact.is_compact(text):
-                    return await self._run_compact(session, prompt)
-                return await self._run_prompt(session, prompt, text)
+                    return await run_compact(session, prompt, self._native, self._publish)
+                return await run_prompt(session, prompt, text, self._native, self._publish)
             finally:
                 session.active = None
                 self.permissions.release_session(session.session_id)
         finally:
-            self._forget(prompt)
+            self.prompts.forget(prompt)
             prompt.done.set()
-
-    async def _run_prompt(self, session: _Session, prompt: _Prompt,
-                          text: str) -> PromptResponse:
-        failure: RpcError | None = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._abort_when_cancelled, prompt)
-            try:
-                prompt.sent = True  # (queued at once: no checkpoint before the send)
-                answer: AgentPromptResult = await self._native(
-                    "agent.prompt", AgentPromptParams(session.session_id, text))
-            except RpcError as exc:
-                # Raised here it would leave the nursery wrapped in an ExceptionGroup and
-                # lose its code: re-raised below, for the endpoint's one error mapping.
-                failure = exc
-            nursery.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        if answer.turn_id is not None:
-            # Every update before the answer, and a final one for each call shown.
-            self._publish(session.session_id, session.translator.close_turn(answer.turn_id))
-        if prompt.cancelled.is_set():
-            # ACP: a cancelled prompt answers ``cancelled``, even if its turn ended first.
-            return PromptResponse("cancelled")
-        if answer.stop_reason == "error":
-            why = session.errors.pop(answer.turn_id or "", None) or "the turn failed"
-            raise RpcError(ErrorCode.INTERNAL, why, {"turnId": answer.turn_id})
-        return PromptResponse(_STOP_REASONS[answer.stop_reason])
-
-    async def _run_compact(self, session: _Session, prompt: _Prompt) -> PromptResponse:
-        """``/compact``: the native session.compact, stopped by session/cancel."""
-        failure: RpcError | None = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._abort_when_cancelled, prompt)
-            try:
-                prompt.sent = True
-                result: SessionCompactResult = await self._native(
-                    "session.compact", SessionCompactParams(session.session_id))
-            except RpcError as exc:
-                failure = exc  # re-raised below, for the endpoint's one error mapping
-            nursery.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        self._publish(session.session_id,
-                      [AgentMessageChunk(TextBlock(compact.outcome_text(result)))])
-        if prompt.cancelled.is_set() or result.outcome == "aborted":
-            return PromptResponse("cancelled")
-        return PromptResponse("end_turn")
-
-    async def _abort_when_cancelled(self, prompt: _Prompt) -> None:
-        await prompt.cancelled.wait()
-        while True:
-            try:
-                result: AgentAbortResult
-                if prompt.abort is not None:  # already queued behind the prompt
-                    sent, prompt.abort = prompt.abort, None
-                    try:
-                        result = await sent.result()
-                    except ConnectionClosed as exc:
-                        raise RpcError(ErrorCode.INTERNAL, "the runtime stopped") from exc
-                else:
-                    result = await self._native(
-                        "agent.abort", AgentAbortParams(prompt.session_id, prompt.cause))
-            except RpcError as exc:
-                # The prompt's own answer says how the turn ended (cancelled, since it was
-                # marked); a failed stop must not turn that answer into an error.
-                log.warning("agent.abort for %s failed: %s", prompt.session_id, exc)
-                return
-            if result.outcome != "idle":  # stopped (aborted, or ended by an error meanwhile)
-                return
-            # ``idle``: the turn ended on its own first, or (a stop before our agent.prompt
-            # was queued) nothing ran yet. Ask again until the turn is stopped, or the
-            # prompt answers (which ends this).
-            await trio.sleep(ABORT_RETRY)
 
     # -- ACP notifications ----------------------------------------------------------------
 
@@ -383,7 +252,7 @@ class AcpServer:
         answer normally (cancelling them is optional in ACP v1)."""
         if params.request_id is not None and self.openings.cancel(params.request_id):
             return
-        prompt = self._by_id.get(params.request_id) if params.request_id is not None else None
+        prompt = self.prompts.get(params.request_id) if params.request_id is not None else None
         if prompt is None:
             log.debug("$/cancel_request for %r: not a running prompt", params.request_id)
             return
@@ -394,27 +263,17 @@ class AcpServer:
             prompt.cancelled.set()  # not started: it answers cancelled when it is
 
     def _cancel_session(self, session_id: str, cause: ClientCause = _USER) -> None:
-        for prompt in self._unstarted.get(session_id, ()):
-            prompt.cancelled.set()
+        self.prompts.cancel_unstarted(session_id)
         session = self._sessions.get(session_id)
         if session is not None and session.active is not None:
             active = session.active
             if not active.cancelled.is_set():
                 active.cause = cause  # the first cause wins
                 if active.sent:
-                    self._queue_abort(active)
+                    assert self.native is not None
+                    queue_abort(self.native, active)
             active.cancelled.set()
             self.permissions.cancel_session(session_id)
-
-    def _queue_abort(self, prompt: _Prompt) -> None:
-        """Queue the native agent.abort now, right behind what was sent before: the daemon
-        takes requests in wire order, so it stops exactly this prompt's turn."""
-        assert self.native is not None
-        try:
-            prompt.abort = self.native.send_request(
-                "agent.abort", AgentAbortParams(prompt.session_id, prompt.cause))
-        except ConnectionClosed:
-            prompt.abort = None  # the task that waits for it reports the closed link
 
     async def dispose(self) -> None:
         """The editor is gone: stop every running turn (cause ``disposed``) through the
