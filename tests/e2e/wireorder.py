@@ -11,9 +11,14 @@ turn makes progress: each prompt is accepted (it becomes the session's turn, or 
 in its inbox), each abort stops exactly the turn accepted before it (or answers
 ``idle``), and only once the write is taken do turns run: a stopped one ends aborted
 without running a tool, the others (and, with ``keepInbox``, the prompts queued
-behind a stopped one) run to their end. The one restriction: a session closed in a
-write is not loaded again in that same write (a load queued behind a close that is
-still settling is served after it, which the model would have to time).
+behind a stopped one) run to their end. Two restrictions, both where the answer depends
+on timing the model does not keep: a session closed in a write is not loaded again in
+that same write (a load queued behind a close that is still settling is served after
+it), and a session stopped in a write (aborted or closed) is not stopped again in that
+write when other requests come between (a stopped turn settles without waiting for the
+link, so a later stop may find it still settling, find the next queued prompt's turn, or
+find the session gone after its close). Two stops back to back are kept: nothing can
+settle between them.
 """
 
 from __future__ import annotations
@@ -52,14 +57,22 @@ Example = tuple[tuple[Op, ...], tuple[Op, ...]]
 
 
 def _restrict(ops: list[Op]) -> tuple[Op, ...]:
-    """Drop a load of a session closed earlier in the same write (see the module doc)."""
+    """Drop a load of a session closed earlier in the same write, and a stop of a session
+    stopped earlier in it with other requests between (see the module doc)."""
     closed: set[int] = set()
-    kept = []
+    stopped: set[int] = set()
+    kept: list[Op] = []
     for op in ops:
-        if op.kind == "close":
-            closed.add(op.session)
+        stop = op.kind in ("abort", "close")
         if op.kind == "load" and op.session in closed:
             continue
+        if stop and op.session in stopped and not (
+                kept and kept[-1].kind in ("abort", "close") and kept[-1].session == op.session):
+            continue
+        if op.kind == "close":
+            closed.add(op.session)
+        if stop:
+            stopped.add(op.session)
         kept.append(op)
     return tuple(kept)
 
