@@ -180,6 +180,12 @@ def test_queued_prompts_are_dropped_by_a_stop_and_kept_by_stop_keep(
     pane.send("Enter")
     pane.wait_for(lambda s: s.count("● Bash (process)") == 3)
     assert "> third" not in pane.screen()  # the dropped prompt never ran
+    # The call shows before its process runs; the stop's block counts the tool processes
+    # it found, so Ctrl-C waits for the one it must report killed.
+    deadline = time.monotonic() + 15
+    while not _sleepers(marked):
+        assert time.monotonic() < deadline, "the fourth turn's sleep never started"
+        time.sleep(0.02)
     pane.send("C-c")
     pane.send("C-c")
     assert pane.exit_status() == 0
