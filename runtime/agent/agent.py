@@ -150,7 +150,7 @@ class Agent:
     async def _run_turn(self, slot: TurnSlot) -> None:
         controller = self.machine.phase.controller
         assert controller is not None
-        await self._owner.before_turn()
+        await self._owner.before_turn(controller.signal)
         registry, definitions, route = self._tools(slot.turn_id)
         def started(call_id: str) -> None:  # a local body: no host says it started
             self.journal.announce(lambda seq: ToolStartedEvent(seq, slot.turn_id, call_id))
@@ -223,7 +223,7 @@ class Agent:
     async def _run_maintenance(self, job: Compaction) -> None:
         controller = self.machine.phase.controller
         assert controller is not None
-        await self._owner.before_turn()  # as a turn: a stop written right behind it wins
+        await self._owner.before_turn(controller.signal)  # as a turn: a stop right behind wins
         with trio.CancelScope(shield=True):  # it always reaches its durable end
             try:
                 await run_compaction(self.session_id, job, self.journal, self._provider,

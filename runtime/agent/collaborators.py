@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Protocol
 
+from runtime.agent.registry.signal import AbortSignal
+
 DEFAULT_STUCK_AFTER = 30.0
 
 
@@ -25,11 +27,11 @@ class AgentCollaborators(Protocol):
         to operators) as stuck."""
         ...
 
-    async def before_turn(self) -> None:
+    async def before_turn(self, stopped: AbortSignal) -> None:
         """Awaited before a turn's first step and a maintenance's start (its phase and
-        controller already exist): the daemon lets its client link take the effect of the
-        frames it has already read, so a stop written right behind the prompt stops the turn
-        before it runs a tool."""
+        controller already exist; ``stopped``: the phase's stop signal): the daemon lets
+        its client link take the effect of the frames it has already read, so a stop
+        written right behind the prompt stops the turn before it runs a tool."""
         ...
 
     def hold_turn(self, turn_id: str) -> AbstractAsyncContextManager[None]:
@@ -61,7 +63,7 @@ class Unowned:
     def stuck_after(self) -> float:
         return self._stuck_after
 
-    async def before_turn(self) -> None:
+    async def before_turn(self, stopped: AbortSignal) -> None:
         return None
 
     def hold_turn(self, turn_id: str) -> AbstractAsyncContextManager[None]:

@@ -51,7 +51,7 @@ from runtime.agent.hooks.config import HookConfig
 from runtime.agent.hosttools import DEFAULT_PROCESS_GRACE
 from runtime.agent.providers.base import Provider
 from runtime.agent.providers.factory import ProviderConfigError, open_provider
-from runtime.agent.registry.signal import cancel_on_abort
+from runtime.agent.registry.signal import AbortSignal, cancel_on_abort
 from runtime.agent.turn import TurnConfig
 from runtime.daemon.client_link import ClientLinkState
 from runtime.daemon.ops_backend import DaemonOps
@@ -129,7 +129,7 @@ class SessionRequests:
         except ProviderConfigError as exc:
             raise RpcError(ErrorCode.INVALID_PARAMS, str(exc)) from exc
 
-    async def before_turn(self, session: Session) -> None:
+    async def before_turn(self, session: Session, stopped: AbortSignal) -> None:
         """A turn's first step waits until the client link has taken every frame it read,
         and every request on the session has taken its effect (unless the turn is being
         stopped already): a stop written right behind its prompt stops it before a tool.
@@ -137,13 +137,11 @@ class SessionRequests:
         caught_up = self.link.caught_up()
         if caught_up is None:
             return
-        controller = session.agent.machine.phase.controller
-        assert controller is not None  # the turn's (its phase is entered before this)
         # A client that leaves its output unread holds its link's reader (backpressure):
         # a stop from elsewhere (an operator, shutdown's dispose) must not wait for it.
-        with cancel_on_abort(controller.signal):
+        with cancel_on_abort(stopped):
             await caught_up()
-        await self.order.quiet(session.session_id, controller.signal)
+        await self.order.quiet(session.session_id, stopped)
 
     # -- client methods -------------------------------------------------------------
 

@@ -53,6 +53,7 @@ from runtime.supervision.failures import HostError, HostUnavailable
 from runtime.supervision.supervisor import HostSupervisor
 
 if TYPE_CHECKING:
+    from runtime.agent.registry.signal import AbortSignal
     from runtime.daemon.sessions.store import SessionStore
     from runtime.daemon.trust import WorkspaceTrust
     from runtime.supervision.lease import HostLease
@@ -72,7 +73,7 @@ class SessionServices:
     """A session's events, to the clients and operators that hear them."""
     tools: Callable[[str], ToolsFactory]
     """A session's host tools, made per turn (``sessions/tools.py``)."""
-    before_turn: Callable[[Session], Awaitable[None]]
+    before_turn: Callable[[Session, AbortSignal], Awaitable[None]]
     """The wait before a turn's first step (``SessionRequests.before_turn``)."""
     record_stop: Callable[[float], None]
     """A settled stop, counted for operators (``DaemonOps.record_stop``)."""
@@ -151,8 +152,8 @@ class Session:
     def stuck_after(self) -> float:
         return self._services.stuck_after
 
-    async def before_turn(self) -> None:
-        await self._services.before_turn(self)
+    async def before_turn(self, stopped: AbortSignal) -> None:
+        await self._services.before_turn(self, stopped)
 
     def hold_turn(self, turn_id: str) -> AbstractAsyncContextManager[None]:
         """A top-level turn's run: the lease it and its subagents share is held, so what
