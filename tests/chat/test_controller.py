@@ -13,7 +13,7 @@ import trio
 from rich.text import Text
 
 from protocol.messages.client import ScriptedProviderConfig
-from runtime.clients.chat.commands import Prompt, Quit
+from runtime.clients.chat.commands import Prompt, Quit, Stop
 from runtime.clients.chat.controller import ChatError, ChatOptions, Controller
 from tests.conftest import Marked
 from tests.support import command_line, marked_processes
@@ -62,6 +62,25 @@ async def test_quit_while_a_turn_runs_stops_it_and_settles_first(
     assert "b (Bash): ABORTED, process tree terminated" in "\n".join(lines[:settled])
     assert lines[-1] == "quiesce serve exited with status 0"
     assert (tmp_path / "data" / "chat-serve.log").exists()  # its logs went there, not to us
+
+
+async def test_a_stop_then_quit_posted_together_show_the_stop_the_user_asked_for(
+        tmp_path: pathlib.Path, marked: Marked) -> None:
+    """Ctrl-C twice in one read posts Stop and Quit back to back: the quit joins the
+    Ctrl-C stop (one timeline, titled by the key pressed) instead of starting its own."""
+    screen = Recording()
+    controller = Controller(_options(tmp_path, marked), screen)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(controller.run)
+        await screen.wait_for("Esc stops the turn")
+        controller.post(Prompt("go"))
+        await screen.wait_for("● Bash (process) sleep 300")
+        controller.post(Stop(via="Ctrl-C"))
+        controller.post(Quit())
+    lines = screen.lines
+    titles = [line for line in lines if line.startswith("■ Stop (")]
+    assert titles == ["■ Stop (Ctrl-C): stop timeline"], titles
+    assert lines[-1] == "quiesce serve exited with status 0"
 
 
 async def test_a_daemon_that_dies_ends_the_chat_with_a_chat_error(

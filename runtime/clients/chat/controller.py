@@ -16,6 +16,7 @@ chat with :class:`ChatError`, and so does a session that cannot open (in ``_star
 
 from __future__ import annotations
 
+import functools
 import math
 import pathlib
 import time
@@ -239,7 +240,8 @@ class Controller:
                 self.view.queued = self._queued()
                 nursery.start_soon(self._guarded, self._prompt, command)
             elif isinstance(command, Stop):
-                nursery.start_soon(self._guarded, self._stop, command)
+                # started once it has claimed the stop, so a Quit read next joins it
+                await nursery.start(self._guarded_stop, command)
             elif isinstance(command, ListSessions):
                 nursery.start_soon(self._guarded, self._list, command)
             elif isinstance(command, Load):
@@ -288,15 +290,24 @@ class Controller:
             self._commit([Text(f"  queued prompt dropped by the stop: {command.text}",
                                style="yellow")])
 
-    async def _stop(self, command: Stop) -> None:
+    async def _guarded_stop(self, command: Stop,
+                            task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+                            ) -> None:
+        await self._guarded(functools.partial(self._stop, task_status=task_status), command)
+
+    async def _stop(self, command: Stop,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         assert self._daemon is not None and self.session_id is not None
         if self._stopping is not None:  # join the stop in flight: one timeline
+            task_status.started()
             await self._stopping.wait()
             return
         if not self.busy:
+            task_status.started()
             self._commit([Text("nothing to stop", style="dim")])
             return
         self._stopping = trio.Event()
+        task_status.started()
         try:
             before = tool_processes(self._daemon.process.pid)
             self._commit(self.view.stop_sent(self._clock(), keep_inbox=command.keep_inbox,
