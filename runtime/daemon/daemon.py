@@ -327,7 +327,7 @@ _SESSION_REQUESTS: dict[str, tuple[str, Callable[[Any], Handler]]] = {
     "session.new": ("session_new", answers_later),
     # The loaded sessions are listed as of now; the disk is read after.
     "session.list": ("session_list", answers_later),
-    # These take their place in the session's chain (runtime.daemon.session_order).
+    # These take their place in the session's chain (runtime.daemon.sessions.order).
     "session.load": ("session_load", marks_effect),
     "session.close": ("session_close", marks_effect),
     "session.setMode": ("session_set_mode", marks_effect),

@@ -56,7 +56,7 @@ from runtime.agent.turn import TurnConfig
 from runtime.daemon.client_link import ClientLinkState
 from runtime.daemon.ops_backend import DaemonOps
 from runtime.daemon.permission_relay import PermissionRelay
-from runtime.daemon.session_order import SessionOrder
+from runtime.daemon.sessions.order import SessionOrder
 from runtime.daemon.sessions.listing import LogListing
 from runtime.daemon.sessions.session import Session, SessionServices
 from runtime.daemon.sessions.store import SessionStore

@@ -9,7 +9,7 @@ import trio.testing
 
 from protocol.causes import OperatorCause
 from runtime.agent.registry.signal import AbortController
-from runtime.daemon.session_order import SessionOrder
+from runtime.daemon.sessions.order import SessionOrder
 from runtime.daemon.sessions.store import SessionStore
 from runtime.link import Effect
 
