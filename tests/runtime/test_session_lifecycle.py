@@ -20,9 +20,12 @@ from protocol.messages.client import (
     SessionCloseParams,
     SessionLoadParams,
     SessionNewParams,
+    SessionSetModeParams,
 )
+from protocol.messages.common import Empty
 from protocol.messages.host import PluginsListResult, SessionOpenResult
 from runtime.daemon.daemon import Daemon
+from runtime.daemon.sessions.session import Session
 from runtime.link import Effect
 
 
@@ -68,11 +71,12 @@ async def _new(daemon: Daemon, tmp_path: pathlib.Path) -> str:
     return made.session_id
 
 
-def _load_locks(daemon: Daemon) -> dict[str, trio.Lock]:
-    return daemon.sessions._locks
+def _not_open(daemon: Daemon) -> dict[str, Session]:
+    """The store's sessions not open: each kept only while a request on it is pending."""
+    return {i: s for i, s in daemon.sessions._sessions.items() if s.state != "open"}
 
 
-async def test_close_drops_the_session_its_registration_and_its_lock(
+async def test_close_drops_the_session_and_its_registration(
         tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
     async with _serving(tmp_path) as (daemon, host):
         session_id = await _new(daemon, tmp_path)
@@ -83,20 +87,20 @@ async def test_close_drops_the_session_its_registration_and_its_lock(
         assert daemon.sessions.find(session_id) is None and session.closing
         assert session.registration is None and list(daemon.requests.registrations()) == []
         assert host.told[-1] == ("session.close", session_id)
-        assert _load_locks(daemon) == {}
+        assert _not_open(daemon) == {}
         with pytest.raises(RpcError) as again:  # closed: nothing left to close
             await daemon.requests.session_close(SessionCloseParams(session_id), Effect())
         assert again.value.code == ErrorCode.NOT_FOUND
-        assert _load_locks(daemon) == {}  # the refused close kept no lock either
+        assert _not_open(daemon) == {}  # the refused close made nothing
 
 
-async def test_a_failed_load_keeps_no_lock(tmp_path: pathlib.Path,
+async def test_a_failed_load_keeps_nothing(tmp_path: pathlib.Path,
                                            autojump_clock: trio.testing.MockClock) -> None:
     async with _serving(tmp_path) as (daemon, _):
         with pytest.raises(RpcError) as missing:
             await daemon.requests.session_load(SessionLoadParams("s-0123456789ab"), Effect())
         assert missing.value.code == ErrorCode.NOT_FOUND
-        assert _load_locks(daemon) == {}
+        assert _not_open(daemon) == {}
 
 
 async def test_two_loads_make_one_session_opened_once(
@@ -118,10 +122,10 @@ async def test_two_loads_make_one_session_opened_once(
         assert [m for m, _ in host.told].count("session.open") == 1
         (session,) = daemon.sessions.all()
         assert session.running and not session.lock.locked()
-        assert _load_locks(daemon) == {}  # the session has the load's lock
+        assert _not_open(daemon) == {}  # the load's session is open
 
 
-async def test_a_load_behind_a_close_waits_for_it_and_keeps_its_lock(
+async def test_a_load_behind_a_close_waits_for_it_and_keeps_its_lock_and_chain(
         tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
     async with _serving(tmp_path) as (daemon, host):
         session_id = await _new(daemon, tmp_path)
@@ -143,7 +147,40 @@ async def test_a_load_behind_a_close_waits_for_it_and_keeps_its_lock(
         assert [m for m, _ in host.told] == ["session.close", "session.open", "plugins.list"]
         reloaded = daemon.sessions.get(session_id)
         assert reloaded is not closed and reloaded.lock is closed.lock
-        assert reloaded.running and _load_locks(daemon) == {}
+        assert reloaded.order is closed.order  # requests read meanwhile keep their order
+        assert reloaded.running and _not_open(daemon) == {}
         host.let_close = None
         await daemon.requests.session_close(SessionCloseParams(session_id), Effect())
-        assert list(daemon.sessions.all()) == [] and _load_locks(daemon) == {}
+        assert list(daemon.sessions.all()) == [] and _not_open(daemon) == {}
+
+
+async def test_a_request_behind_a_load_behind_a_close_reaches_the_loaded_session(
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
+    """close, load, set_mode written in that order: the load waits for the close, and the
+    mode change waits in the session's chain for the load, then applies to the session the
+    load made (not NOT_FOUND from the closed one, not lost)."""
+    async with _serving(tmp_path) as (daemon, host):
+        session_id = await _new(daemon, tmp_path)
+        closed = daemon.sessions.get(session_id)
+        host.let_close = trio.Event()
+        answers: list[object] = []
+
+        async def set_mode() -> None:
+            answers.append(await daemon.requests.session_set_mode(
+                SessionSetModeParams(session_id, "ask"), Effect()))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(daemon.requests.session_close, SessionCloseParams(session_id),
+                               Effect())
+            await trio.sleep(1)
+            nursery.start_soon(daemon.requests.session_load, SessionLoadParams(session_id),
+                               Effect())
+            await trio.sleep(1)
+            assert daemon.sessions.find(session_id) is None  # closed; the load waits
+            nursery.start_soon(set_mode)
+            await trio.sleep(1)
+            assert answers == []  # in the chain, behind the load
+            host.let_close.set()
+        reloaded = daemon.sessions.get(session_id)
+        assert reloaded is not closed and reloaded.permission_mode == "ask"
+        assert answers == [Empty()] and _not_open(daemon) == {}

@@ -10,6 +10,9 @@ event per request: a request waits for its predecessor's event only, so a reques
 a close waits until the close's stop has started, not until the close has finished (an
 abort joins that stop, a prompt is refused). Nothing waits when nothing is pending.
 
+Each session owns its chain (``Session.order``); a session loaded again after a close
+takes over its predecessor's, so the requests read meanwhile keep their order.
+
 A turn's first step waits until its session's chain is quiet (every request read before
 has taken its effect), unless the turn is already being stopped: a stop written right
 behind a prompt that had to queue still stops it before it runs a tool. It wakes when the
@@ -24,7 +27,6 @@ from contextlib import asynccontextmanager
 import trio
 
 from runtime.agent.registry.signal import AbortSignal, cancel_on_abort
-from runtime.daemon.sessions.store import SessionStore
 from runtime.link import Effect
 
 
@@ -32,9 +34,8 @@ class Place:
     """A request's place in its session's chain; a ``trio.TaskStatus[None]``: ``started()``
     takes the request's effect (the link may read on, the next request may take its own)."""
 
-    def __init__(self, order: SessionOrder, session_id: str, effect: Effect) -> None:
+    def __init__(self, order: SessionOrder, effect: Effect) -> None:
         self._order = order
-        self._session_id = session_id
         self._effect = effect
         self.event = trio.Event()
 
@@ -42,25 +43,30 @@ class Place:
         self._effect.take()
         if not self.event.is_set():
             self.event.set()
-            self._order._taken(self._session_id, self)
+            self._order._taken(self)
 
 
 class SessionOrder:
-    def __init__(self, sessions: SessionStore) -> None:
-        self._sessions = sessions
-        self._last: dict[str, Place] = {}
-        self._pending: dict[str, int] = {}
+    """One session's chain: the requests on it read so far and not yet in effect."""
+
+    def __init__(self) -> None:
+        self._last: Place | None = None
+        self._pending = 0
         self._changed = trio.Event()
 
+    @property
+    def idle(self) -> bool:
+        """No request on the session waits for its effect."""
+        return not self._pending
+
     @asynccontextmanager
-    async def place(self, session_id: str, effect: Effect) -> AsyncIterator[Place]:
-        """Take the place in the session's chain of the request whose effect point is
-        ``effect``, and wait for the request before it (no checkpoint when there is none
-        pending); its effect is taken at ``started()``, at the latest when the block ends."""
-        before = self._last.get(session_id)
-        mine = Place(self, session_id, effect)
-        self._last[session_id] = mine
-        self._pending[session_id] = self._pending.get(session_id, 0) + 1
+    async def place(self, effect: Effect) -> AsyncIterator[Place]:
+        """Take the place in the chain of the request whose effect point is ``effect``, and
+        wait for the request before it (no checkpoint when there is none pending); its
+        effect is taken at ``started()``, at the latest when the block ends."""
+        before = self._last
+        mine = self._last = Place(self, effect)
+        self._pending += 1
         try:
             if before is not None and not before.event.is_set():
                 effect.take()  # our place is our effect's: the link reads on
@@ -69,28 +75,18 @@ class SessionOrder:
         finally:
             mine.started()
 
-    def _taken(self, session_id: str, place: Place) -> None:
-        self._pending[session_id] -= 1
-        if not self._pending[session_id]:
-            del self._pending[session_id]
-        if self._last.get(session_id) is place:
-            del self._last[session_id]
+    def _taken(self, place: Place) -> None:
+        self._pending -= 1
+        if self._last is place:
+            self._last = None
         self._changed.set()
         self._changed = trio.Event()
 
-    async def quiet(self, session_id: str, stopped: AbortSignal) -> None:
+    async def quiet(self, stopped: AbortSignal) -> None:
         """Return once every request on the session read so far has taken its effect, or
         as soon as ``stopped`` aborts (the turn waiting here is being stopped: the requests
         still pending may be waiting for its end; a stop that never touches the chain,
         ops.abort or shutdown's dispose, wakes it too)."""
         with cancel_on_abort(stopped):
-            while self._pending.get(session_id):
+            while self._pending:
                 await self._changed.wait()
-
-    def lock_now_or_mark(self, session_id: str, effect: Effect) -> trio.Lock:
-        """The session's load/close lock; if it is held, the request that is about to
-        wait for it takes its ``effect`` first (the link reads on)."""
-        lock = self._sessions.lock(session_id)
-        if lock.locked():
-            effect.take()
-        return lock

@@ -16,7 +16,8 @@ import dataclasses
 import itertools
 import logging
 import pathlib
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import msgspec
@@ -56,8 +57,8 @@ from runtime.agent.turn import TurnConfig
 from runtime.daemon.client_link import ClientLinkState
 from runtime.daemon.ops_backend import DaemonOps
 from runtime.daemon.permission_relay import PermissionRelay
-from runtime.daemon.sessions.order import SessionOrder
 from runtime.daemon.sessions.listing import LogListing
+from runtime.daemon.sessions.order import Place
 from runtime.daemon.sessions.session import Session, SessionServices
 from runtime.daemon.sessions.store import SessionStore
 from runtime.daemon.sessions.tools import SessionTools
@@ -90,7 +91,6 @@ class SessionRequests:
         self.sessions = SessionStore(data_dir, config)
         self.listing = LogListing(self.sessions.dir,
                                   loaded=lambda session_id: session_id in self.sessions)
-        self.order = SessionOrder(self.sessions)
         self.host = host
         self.ops = DaemonOps(self.sessions, self.listing, host, permissions)
         self.tools = SessionTools(self.sessions, process_grace=(
@@ -141,7 +141,18 @@ class SessionRequests:
         # a stop from elsewhere (an operator, shutdown's dispose) must not wait for it.
         with cancel_on_abort(stopped):
             await caught_up()
-        await self.order.quiet(session.session_id, stopped)
+        await session.order.quiet(stopped)
+
+    @asynccontextmanager
+    async def _in_order(self, session: Session, effect: Effect) -> AsyncIterator[Place]:
+        """A request's place in its session's chain (``order.py``); once it ends, a session
+        no longer open is let go if nothing else is pending on it. Inside, the request finds
+        the session again by id: a load may have made it anew (``Session.successor``)."""
+        try:
+            async with session.order.place(effect) as place:
+                yield place
+        finally:
+            self.sessions.let_go(session.session_id)
 
     # -- client methods -------------------------------------------------------------
 
@@ -199,8 +210,8 @@ class SessionRequests:
                 config = None
             return self._provider(config)[1]
 
-        self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        async with self.order.place(params.session_id, effect) as place:
+        claimed = self.sessions.claim(params.session_id, self.services)
+        async with self._in_order(claimed, effect) as place:
             open_now = self.sessions.find(params.session_id)
             if (open_now is not None and not open_now.closing
                     and not open_now.lock.locked()):
@@ -214,27 +225,22 @@ class SessionRequests:
                 open_now.agent.journal.replay()
                 return SessionLoadResult(open_now.session_id, open_now.workspace,
                                          len(open_now.agent.journal.events), False)
-            lock = self.order.lock_now_or_mark(params.session_id, effect)
-            try:
-                async with lock:
-                    # Our place in the chain is taken: requests on this session wait for
-                    # place.started() below; the link reads on (a stop of another session
-                    # must not wait for this log's read).
-                    effect.take()
-                    loaded = await self.sessions.load(params.session_id, provider=provider,
-                                                      services=self.services, lock=lock)
-                    session = loaded.session
-                    if params.mcp_servers is not None:  # the client's, not the stored ones
-                        session.mcp_servers = params.mcp_servers
-                    place.started()  # loaded (the log read): prompts after this reach it
-                    servers: tuple[PluginServerStatus, ...] = ()
-                    if not session.running:
-                        # The agent runs before the host hears of the session: if the host
-                        # refuses it (its workspace is gone), prompts still get answered.
-                        session.start_agent()
-                        servers = (await session.open()).servers
-            finally:
-                self.sessions.release_lock(params.session_id)
+            async with claimed.lock_now_or_mark(effect):
+                # Our place in the chain is taken: requests on this session wait for
+                # place.started() below; the link reads on (a stop of another session
+                # must not wait for this log's read).
+                effect.take()
+                loaded = await self.sessions.load(params.session_id, provider=provider)
+                session = loaded.session
+                if params.mcp_servers is not None:  # the client's, not the stored ones
+                    session.mcp_servers = params.mcp_servers
+                place.started()  # loaded (the log read): prompts after this reach it
+                servers: tuple[PluginServerStatus, ...] = ()
+                if not session.running:
+                    # The agent runs before the host hears of the session: if the host
+                    # refuses it (its workspace is gone), prompts still get answered.
+                    session.start_agent()
+                    servers = (await session.open()).servers
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered, servers)
@@ -243,7 +249,7 @@ class SessionRequests:
         """A new permission mode: the host hears it by the session's registration (the
         host keeps the session's plugin servers and its allow/deny answers)."""
         self.require_initialized()
-        async with self.order.place(params.session_id, effect):
+        async with self._in_order(self.sessions.pending(params.session_id), effect):
             session = self.sessions.get(params.session_id)
             session.permission_mode = params.permission_mode
         if session.registration is not None:
@@ -259,21 +265,19 @@ class SessionRequests:
             effect.take()  # the open is undone from here; its servers' end is awaited
             await opening.done.wait()
             return Empty()
-        self.sessions.path_of(params.session_id)  # a malformed id makes no lock
-        async with self.order.place(params.session_id, effect) as place:
-            try:
-                async with self.order.lock_now_or_mark(params.session_id, effect):
-                    session = self.sessions.get(params.session_id)
-                    await session.close(task_status=place)
-            finally:
-                self.sessions.release_lock(params.session_id)
+        self.sessions.path_of(params.session_id)  # malformed: INVALID_PARAMS, not NOT_FOUND
+        pending = self.sessions.pending(params.session_id)
+        async with self._in_order(pending, effect) as place:
+            async with pending.lock_now_or_mark(effect):
+                session = self.sessions.get(params.session_id)  # a load may have made it anew
+                await session.close(task_status=place)
         log.info("session %s closed", session.session_id)
         return Empty()
 
     async def agent_prompt(self, params: AgentPromptParams, effect: Effect
                            ) -> AgentPromptResult:
         self.require_initialized()
-        async with self.order.place(params.session_id, effect):
+        async with self._in_order(self.sessions.pending(params.session_id), effect):
             session = self.sessions.get(params.session_id)
             if session.closing:
                 raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")
@@ -286,7 +290,7 @@ class SessionRequests:
     async def agent_abort(self, params: AgentAbortParams, effect: Effect
                           ) -> AgentAbortResult:
         self.require_initialized()
-        async with self.order.place(params.session_id, effect) as place:
+        async with self._in_order(self.sessions.pending(params.session_id), effect) as place:
             agent = self.sessions.get(params.session_id).agent
             return await agent.cancel(params.cause, keep_inbox=params.keep_inbox,
                                       task_status=place)
@@ -295,7 +299,7 @@ class SessionRequests:
                               ) -> SessionCompactResult:
         """Compact the session's history now, in its maintenance phase (a stop stops it)."""
         self.require_initialized()
-        async with self.order.place(params.session_id, effect):
+        async with self._in_order(self.sessions.pending(params.session_id), effect):
             session = self.sessions.get(params.session_id)
             if session.closing:
                 raise RpcError(ErrorCode.NOT_FOUND, f"session {params.session_id} is closing")

@@ -1,14 +1,18 @@
-"""One session in the daemon, from its log's first line to ``close()``: ``Session``, the one
-owner of everything the daemon holds for it besides the store's entry.
+"""One session in the daemon, from the first request that names it to ``close()``:
+``Session``, the one owner of everything the daemon holds for it besides the store's entry.
 
-A session owns its agent (built here, with the session as its collaborators:
+A session owns its requests' wire-order chain (``order.py``) and its load/close lock, from
+the moment a ``session.load`` names it, before its log is read (state ``loading``); then
+(``attach``, state ``open``) its agent (built here, with the session as its collaborators:
 ``runtime/agent/collaborators.py``), the task the agent runs in and the cancel scope
 ``close()`` cancels, its registration with the host (``session.open``, the plugin
 servers the host starts for it, ``registration``: what a fresh host is told of the session
 after a crash or restart, read by the supervisor through the store), its opening (a
 ``session.new`` still opening runs under ``opening``, which a ``session.close`` cancels to
-undo the open), its load/close lock, its top-level turn's hold on a host (the lease), its
-ops view and its stop's waiting set. ``close()`` is the one place that drops all of it.
+undo the open), its top-level turn's hold on a host (the lease), its ops view and its
+stop's waiting set. ``close()`` is the one place that drops all of it (state ``closed``);
+a load after a close makes the session's ``successor``, which takes over its chain and
+lock, so requests read meanwhile keep their order.
 
 What every session of the daemon shares (the host supervisor, the client link, the
 workspace trust, the tools factory, the wait before a turn) is its ``SessionServices``,
@@ -21,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 import trio
@@ -30,6 +34,7 @@ from protocol.causes import DisposedCause
 from protocol.errors import ErrorCode, RpcError
 from protocol.ids import root_turn_id
 from protocol.messages.client import PermissionMode, SandboxMode, SessionInfo
+from protocol.messages.common import McpServerConfig
 from protocol.messages.events import AnnouncedEvent, SessionMeta
 from protocol.messages.host import (
     PluginsListParams,
@@ -47,8 +52,10 @@ from runtime.agent.providers.base import Provider
 from runtime.agent.turn import TurnConfig
 from runtime.daemon.client_link import ClientLinkState
 from runtime.daemon.sessions.ops_view import SessionOpsView
+from runtime.daemon.sessions.order import SessionOrder
 from runtime.daemon.sessions.picker import picker_fields
 from runtime.daemon.sessions.stop_waiting import StopWaiting
+from runtime.link import Effect
 from runtime.supervision.failures import HostError, HostUnavailable
 from runtime.supervision.supervisor import HostSupervisor
 
@@ -89,22 +96,37 @@ class Opening:
     done: trio.Event = field(default_factory=trio.Event)
 
 
+SessionState = Literal["loading", "open", "closed"]
+"""``loading``: named by a ``session.load`` whose log is not read yet (or whose load failed):
+no agent, nothing visible but its chain and lock. ``open``: its agent made (``attach``),
+until ``close()`` drops it: ``closed``. The store keeps a session that is not open only
+while a request on it is pending (``SessionStore.let_go``)."""
+
+
 class Session:
-    def __init__(self, meta: SessionMeta, journal: Journal, provider: Provider,
-                 config: TurnConfig, *, services: SessionServices, store: SessionStore,
-                 lock: trio.Lock | None = None) -> None:
-        """``lock``: the one a load of it holds (a session made so keeps it)."""
-        self.session_id = meta.session_id
-        self.workspace = meta.workspace
-        self.permission_mode: PermissionMode = meta.permission_mode  # type: ignore[assignment]
-        self.created_at = meta.created_at
-        self.mcp_servers = meta.mcp_servers
-        key_env = meta.provider.get("apiKeyEnv") if isinstance(meta.provider, dict) else None
-        self.hidden_env: tuple[str, ...] = (key_env,) if isinstance(key_env, str) else ()
-        """The variable its provider configuration names for its key (``apiKeyEnv``): the
-        host keeps it from every child process."""
-        self.sandbox: SandboxMode | None = meta.sandbox  # type: ignore[assignment]
-        """The sandbox mode the session narrowed to (``session.new``), or None."""
+    # From its log's first line (SessionMeta), set by ``attach``.
+    workspace: str
+    permission_mode: PermissionMode
+    created_at: float
+    mcp_servers: tuple[McpServerConfig, ...]
+    hidden_env: tuple[str, ...]
+    """The variable its provider configuration names for its key (``apiKeyEnv``): the
+    host keeps it from every child process."""
+    sandbox: SandboxMode | None
+    """The sandbox mode the session narrowed to (``session.new``), or None."""
+
+    def __init__(self, session_id: str, *, services: SessionServices, store: SessionStore,
+                 order: SessionOrder | None = None, lock: trio.Lock | None = None) -> None:
+        """A session in state ``loading``; ``order`` and ``lock``: a closed predecessor's,
+        which a session loaded again after a close takes over (``successor``)."""
+        self.session_id = session_id
+        self.state: SessionState = "loading"
+        self.order = order if order is not None else SessionOrder()
+        """Its requests' wire-order chain (``order.py``)."""
+        self.lock = lock if lock is not None else trio.Lock()
+        """Held by a load or a close of the session for its whole length: two loads make
+        one session, not two agents, and a close and a load never interleave (the host
+        would see their ``session.open`` and ``session.close`` in either order)."""
         self.plugin_tools: tuple[PluginTool, ...] = ()
         """The plugin tools the host listed for this session (what the model is offered)."""
         self.sandbox_policy: SandboxPolicy | None = None
@@ -113,10 +135,6 @@ class Session:
         self.closing = False
         """``close()`` is settling its turn: no new prompt; still visible to ``agent.abort``
         and operators (who may have to force a stuck call for the close to finish)."""
-        self.lock = lock if lock is not None else trio.Lock()
-        """Held by a load or a close of the session for its whole length: two loads make
-        one session, not two agents, and a close and a load never interleave (the host
-        would see their ``session.open`` and ``session.close`` in either order)."""
         self.ops = SessionOpsView()
         """What operators see of its calls."""
         self.registration: SessionOpenParams | None = None
@@ -126,15 +144,64 @@ class Session:
         """Set while ``session.new`` opens the session (``open_new``)."""
         self._services = services
         self._store = store
+        self._agent: Agent | None = None
+        self._waiting: StopWaiting | None = None
         self._agent_scope: trio.CancelScope | None = None
         self._lease: tuple[str, HostLease] | None = None
         """Its current top-level turn and that turn's hold on a host, which the turn's
         subagents share: nothing of a turn reaches a host started after its own died."""
-        self.agent = Agent(meta.session_id, journal, provider,
-                           services.tools(meta.session_id), config, collaborators=self,
-                           context=settings_from_meta(meta.provider))
-        self.waiting = StopWaiting(self.agent, self.ops)
+
+    def attach(self, meta: SessionMeta, journal: Journal, provider: Provider,
+               config: TurnConfig) -> None:
+        """Its log read (or just written, for ``session.new``): its agent made; ``open``."""
+        assert self.state == "loading" and meta.session_id == self.session_id
+        self.workspace = meta.workspace
+        self.permission_mode = meta.permission_mode  # type: ignore[assignment]
+        self.created_at = meta.created_at
+        self.mcp_servers = meta.mcp_servers
+        key_env = meta.provider.get("apiKeyEnv") if isinstance(meta.provider, dict) else None
+        self.hidden_env = (key_env,) if isinstance(key_env, str) else ()
+        self.sandbox = meta.sandbox  # type: ignore[assignment]
+        self._agent = Agent(meta.session_id, journal, provider,
+                            self._services.tools(meta.session_id), config,
+                            collaborators=self, context=settings_from_meta(meta.provider))
+        self._waiting = StopWaiting(self._agent, self.ops)
+        self.state = "open"
+
+    def successor(self) -> Session:
+        """A closed session's next life, to load it again: its chain and lock go with it."""
+        assert self.state == "closed"
+        return Session(self.session_id, services=self._services, store=self._store,
+                       order=self.order, lock=self.lock)
+
+    def lock_now_or_mark(self, effect: Effect) -> trio.Lock:
+        """Its load/close lock; if it is held, the request about to wait for it takes its
+        ``effect`` first (the link reads on)."""
+        if self.lock.locked():
+            effect.take()
+        return self.lock
+
+    def announce(self, event: AnnouncedEvent) -> None:
+        """One of its events, to the clients and operators that hear them."""
+        self._services.announce(self.session_id, event)
+
+    @property
+    def agent(self) -> Agent:
+        assert self._agent is not None, "an open session's"
+        return self._agent
+
+    @property
+    def waiting(self) -> StopWaiting:
         """What a stop of it waits on, announced as ``stop/waiting`` when it changes."""
+        assert self._waiting is not None, "an open session's"
+        return self._waiting
+
+    @property
+    def idle(self) -> bool:
+        """Not open, and no request on it pending or holding its lock: the store lets it
+        go."""
+        return (self.state != "open" and self.order.idle and not self.lock.locked()
+                and not self.lock.statistics().tasks_waiting)
 
     def info(self) -> SessionInfo:
         agent = self.agent
@@ -294,7 +361,7 @@ class Session:
             if self._agent_scope is not None:
                 self._agent_scope.cancel()
             self.agent.journal.close()
-            self._store.remove(self)  # its lease and ops view with it
+            self.state = "closed"  # no longer found; the store lets it go (``idle``)
             self.registration = None
             # Also when the stop failed (its turn/end not durable: INTERNAL): the session
             # is closed all the same, its plugin servers with it.

@@ -1,6 +1,7 @@
 """The daemon's sessions (``SessionStore``): their logs in the data directory, the sessions
 loaded from them or made new, and loading after a crash. Each session is its own
-(``session.py``); the store holds them and nothing else of theirs. What ``session.list``
+(``session.py``); the store holds them, by id, and nothing else: an open session, and one
+not open (being loaded, or closed) while a request on it is pending. What ``session.list``
 shows of the logs not loaded here is ``listing.py``'s."""
 
 from __future__ import annotations
@@ -60,10 +61,6 @@ class SessionStore:
         self.dir = data_dir / "sessions"
         self._config = config or TurnConfig()
         self._sessions: dict[str, Session] = {}
-        self._locks: dict[str, trio.Lock] = {}
-        """The load/close lock of each id with no session now whose lock is held or awaited
-        (by a load about to make its session, which keeps it; by a close that has just
-        dropped its session): kept until it is let go (``release_lock``)."""
         logfaults.warn_if_active(log)
 
     def path_of(self, session_id: str) -> pathlib.Path:
@@ -103,26 +100,53 @@ class SessionStore:
             raise RpcError(ErrorCode.INTERNAL, f"cannot write the session log: "
                                                f"{exc.strerror or exc}") from exc
         assert isinstance(meta, SessionMeta)
-        return self._add(meta, journal, provider, services)
+        session = self._sessions[session_id] = Session(session_id, services=services,
+                                                       store=self)
+        self._attach(session, meta, journal, provider)
+        return session
 
-    def _add(self, meta: SessionMeta, journal: Journal, provider: Provider,
-             services: SessionServices, lock: trio.Lock | None = None) -> Session:
+    def _attach(self, session: Session, meta: SessionMeta, journal: Journal,
+                provider: Provider) -> None:
         config = dataclasses.replace(
             self._config, workspace=meta.workspace,
             system_prompt=meta.system_prompt or self._config.system_prompt)
-        session = Session(meta, journal, provider, config, services=services, store=self,
-                          lock=lock)
-        self._sessions[session.session_id] = session
-        if lock is not None and self._locks.get(session.session_id) is lock:
-            del self._locks[session.session_id]  # the session's from here
+        session.attach(meta, journal, provider, config)
+
+    def claim(self, session_id: str, services: SessionServices) -> Session:
+        """The id's session, whatever its state, made (``loading``) if it has none: where a
+        ``session.load`` takes its place in the wire order."""
+        self.path_of(session_id)  # a malformed id makes no session
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = self._sessions[session_id] = Session(session_id, services=services,
+                                                           store=self)
         return session
 
-    async def load(self, session_id: str, *, provider: Callable[[dict[str, Any]], Provider],
-                   services: SessionServices, lock: trio.Lock) -> Loaded:
+    def pending(self, session_id: str) -> Session:
+        """The id's session, whatever its state (a load may be pending on it): where a
+        request on it takes its place in the wire order. NOT_FOUND if it has none."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise RpcError(ErrorCode.NOT_FOUND, f"no session {session_id!r}")
+        return session
+
+    def let_go(self, session_id: str) -> None:
+        """A request on the id's session has ended: a session not open is forgotten once no
+        request on it is pending (``Session.idle``)."""
+        session = self._sessions.get(session_id)
+        if session is not None and session.idle:
+            del self._sessions[session_id]
+
+    async def load(self, session_id: str, *, provider: Callable[[dict[str, Any]], Provider]
+                   ) -> Loaded:
         """Open a session from its log; close the turns a crash cut off, honestly.
-        The caller holds ``lock``, :meth:`lock` of the id, which the session keeps."""
-        if session_id in self._sessions:
-            return Loaded(self._sessions[session_id], False)
+        The caller holds the lock of the id's session (``claim``); a closed one is
+        succeeded by a new one (``Session.successor``), which keeps that lock."""
+        session = self._sessions[session_id]
+        if session.state == "open":
+            return Loaded(session, False)
+        if session.state == "closed":
+            session = self._sessions[session_id] = session.successor()
         path = self.path_of(session_id)
         if not path.exists():
             raise RpcError(ErrorCode.NOT_FOUND, f"no session {session_id!r}")
@@ -148,10 +172,9 @@ class SessionStore:
             slog.close()
             raise RpcError(ErrorCode.INTERNAL, f"session log cannot take the repair of its "
                            f"interrupted turns: {why(exc)}", {"path": str(path)}) from exc
-        journal = Journal(slog, lambda event: services.announce(session_id, event),
-                          tuple(journal.events))
-        return Loaded(self._add(meta, journal, provider(meta.provider), services, lock),
-                      recovered)
+        journal = Journal(slog, lambda event: session.announce(event), tuple(journal.events))
+        self._attach(session, meta, journal, provider(meta.provider))
+        return Loaded(session, recovered)
 
     @staticmethod
     async def _repair(session_id: str, slog: SessionLog,
@@ -182,45 +205,23 @@ class SessionStore:
                 with contextlib.suppress(OSError):
                     self.path_of(session.session_id).unlink()
 
-    def lock(self, session_id: str) -> trio.Lock:
-        """The load/close lock of the id (``Session.lock``): a loaded session's own; for an
-        id with no session, the one its load or close holds or awaits (a load's session
-        keeps it), kept here until it is let go (``release_lock``)."""
-        session = self._sessions.get(session_id)
-        if session is not None:
-            return session.lock
-        return self._locks.setdefault(session_id, trio.Lock())
-
-    def release_lock(self, session_id: str) -> None:
-        """A load or close of the id has let its lock go: a lock no session has (the load
-        failed, the id was not loaded, the session closed) is dropped once nobody holds or
-        waits for it."""
-        lock = self._locks.get(session_id)
-        if lock is not None and not lock.locked() and not lock.statistics().tasks_waiting:
-            del self._locks[session_id]
-
-    def remove(self, session: Session) -> None:
-        """Forget a closed session (its journal already closed). Its close still holds its
-        lock (it tells the host last): kept for the id until let go, so a load behind the
-        close waits for all of it."""
-        if self._sessions.get(session.session_id) is session:
-            del self._sessions[session.session_id]
-            self._locks[session.session_id] = session.lock
+    # The open sessions: what requests, operators and the host see.
 
     def __contains__(self, session_id: str) -> bool:
-        return session_id in self._sessions
+        return self.find(session_id) is not None
 
     def find(self, session_id: str) -> Session | None:
-        return self._sessions.get(session_id)
+        session = self._sessions.get(session_id)
+        return session if session is not None and session.state == "open" else None
 
     def get(self, session_id: str) -> Session:
-        try:
-            return self._sessions[session_id]
-        except KeyError:
-            raise RpcError(ErrorCode.NOT_FOUND, f"no session {session_id!r}") from None
+        session = self.find(session_id)
+        if session is None:
+            raise RpcError(ErrorCode.NOT_FOUND, f"no session {session_id!r}")
+        return session
 
     def all(self) -> tuple[Session, ...]:
-        return tuple(self._sessions.values())
+        return tuple(s for s in self._sessions.values() if s.state == "open")
 
 
 def _renumbered(event: DurableEvent) -> Callable[[int], DurableEvent]:
