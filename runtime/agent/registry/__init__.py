@@ -3,7 +3,8 @@
 Public names are re-exported here; see each module for its concept:
 ``causes`` (why a stop happened), ``signal`` (AbortSignal and trio interop),
 ``views`` (what each stage may see and change), ``definition`` (``define_tool``),
-``policies`` (the pluggable stages), ``pipeline`` (one call), ``outcomes`` (the
+``policies`` (the pluggable stages), ``pipeline`` (one call), ``lossless`` (its
+arguments and result through their JSON form, unchanged), ``outcomes`` (the
 classification rules), ``timeout`` (the timeout policy), ``registry`` and
 ``scheduler`` (one step's calls under a stop).
 """

@@ -53,8 +53,9 @@ from protocol.statetable import StateTable
 from protocol.toolclass import ToolClass
 from protocol.tools import ToolResult
 from runtime.agent.registry import outcomes
-from runtime.agent.registry.definition import JsonObjectArgs, ToolDefinition
+from runtime.agent.registry.definition import ToolDefinition
 from runtime.agent.registry.frozen import freeze, freeze_result, sealed
+from runtime.agent.registry.lossless import materialize_args, snapshot_result
 from runtime.agent.registry.outcomes import Stage
 from runtime.agent.registry.policies import (
     Allow,
@@ -153,7 +154,7 @@ class ToolCall:
             self._early = outcomes.unknown_tool(request.tool)
             return
         try:
-            args = _materialize(request.args, definition.args_type)
+            args = materialize_args(request.args, definition.args_type)
         except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
             self._early = outcomes.invalid_arguments(exc)
             return
@@ -331,7 +332,7 @@ class ToolCall:
 
     async def _finalize(self, candidate: ToolResult) -> ToolResult:
         async def take() -> ToolResult:
-            return _snapshot(candidate)
+            return snapshot_result(candidate)
 
         result = await self._published_form("result-snapshot", take)
         final_content = self._final_content
@@ -340,7 +341,7 @@ class ToolCall:
 
             async def apply() -> ToolResult:
                 content = tuple(final_content(base))
-                return _snapshot(msgspec.structs.replace(base, content=content))
+                return snapshot_result(msgspec.structs.replace(base, content=content))
 
             result = await self._published_form("final-content", apply)
         if self._run is not None and self._run.contexts:
@@ -372,39 +373,3 @@ class ToolCall:
     def __repr__(self) -> str:
         return f"<ToolCall {self.tool} {self.call_id} {self._state}>"
 
-
-def _materialize(raw: Any, args_type: type[msgspec.Struct]) -> msgspec.Struct:
-    """A fresh, frozen copy of the arguments in the tool's Struct (JSON text or objects).
-
-    Objects must survive the JSON form unchanged (JSON text always does): a NaN or
-    an infinity would reach the host, the log and the model as ``null``.
-    """
-    if issubclass(args_type, JsonObjectArgs):
-        return args_type.materialize(raw)
-    if isinstance(raw, bytes | str):
-        return msgspec.json.decode(raw, type=args_type)
-    args = msgspec.convert(raw, type=args_type)
-    try:
-        lossless = msgspec.json.decode(msgspec.json.encode(args), type=args_type) == args
-    except msgspec.ValidationError:
-        lossless = False
-    if not lossless:
-        raise msgspec.ValidationError(
-            "arguments must survive their JSON form unchanged (no NaN or infinite numbers)")
-    return args
-
-
-def _snapshot(result: ToolResult) -> ToolResult:
-    """A deeply frozen copy of ``result`` through its wire form; raises unless lossless.
-
-    Lossy values (NaN, tuples, non-string keys, bytes: JSON turns them into
-    something else) would make the published result differ from the one the log
-    holds, so they fail the snapshot instead of being silently converted.
-    """
-    if not isinstance(result, ToolResult):
-        raise TypeError(f"a tool result must be a ToolResult, not {type(result).__name__}")
-    copy = msgspec.json.decode(msgspec.json.encode(result), type=ToolResult)
-    if copy != result:
-        raise ValueError("the result does not survive its JSON form unchanged "
-                         "(NaN or infinity, a tuple, a non-string key or bytes in details?)")
-    return freeze_result(copy)
