@@ -23,7 +23,8 @@ from protocol.messages.events import (
     WaitingCall,
 )
 from protocol.tools import TextContent
-from runtime.clients.chat.view import ChatView, session_lines, summarize_args
+from runtime.clients.chat.session_list import session_lines
+from runtime.clients.chat.view import ChatView, summarize_args
 
 
 def plain(lines: list[object]) -> list[str]:

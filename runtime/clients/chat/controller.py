@@ -66,8 +66,9 @@ from runtime.clients.chat.commands import (
 )
 from runtime.clients.chat.link import open_daemon, still_alive, tool_processes
 from runtime.clients.chat.plugins import server_lines
+from runtime.clients.chat.session_list import session_lines
 from runtime.clients.chat.trust import TrustQuestion
-from runtime.clients.chat.view import ChatView, session_lines
+from runtime.clients.chat.view import ChatView
 from runtime.clients.daemon_client import DaemonClient
 from runtime.link import ConnectionClosed, answers_later
 

@@ -12,12 +12,11 @@ feed events and read lines.
 from __future__ import annotations
 
 import collections
-import json
 from dataclasses import dataclass, field
 
 from rich.text import Text
 
-from protocol.messages.client import AgentAbortResult, SessionInfo
+from protocol.messages.client import AgentAbortResult
 from protocol.messages.events import (
     NO_PROVIDER_ERROR,
     AnnouncedEvent,
@@ -37,6 +36,7 @@ from protocol.messages.events import (
 )
 from runtime.clients.chat.commands import CHOOSE_MODEL
 from runtime.clients.chat.maintenance import maintenance_lines, turn_usage_lines
+from runtime.clients.chat.permission_view import PermissionView, printed_call, question_lines
 from runtime.clients.chat.timeline import StopTimeline, ms
 from runtime.clients.eventrender import render
 from runtime.clients.eventrender import summarize_args as summarize_args
@@ -44,9 +44,6 @@ from runtime.clients.eventrender import summarize_args as summarize_args
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 TAIL_LINES = 3
 STREAM_LINES = 6  # of the response streaming in, shown live until its message lands
-# A permission prompt's call up to this long is shown whole in the live part, wrapped;
-# a longer one is printed whole above it (the terminal's scrollback holds it).
-LIVE_PREVIEW_CHARS = 600
 
 Lines = list[Text]
 
@@ -68,16 +65,6 @@ class CallView:
         if self.started is not None:
             return f"{now - self.started:.1f}s"
         return "waiting for permission" if self.asking else "waiting to start"
-
-
-@dataclass
-class PermissionView:
-    request_id: str
-    tool: str
-    preview: str
-    risk: str
-    call_id: str | None = None
-    drawn: float | None = None  # when the live part first showed it (None: not yet)
 
 
 def _took(event: ToolResultEvent, call: CallView | None, now: float) -> str:
@@ -294,17 +281,12 @@ class ChatView:
     def permission_asked(self, request_id: str, tool: str, preview: str, risk: str,
                          call_id: str | None = None) -> Lines:
         """A prompt opened. The lines to print at once: none when the live part can show
-        its whole call, else the whole call (see :func:`whole_call`), never cut."""
+        its whole call, else the whole call (see
+        :func:`runtime.clients.chat.permission_view.printed_call`), never cut."""
         self.permissions[request_id] = PermissionView(request_id, tool, preview, risk, call_id)
         if call_id is not None and call_id in self.calls:
             self.calls[call_id].asking = True
-        if len(preview) <= LIVE_PREVIEW_CHARS:
-            return []
-        label = f" [{call_id}]" if call_id else ""
-        return [Text.assemble(("? ", "bold magenta"), (tool, "bold"),
-                              f"{label} asks to run this call ({len(preview)} characters, "
-                              "all shown):"),
-                *whole_call(preview)]
+        return printed_call(tool, preview, call_id)
 
     def permission_answered(self, request_id: str, decision: str) -> Lines:
         asked = self.permissions.pop(request_id, None)
@@ -356,7 +338,7 @@ class ChatView:
             first = next(iter(self.permissions.values()))
             if first.drawn is None:
                 first.drawn = now
-            lines.extend(self._asking(first))
+            lines.extend(question_lines(first))
             if len(self.permissions) > 1:
                 more = len(self.permissions) - 1
                 lines.append(Text(f"  ({more} more permission prompt{'s' if more > 1 else ''}"
@@ -372,70 +354,6 @@ class ChatView:
                               "stop)", style="dim"))
         return lines
 
-    @staticmethod
-    def _asking(asked: PermissionView) -> Lines:
-        """The question and its answers, each line under 60 columns but the question, which
-        holds the whole call and wraps (or points at the call printed whole above)."""
-        if len(asked.preview) <= LIVE_PREVIEW_CHARS:
-            what = f" wants to run: {asked.preview}"
-        else:
-            what = (f" wants to run the call printed above in full ({len(asked.preview)} "
-                    "characters; scroll back to read it)")
-        return [Text.assemble(("? ", "bold magenta"), (asked.tool, "bold"), what,
-                              (f"  (risk {asked.risk})", "dim"),
-                              no_wrap=False, overflow="fold"),
-                Text("  answer: type one letter, then Enter · Esc stops the turn",
-                     style="bold magenta"),
-                Text("    y  allow once          a  allow for the session", style="magenta"),
-                Text("    n  deny                d  deny for the session", style="magenta")]
-
     @property
     def animating(self) -> bool:
         return bool(self.calls or self.stop is not None or self.turn_id is not None)
-
-
-def whole_call(preview: str) -> Lines:
-    """A call's arguments as lines, nothing left out: an object's fields one by one, a text
-    value with its own line breaks; what is not a JSON object, as it came. Each line wraps
-    at the terminal's width (``overflow="fold"`` splits a word longer than a row)."""
-    try:
-        args = json.loads(preview)
-    except ValueError:
-        args = None
-    if not isinstance(args, dict):
-        return [Text(f"    {preview}", overflow="fold")]
-    lines: Lines = []
-    for key, value in args.items():
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        rows = text.split("\n")
-        lines.append(Text.assemble((f"    {key}: ", "bold"), rows[0], overflow="fold"))
-        lines.extend(Text(f"      {row}", overflow="fold") for row in rows[1:])
-    return lines
-
-
-def session_lines(sessions: tuple[SessionInfo, ...], current: str | None,
-                  workspace: str | None = None) -> Lines:
-    """``/sessions``: the sessions of ``workspace`` only (``None``: of every workspace),
-    saying how many others there are; an unreadable log whose workspace is unknown is
-    listed with every workspace's."""
-    shown = [s for s in sessions if workspace is None or s.workspace in (workspace, "")]
-    others = len(sessions) - len(shown)
-    title = ("sessions:" if workspace is None
-             else f"sessions in {workspace}:")
-    lines = [Text(title, style="bold")]
-    if not shown:
-        lines.append(Text("  none", style="dim"))
-    for s in shown:
-        flags = [f for f, on in (("current", s.session_id == current),
-                                 ("not loaded", not s.loaded),
-                                 ("interrupted", s.interrupted)) if on]
-        lines.append(Text.assemble((f"  {s.session_id}", "bold"),
-                                   f"  {s.workspace or '(workspace unknown)'}  "
-                                   f"{s.permission_mode or ''}".rstrip(),
-                                   (f"  ({', '.join(flags)})" if flags else "", "dim")))
-        if s.error is not None:  # /load would fail: say so before the user tries
-            lines.append(Text(f"    log unreadable: {s.error}", style="red"))
-    if others:
-        lines.append(Text(f"  ({others} in other workspaces: /sessions all lists them)",
-                          style="dim"))
-    return lines
