@@ -7,7 +7,9 @@ trio's thread via ``TrioToken.run_sync_soon``); what to show goes out through th
 A stop is sent as ``agent.abort`` and its timeline drawn from the events that
 arrive until the answer, which comes only once the turn is settled; until then
 every line is held, and the stop's block is printed whole, in time order, when the
-answer comes (:mod:`runtime.clients.chat.timeline`).
+answer comes (:mod:`runtime.clients.chat.timeline`). The host's permission prompts wait
+for the user in :mod:`runtime.clients.chat.permission_asks`, the workspace trust
+question in :mod:`runtime.clients.chat.trust`.
 
 Failures are mapped here, in :meth:`Controller._guarded`: a daemon's error answer is
 a red line (its message, not its wire code) and the chat goes on; a closed link ends the
@@ -33,7 +35,6 @@ from protocol.messages.client import (
     AgentAbortResult,
     AgentPromptParams,
     AgentPromptResult,
-    ClientPermissionRequestParams,
     PermissionMode,
     ProviderConfig,
     SessionCompactParams,
@@ -43,16 +44,13 @@ from protocol.messages.client import (
     SessionLoadParams,
     SessionLoadResult,
     SessionNewParams,
-    SessionNewResult,
 )
 from protocol.messages.common import Empty, PluginServerStatus
-from protocol.messages.host import PermissionRequestResult, PermissionWithdrawnParams
 from runtime.clients.chat.commands import (
     HELP,
     Answer,
     Command,
     Compact,
-    Decision,
     Help,
     ListSessions,
     Load,
@@ -65,9 +63,10 @@ from runtime.clients.chat.commands import (
     Usage,
 )
 from runtime.clients.chat.link import open_daemon, still_alive, tool_processes
+from runtime.clients.chat.permission_asks import PermissionAsks
 from runtime.clients.chat.plugins import server_lines
 from runtime.clients.chat.session_list import session_lines
-from runtime.clients.chat.trust import TrustQuestion
+from runtime.clients.chat.trust import TrustQuestion, open_answering_trust
 from runtime.clients.chat.view import ChatView
 from runtime.clients.daemon_client import DaemonClient
 from runtime.link import ConnectionClosed, answers_later
@@ -100,12 +99,6 @@ class ChatOptions:
     provider_hint: str | None = None  # said at start-up: no model is configured
 
 
-@dataclass
-class _Asked:
-    answered: trio.Event
-    decision: Decision = "deny"
-
-
 class Controller:
     def __init__(self, options: ChatOptions, screen: Screen,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -116,13 +109,14 @@ class Controller:
         self._clock = clock
         self._commands, self._inbox = trio.open_memory_channel[Command](math.inf)
         self._daemon: DaemonClient | None = None
-        self._asked: dict[str, _Asked] = {}
         self._stopping: trio.Event | None = None  # set when the stop in flight is answered
         self._prompts = 0  # agent.prompt requests not answered yet
         self._compacting = 0  # session.compact requests not answered yet
         self._animate = trio.Event()
         self._quitting = False
         self._trust = TrustQuestion(self._commit)  # the workspace.trust question
+        self._permissions = PermissionAsks(self.view, show=screen.commit, commit=self._commit,
+                                           refresh=screen.refresh, clock=clock)
         self.plugin_servers: tuple[PluginServerStatus, ...] = ()  # the session's, for /tools
 
     # -- the terminal's side ---------------------------------------------------------------
@@ -147,10 +141,10 @@ class Controller:
                 async with open_daemon(
                         log_file=log_file, env=options.env, serve_args=options.serve_args,
                         # Asked: waiting for the user must not hold up the link's reader.
-                        handlers={"permission.request": answers_later(self._on_permission),
+                        handlers={"permission.request": answers_later(self._permissions.ask),
                                   "workspace.trust": answers_later(self._trust.ask)},
                         notification_handlers={"session.event": self._on_event,
-                                               "permission.withdrawn": self._on_withdrawn},
+                                               "permission.withdrawn": self._permissions.withdrawn},
                 ) as daemon:
                     self._daemon = daemon
                     await self._start(daemon)
@@ -169,7 +163,10 @@ class Controller:
         info = await daemon.initialize()
         host = info.capabilities.get("host", {}) if isinstance(info.capabilities, dict) else {}
         try:
-            result = await self._open_answering_trust(daemon)
+            result = await open_answering_trust(
+                daemon, SessionNewParams(self.options.workspace, self.options.permission_mode,
+                                         self.options.provider),
+                self._trust, self._inbox, self._commands)
         except RemoteError as exc:  # said as the daemon words it, not as a wire code
             hint = (" (docs/providers.md says how to choose a model)"
                     if exc.code is ErrorCode.INVALID_PARAMS else "")
@@ -190,36 +187,6 @@ class Controller:
         if result.plugin_servers:
             self._commit(server_lines(result.plugin_servers))
 
-    async def _open_answering_trust(self, daemon: DaemonClient) -> SessionNewResult:
-        """``session.new``, while the typed commands are read for the answer to a
-        ``workspace.trust`` question it may bring (the others wait for ``_serve``)."""
-        outcome: list[SessionNewResult | RemoteError] = []
-        deferred: list[Command] = []
-        async with trio.open_nursery() as nursery:
-            async def open_session() -> None:
-                try:
-                    outcome.append(await daemon.request("session.new", SessionNewParams(
-                        self.options.workspace, self.options.permission_mode,
-                        self.options.provider)))
-                except RemoteError as exc:
-                    outcome.append(exc)
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(open_session)
-            async for command in self._inbox:
-                if isinstance(command, TrustAnswer):
-                    self._trust.answer(command)
-                    continue
-                if isinstance(command, Quit):
-                    self._trust.dismiss()
-                deferred.append(command)
-        for command in deferred:  # served once the session is open, in the order typed
-            self._commands.send_nowait(command)
-        (result,) = outcome
-        if isinstance(result, RemoteError):
-            raise result
-        return result
-
     async def _watch_link(self, daemon: DaemonClient) -> None:
         await daemon.endpoint.closed.wait()
         if not self._quitting:
@@ -231,7 +198,7 @@ class Controller:
             if isinstance(command, Quit):
                 break
             if isinstance(command, Answer):
-                self._answer(command)
+                self._permissions.answer(command)
             elif isinstance(command, TrustAnswer):
                 self._trust.answer(command)
             elif isinstance(command, Tools):
@@ -373,35 +340,6 @@ class Controller:
         if lines:
             self._commit(lines)
         self._wake()
-
-    async def _on_permission(self, params: ClientPermissionRequestParams
-                             ) -> PermissionRequestResult:
-        asked = _Asked(trio.Event())
-        self._asked[params.request_id] = asked
-        whole = self.view.permission_asked(params.request_id, params.tool,
-                                           params.args_preview, params.risk, params.call_id)
-        if whole:  # printed now, even while a stop settles: the user decides on it
-            self._screen.commit(whole)
-        self._screen.refresh()
-        try:
-            await asked.answered.wait()
-        finally:
-            self._asked.pop(params.request_id, None)
-        return PermissionRequestResult(asked.decision)
-
-    def _on_withdrawn(self, params: PermissionWithdrawnParams) -> None:
-        self._commit(self.view.permission_withdrawn(params.request_id, self._clock()))
-        asked = self._asked.get(params.request_id)
-        if asked is not None:  # the runtime forgot the request: this answer is dropped
-            asked.answered.set()
-
-    def _answer(self, command: Answer) -> None:
-        asked = self._asked.get(command.request_id)
-        if asked is None or asked.answered.is_set():
-            return
-        asked.decision = command.decision
-        asked.answered.set()
-        self._commit(self.view.permission_answered(command.request_id, command.decision))
 
     # -- screen ----------------------------------------------------------------------------
 
