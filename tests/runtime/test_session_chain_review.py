@@ -1,0 +1,206 @@
+"""Requests written back to back on one session (a load, prompts, aborts, closes), driven
+the way the client link drives them (the next request starts once the one before has taken
+its effect or answered), with a stand-in host and no kernel: each answers, the wire order
+holds, and the store keeps nothing for an id once no request on it is pending."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from protocol.errors import ErrorCode, RpcError
+from protocol.messages.client import (
+    AgentAbortParams,
+    AgentPromptParams,
+    ScriptedProviderConfig,
+    SessionCloseParams,
+    SessionLoadParams,
+    SessionNewParams,
+    SessionSetModeParams,
+)
+from runtime.daemon.daemon import Daemon
+from runtime.link import Effect
+from tests.runtime.test_session_lifecycle import _serving
+
+Request = tuple[str, Any]
+MISSING = "s-0123456789ab"
+
+
+def _left_over(daemon: Daemon) -> set[str]:
+    """What the store keeps for ids with no open session (a session not open, a lock):
+    nothing once no request is pending. Reads the store before and after the change."""
+    store = daemon.sessions
+    kept = {i for i, s in store._sessions.items() if getattr(s, "state", "open") != "open"}
+    return kept | set(getattr(store, "_locks", {}))
+
+
+async def _pipelined(daemon: Daemon, requests: list[Request]) -> list[Any]:
+    """Each request started once the one before took its effect (or answered), as the
+    client link's reader does; every answer, or the (code, message) of its error."""
+    answers: list[Any] = [None] * len(requests)
+
+    async with trio.open_nursery() as nursery:
+        for index, (method, params) in enumerate(requests):
+            effect = Effect()
+            handler: Callable[[Any, Effect], Awaitable[Any]] = getattr(daemon.requests,
+                                                                        method)
+
+            async def run(index: int = index, handler: Any = handler, params: Any = params,
+                          effect: Effect = effect) -> None:
+                try:
+                    answers[index] = await handler(params, effect)
+                except RpcError as exc:
+                    answers[index] = (exc.code, exc.message)
+                finally:
+                    effect.take()
+
+            nursery.start_soon(run)
+            await effect.wait()
+    return answers
+
+
+async def _new(daemon: Daemon, tmp_path: pathlib.Path, turns: int = 0) -> str:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    made = await daemon.requests.session_new(SessionNewParams(
+        str(workspace), "auto",
+        ScriptedProviderConfig(script=[[{"text": f"done {n}"}] for n in range(turns)])))
+    return made.session_id
+
+
+def _codes(answers: list[Any]) -> list[Any]:
+    return [a[0] if isinstance(a, tuple) else type(a).__name__ for a in answers]
+
+
+async def test_a_missing_session_loaded_with_requests_behind_answers_each_and_keeps_nothing(
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with _serving(tmp_path) as (daemon, _):
+        answers = await _pipelined(daemon, [
+            ("session_load", SessionLoadParams(MISSING)),
+            ("agent_prompt", AgentPromptParams(MISSING, "hi")),
+            ("agent_abort", AgentAbortParams(MISSING)),
+            ("session_close", SessionCloseParams(MISSING)),
+            ("session_load", SessionLoadParams(MISSING)),
+            ("agent_prompt", AgentPromptParams(MISSING, "hi")),
+        ])
+        assert _codes(answers) == [ErrorCode.NOT_FOUND] * 6
+        assert _left_over(daemon) == set()
+
+
+async def test_thousands_of_missing_loads_leave_nothing_in_the_store(
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with _serving(tmp_path) as (daemon, _):
+        ids = [f"s-{n:012x}" for n in range(2000)]
+        answers = await _pipelined(daemon, [
+            (method, params) for i in ids for method, params in (
+                ("session_load", SessionLoadParams(i)),
+                ("session_set_mode", SessionSetModeParams(i, "ask")))])
+        assert set(_codes(answers)) == {ErrorCode.NOT_FOUND}
+        assert _left_over(daemon) == set() and daemon.sessions._sessions == {}
+
+
+async def test_load_prompt_abort_close_load_prompt_in_one_write_reach_each_life(
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
+    """The session closed and not loaded: load, set_mode, abort, close, load, set_mode.
+    The first mode change reaches the first life; the close closes it; the second load
+    makes a new life and the last mode change reaches that one. (Prompts need a host
+    lease the stand-in host has not; the e2e suite covers them.)"""
+    async with _serving(tmp_path) as (daemon, _):
+        session_id = await _new(daemon, tmp_path, turns=4)
+        await daemon.requests.session_close(SessionCloseParams(session_id), Effect())
+        assert _left_over(daemon) == set()
+        answers = await _pipelined(daemon, [
+            ("session_load", SessionLoadParams(session_id)),
+            ("session_set_mode", SessionSetModeParams(session_id, "ask")),
+            ("agent_abort", AgentAbortParams(session_id)),
+            ("session_close", SessionCloseParams(session_id)),
+            ("session_load", SessionLoadParams(session_id)),
+            ("session_set_mode", SessionSetModeParams(session_id, "ask")),
+        ])
+        codes = _codes(answers)
+        assert codes == ["SessionLoadResult", "Empty", "AgentAbortResult", "Empty",
+                         "SessionLoadResult", "Empty"], answers
+        (life,) = daemon.sessions.all()
+        assert life.running and life.permission_mode == "ask" and _left_over(daemon) == set()
+        await daemon.requests.session_close(SessionCloseParams(session_id), Effect())
+        assert _left_over(daemon) == set() and daemon.sessions.all() == ()
+
+
+async def test_two_loads_then_close_then_a_prompt_behind(
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with _serving(tmp_path) as (daemon, host):
+        session_id = await _new(daemon, tmp_path, turns=2)
+        await daemon.requests.session_close(SessionCloseParams(session_id), Effect())
+        host.told.clear()
+        answers = await _pipelined(daemon, [
+            ("session_load", SessionLoadParams(session_id)),
+            ("session_load", SessionLoadParams(session_id)),
+            ("session_close", SessionCloseParams(session_id)),
+            ("session_set_mode", SessionSetModeParams(session_id, "ask")),
+        ])
+        assert _codes(answers) == ["SessionLoadResult", "SessionLoadResult", "Empty",
+                                   ErrorCode.NOT_FOUND], answers
+        assert [m for m, _ in host.told].count("session.open") == 1
+        assert daemon.sessions.all() == () and _left_over(daemon) == set()
+
+
+@pytest.mark.parametrize("log_text", ["", "not json\n", '{"type": "nonsense"}\n'])
+async def test_a_malformed_log_loaded_with_requests_behind(
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock, log_text: str
+        ) -> None:
+    async with _serving(tmp_path) as (daemon, _):
+        daemon.sessions.dir.mkdir(parents=True, exist_ok=True)
+        daemon.sessions.path_of(MISSING).write_text(log_text)
+        answers = await _pipelined(daemon, [
+            ("session_load", SessionLoadParams(MISSING)),
+            ("session_set_mode", SessionSetModeParams(MISSING, "ask")),
+            ("session_close", SessionCloseParams(MISSING)),
+            ("session_load", SessionLoadParams(MISSING)),
+        ])
+        codes = _codes(answers)
+        assert codes[1] == codes[2] == ErrorCode.NOT_FOUND, answers
+        assert codes[0] == codes[3] and codes[0] in (ErrorCode.INTERNAL,
+                                                      ErrorCode.NOT_FOUND), answers
+        assert _left_over(daemon) == set() and daemon.sessions.all() == ()
+
+
+@pytest.mark.parametrize("method", ["session_close", "session_set_mode", "agent_prompt",
+                                    "agent_abort", "session_load"])
+async def test_a_malformed_id_answers_as_before(
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock, method: str) -> None:
+    params: dict[str, Any] = {
+        "session_close": SessionCloseParams("../etc"),
+        "session_set_mode": SessionSetModeParams("../etc", "ask"),
+        "agent_prompt": AgentPromptParams("../etc", "x"),
+        "agent_abort": AgentAbortParams("../etc"),
+        "session_load": SessionLoadParams("../etc"),
+    }
+    expected = {"session_close": ErrorCode.INVALID_PARAMS,
+                "session_load": ErrorCode.INVALID_PARAMS}.get(method, ErrorCode.NOT_FOUND)
+    async with _serving(tmp_path) as (daemon, _):
+        (answer,) = await _pipelined(daemon, [(method, params[method])])
+        assert isinstance(answer, tuple) and answer[0] == expected, answer
+        if expected == ErrorCode.INVALID_PARAMS:
+            assert "malformed session id" in answer[1]
+        assert _left_over(daemon) == set()
+
+
+async def test_a_close_written_while_the_load_reads_the_log_closes_the_loaded_session(
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with _serving(tmp_path) as (daemon, host):
+        session_id = await _new(daemon, tmp_path, turns=1)
+        await daemon.requests.session_close(SessionCloseParams(session_id), Effect())
+        host.told.clear()
+        answers = await _pipelined(daemon, [
+            ("session_load", SessionLoadParams(session_id)),
+            ("session_close", SessionCloseParams(session_id)),
+            ("agent_abort", AgentAbortParams(session_id)),
+        ])
+        assert _codes(answers) == ["SessionLoadResult", "Empty", ErrorCode.NOT_FOUND]
+        assert [m for m, _ in host.told] == ["session.open", "plugins.list", "session.close"]
+        assert daemon.sessions.all() == () and _left_over(daemon) == set()
