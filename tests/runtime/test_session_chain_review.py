@@ -279,3 +279,19 @@ async def test_a_log_open_in_another_daemon_loaded_with_requests_behind(
         assert _codes(answers) == [ErrorCode.BUSY, ErrorCode.NOT_FOUND, ErrorCode.NOT_FOUND,
                                    ErrorCode.BUSY], answers
         assert _left_over(daemon) == set() and daemon.sessions.all() == ()
+
+
+async def test_a_mode_change_then_a_close_in_one_write_tells_the_host_nothing_after_the_close(
+        tmp_path: pathlib.Path, autojump_clock: trio.testing.MockClock) -> None:
+    """set_mode re-registers the session with the host after its place in the chain; a
+    close written right behind must still be the last the host hears of the session."""
+    async with _serving(tmp_path) as (daemon, host):
+        session_id = await _new(daemon, tmp_path)
+        host.told.clear()
+        answers = await _pipelined(daemon, [
+            ("session_set_mode", SessionSetModeParams(session_id, "ask")),
+            ("session_close", SessionCloseParams(session_id)),
+        ])
+        assert _codes(answers) == ["Empty", "Empty"], answers
+        assert host.told[-1] == ("session.close", session_id), host.told
+        assert _left_over(daemon) == set() and daemon.sessions.all() == ()
