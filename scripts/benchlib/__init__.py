@@ -14,5 +14,9 @@
 
 ``load.py`` and ``load_report.py`` are ``scripts/load``: the load test (many sessions
 stopped at once, thousands of stops interleaved with executions) and its block of
-``docs/benchmarks.md``.
+``docs/benchmarks.md``. ``load.py`` runs it from its parts: ``load_records.py`` (its
+configuration and figures), ``load_phase_a.py`` and ``load_plugins.py`` (the sessions
+stopped at once), ``load_phase_b.py`` (the stops interleaved with executions),
+``load_sampler.py`` (memory, descriptors, tombstones), ``load_leftovers.py`` (the processes
+and logs stops leave) and ``load_judge.py`` (its checks).
 """
