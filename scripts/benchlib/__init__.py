@@ -1,9 +1,10 @@
 """The pieces of ``scripts/bench``: statistics, the machine, a benchmark client of
 ``quiesce serve``, the scenarios and the report.
 
-- ``stop.py``: stop latency per tool class, with floors, in one daemon (a scenario takes
-  a :class:`~benchlib.harness.Bench` and a repetition count and returns a
-  :class:`~benchlib.stats.Series`).
+- ``stop.py``: stop latency per tool class, with floors (``floors.py``), in one daemon (a
+  scenario takes a :class:`~benchlib.harness.Bench` and a repetition count and returns a
+  :class:`~benchlib.stats.Series`); ``scenarios.py`` names every row and the ratios
+  drawn between them.
 - ``link.py``: tool-call round trip and throughput on the runtime's host link, start-up;
   beside them the raw pipe floor (``pipe_floor.py``, a script) and the MCP Python SDK
   (``mcp_peer.py``, a script run in its own asyncio process).
