@@ -142,4 +142,3 @@ async def floor_fsync(bench: Bench, n: int, warmup: int) -> Series:
 
 async def floor_bash_turn_sandboxed(bench: Bench, n: int, warmup: int) -> Series:
     return await floor_bash_turn(bench, n, warmup, sandbox="workspace-write")
-

@@ -106,4 +106,3 @@ def judge(result: LoadResult) -> None:
                         + (f", {crashes} crashes (ops)" if b.ops_stats else "")))
     checks.append(Check("no marked process once the daemon exited", not result.leftovers,
                         f"{len(result.leftovers)}"))
-

@@ -294,4 +294,3 @@ async def _poll_for(bench: Bench, predicate: Callable[[], bool], within: float,
                     await bench.changed.wait()
     except trio.TooSlowError:
         raise TimeoutError(f"waited {within:g} s for {what}") from None
-

@@ -254,4 +254,3 @@ async def phase_b(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
             out.unbalanced.append(f"{session.session_id}: {'; '.join(problems[:5])}"
                                   + (f" (+{len(problems) - 5} more)" if len(problems) > 5
                                      else ""))
-

@@ -95,4 +95,3 @@ async def close_plugin_sessions(bench: Bench, sessions: list[Session],
     out.plugin_servers_left = [str(pid) for pid in left]
     for pid in left:
         psutil.Process(pid).kill()
-

@@ -96,4 +96,3 @@ async def open_ops(bench: Bench, result: LoadResult) -> AsyncIterator[OpsClient 
     async with stack:
         result.ops_note = "host tombstones and calls in flight read with `ops.stats`"
         yield client
-

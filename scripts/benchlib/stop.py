@@ -303,4 +303,3 @@ async def stop_permission_siblings(bench: Bench, n: int, warmup: int) -> Series:
             series.samples.append(rep.rtt_ms)
             series.add_extra("settledMs", rep.answer.settled_ms)
     return series
-
