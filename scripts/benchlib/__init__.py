@@ -10,8 +10,9 @@
   (``mcp_peer.py``, a script run in its own asyncio process).
 - ``growth.py``: stop latency as the calls in flight grow, memory per session and per
   call, tombstone memory. ``micro.py``: dispatch and codec cost per message.
-- ``report.py`` (the stop tables), ``report_perf.py`` (the goals and the other rows),
-  ``plot.py`` (``docs/benchmarks.png``).
+- ``report.py`` (the stop tables), ``report_goals.py`` (the goals), ``report_perf.py``
+  (the other rows), ``report_profile.py`` (where the time goes), ``report_figures.py``
+  (how they read and write a figure), ``plot.py`` (``docs/benchmarks.png``).
 
 ``load.py`` and ``load_report.py`` are ``scripts/load``: the load test (many sessions
 stopped at once, thousands of stops interleaved with executions) and its block of
