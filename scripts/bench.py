@@ -37,8 +37,8 @@ from benchlib.harness import MARK_VAR, kill_all, marked, open_bench
 from benchlib.machine import Machine
 from benchlib.plot import plot_growth
 from benchlib.report import Report, write_preserving_load
+from benchlib.scenarios import RATIOS, SCENARIOS
 from benchlib.stats import Series
-from benchlib.stop import RATIOS, SCENARIOS
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"

@@ -26,7 +26,8 @@ import time
 from typing import Any
 
 import trio
-from benchlib.load import FULL, ROLES, SMOKE, LoadConfig, LoadResult, run_load, summarize
+from benchlib.load import run_load
+from benchlib.load_records import FULL, ROLES, SMOKE, LoadConfig, LoadResult, summarize
 from benchlib.load_report import markdown, summary
 from benchlib.machine import Machine
 from benchlib.report import write_load_block

@@ -47,6 +47,11 @@ def now_ms() -> float:
     return time.perf_counter() * 1000.0
 
 
+def scripted_call(call_id: str, name: str, **args: Any) -> dict[str, Any]:
+    """One tool call of a scripted provider's response step (``new_session``'s script)."""
+    return {"toolCall": {"id": call_id, "name": name, "args": args}}
+
+
 @dataclass
 class Session:
     """One session of the daemon, as the client sees it."""

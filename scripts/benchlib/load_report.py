@@ -3,7 +3,8 @@ summary for stdout."""
 
 from __future__ import annotations
 
-from benchlib.load import PROCESS_SLOTS, TREE, LoadResult, MemSample, summarize
+from benchlib.load_phase_a import PROCESS_SLOTS, TREE
+from benchlib.load_records import LoadResult, MemSample, summarize
 from benchlib.machine import Machine
 from benchlib.report import ms
 

@@ -12,14 +12,9 @@ import pathlib
 from dataclasses import dataclass, field
 
 from benchlib.machine import Machine
-from benchlib.report_perf import (
-    PERF_METHOD,
-    goals_section,
-    growth_section,
-    link_sections,
-    micro_section,
-    profile_section,
-)
+from benchlib.report_goals import goals_section
+from benchlib.report_perf import PERF_METHOD, growth_section, link_sections, micro_section
+from benchlib.report_profile import profile_section
 from benchlib.socketlink import socket_section
 from benchlib.stats import Series, median_of
 

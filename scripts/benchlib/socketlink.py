@@ -22,7 +22,7 @@ from wsproto import ConnectionType, WSConnection
 from wsproto.events import AcceptConnection, Request, TextMessage
 
 from benchlib.harness import now_ms
-from benchlib.report_perf import num
+from benchlib.report_figures import num
 from benchlib.stats import Series
 from runtime.clients.daemon_client import serve_command
 

@@ -1,4 +1,5 @@
-"""Stop latency: ``agent.abort`` sent until its answer, per tool class, with floors beside it.
+"""Stop latency: ``agent.abort`` sent until its answer, per tool class (the floors beside
+it are :mod:`benchlib.floors`).
 
 Every repetition is a fresh prompt in one session of the same daemon (the
 session's script holds one response per repetition). The abort is sent only
@@ -16,21 +17,13 @@ from __future__ import annotations
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
-import psutil
 import trio
-import trio.lowlevel
 
-from benchlib import compaction, logwrite
-from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all, now_ms
-from benchlib.isolation import loop_lag
+from benchlib.harness import ABORT_TIMEOUT, Bench, Member, Session, kill_all
 from benchlib.stats import Goal, Series
-from benchlib.stop_many import stop_many_trees, stop_many_trees_fallback
-from benchlib.streamlag import stream_lag
 from host.tools.context import HostToolConfig
 from protocol.messages.client import AgentAbortResult, AgentPromptResult
-from protocol.messages.common import Empty
 from protocol.messages.events import (
     ToolAbortEvent,
     ToolCallEvent,
@@ -58,9 +51,6 @@ HONOURING_SLEEPS = 5
 IGNORING_TREE = ("( trap '' TERM; exec sleep 60 ) & sleep 60 & setsid sleep 60 & "
                  "echo tree-started; sleep 60")
 IGNORING_SLEEPS = 4
-
-Scenario = Callable[[Bench, int, int], Awaitable[Series]]
-"""A scenario: ``(bench, repetitions, warm-up repetitions) -> samples``."""
 
 READ_ONLY_GOAL = Goal(10.0, "median < 10 ms")
 HONOURING_GOAL = Goal(10.0, "median < 10 ms incl. reaping every descendant")
@@ -127,135 +117,6 @@ def host_states(session: Session, turn_id: str | None) -> dict[str, tuple[str, b
 
 def turn_end_seen(session: Session, turn_id: str | None) -> bool:
     return any(isinstance(e, TurnEnd) and e.turn_id == turn_id for e in session.events)
-
-
-# -- floors ------------------------------------------------------------------------
-
-
-async def floor_session_list(bench: Bench, n: int, warmup: int) -> Series:
-    series = Series("floor-session-list", "floor: `session.list` round trip (client link)")
-    for i in range(warmup + n):
-        rtt, _ = await bench.timed("session.list", Empty())
-        if i >= warmup:
-            series.samples.append(rtt)
-    return series
-
-
-async def floor_host_tool(bench: Bench, n: int, warmup: int) -> Series:
-    """``debug.runTool`` Read of a one-line file: client -> runtime -> host and back."""
-    from protocol.messages.client import DebugRunToolParams
-
-    series = Series("floor-host-tool",
-                    "floor: host tool round trip (`debug.runTool` Read of a 6-byte file)")
-    workspace = bench.workdir / "ws-floor-tool"
-    workspace.mkdir()
-    (workspace / "tiny.txt").write_text("hello\n")
-    session = await bench.new_session(workspace, [])
-    for i in range(warmup + n):
-        rtt, result = await bench.timed("debug.runTool", DebugRunToolParams(
-            session.session_id, "Read", {"path": "tiny.txt"}))
-        if result.result.is_error:
-            series.anomalies.append(f"rep {i}: Read failed: {result.result.code}")
-        if i >= warmup:
-            series.samples.append(rtt)
-    return series
-
-
-async def floor_noop_turn(bench: Bench, n: int, warmup: int) -> Series:
-    """A completed turn with no tool call (its ``turn/end`` is fsynced, as a stop's is)."""
-    series = Series("floor-noop-turn", "floor: completed no-op turn (`agent.prompt`, "
-                    "one text chunk)")
-    workspace = bench.workdir / "ws-noop"
-    workspace.mkdir()
-    session = await bench.new_session(workspace, [[{"text": "ok"}]] * (warmup + n))
-    for i in range(warmup + n):
-        start = now_ms()
-        result = await bench.prompt(session, f"noop {i}")
-        rtt = now_ms() - start
-        if result.stop_reason != "end_turn":
-            series.anomalies.append(f"rep {i}: stop reason {result.stop_reason!r}")
-        if i >= warmup:
-            series.samples.append(rtt)
-    return series
-
-
-async def floor_bash_turn(bench: Bench, n: int, warmup: int,
-                          sandbox: str | None = None) -> Series:
-    """A completed turn running Bash ``true``: spawn, exit, tree check, reap, two steps
-    (``sandbox``: in a session narrowed to that sandbox mode)."""
-    series = (Series("floor-bash-turn", "floor: completed turn running Bash `true` "
-                     "(two steps)") if sandbox is None else
-              Series("floor-bash-turn-sandboxed", "floor: completed turn running Bash "
-                     f"`true` (two steps), sandboxed ({sandbox}: forked, Landlock)"))
-    workspace = bench.workdir / ("ws-bash-true" + ("-sandboxed" if sandbox else ""))
-    workspace.mkdir()
-    script: list[list[dict[str, Any]]] = []
-    for i in range(warmup + n):
-        script += [[{"toolCall": {"id": f"t{i}", "name": "Bash", "args": {"command": "true"}}}],
-                   [{"text": "ok"}]]
-    session = await bench.new_session(workspace, script, sandbox=sandbox)
-    for i in range(warmup + n):
-        start = now_ms()
-        result = await bench.prompt(session, f"true {i}")
-        rtt = now_ms() - start
-        if result.stop_reason != "end_turn":
-            series.anomalies.append(f"rep {i}: stop reason {result.stop_reason!r}")
-        if i >= warmup:
-            series.samples.append(rtt)
-    return series
-
-
-def _scan_process_table() -> int:
-    """What one listing of a tree costs the host: every process, and its environment."""
-    count = 0
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            proc.environ().get("QUIESCE_HOST_CALL")
-            proc.status()
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-        count += 1
-    return count
-
-
-async def floor_process_scan(bench: Bench, n: int, warmup: int) -> Series:
-    series = Series("floor-process-scan", "floor: one process-table scan with environments "
-                    "(psutil, in the bench process)")
-    sizes: list[int] = []
-    for i in range(warmup + n):
-        start = now_ms()
-        sizes.append(_scan_process_table())
-        elapsed = now_ms() - start
-        if i >= warmup:
-            series.samples.append(elapsed)
-        await trio.lowlevel.checkpoint()
-    seen = f"{min(sizes)}" if min(sizes) == max(sizes) else f"{min(sizes)} to {max(sizes)}"
-    series.notes.append(f"{seen} processes on the machine during the scans")
-    return series
-
-
-async def floor_fsync(bench: Bench, n: int, warmup: int) -> Series:
-    """Append a line to a file in the data directory's file system and fsync it (as the
-    session log does for ``turn/end``), in the bench process."""
-    series = Series("floor-fsync", "floor: append one line and fsync, same file system as the "
-                    "session logs (in the bench process)")
-    path = bench.workdir / "data" / "fsync-floor.jsonl"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        for i in range(warmup + n):
-            start = now_ms()
-            os.write(fd, b'{"kind":"turn/end","seq":%d}\n' % i)
-            os.fsync(fd)
-            elapsed = now_ms() - start
-            if i >= warmup:
-                series.samples.append(elapsed)
-            await trio.lowlevel.checkpoint()
-    finally:
-        os.close(fd)
-    return series
-
-
-# -- stop scenarios -------------------------------------------------------------------
 
 
 async def _stop_grep(bench: Bench, series: Series, n: int, warmup: int) -> None:
@@ -380,10 +241,6 @@ async def stop_term_honouring(bench: Bench, n: int, warmup: int) -> Series:
     return series
 
 
-async def floor_bash_turn_sandboxed(bench: Bench, n: int, warmup: int) -> Series:
-    return await floor_bash_turn(bench, n, warmup, sandbox="workspace-write")
-
-
 async def stop_term_honouring_sandboxed(bench: Bench, n: int, warmup: int) -> Series:
     """``stop-tree-term``'s tree in a sandboxed session: the stop path is the same (TERM,
     ``cgroup.kill``); only the spawn differs (forked, confined by Landlock)."""
@@ -446,60 +303,3 @@ async def stop_permission_siblings(bench: Bench, n: int, warmup: int) -> Series:
             series.samples.append(rep.rtt_ms)
             series.add_extra("settledMs", rep.answer.settled_ms)
     return series
-
-
-@dataclass(frozen=True)
-class Spec:
-    run: Scenario
-    floor: bool
-    """Floors are cheap and get more repetitions."""
-
-
-SCENARIOS: dict[str, Spec] = {
-    "floor-session-list": Spec(floor_session_list, True),
-    "floor-host-tool": Spec(floor_host_tool, True),
-    "floor-noop-turn": Spec(floor_noop_turn, True),
-    "floor-bash-turn": Spec(floor_bash_turn, True),
-    "floor-bash-turn-sandboxed": Spec(floor_bash_turn_sandboxed, True),
-    "floor-process-scan": Spec(floor_process_scan, True),
-    "floor-fsync": Spec(floor_fsync, True),
-    "floor-log-append": Spec(logwrite.floor_log_append, True),
-    "floor-log-cut": Spec(logwrite.floor_log_cut, True),
-    "floor-log-recover": Spec(logwrite.floor_log_recover, True),
-    "floor-compaction": Spec(compaction.floor_compaction, True),
-    "stop-read-only": Spec(stop_read_only, False),
-    "stop-tree-term": Spec(stop_term_honouring, False),
-    "stop-tree-term-sandboxed": Spec(stop_term_honouring_sandboxed, False),
-    "stop-tree-ignoring": Spec(stop_term_ignoring, False),
-    "stop-undispatched": Spec(stop_permission_siblings, False),
-    "stop-50-trees": Spec(stop_many_trees, False),
-    "stop-50-trees-fallback": Spec(stop_many_trees_fallback, False),
-    "stop-loop-lag": Spec(loop_lag, False),
-    "stream-loop-lag": Spec(stream_lag, False),
-}
-
-RATIOS: list[tuple[str, str, str]] = [
-    # (numerator, denominator, what it says)
-    ("stop-read-only", "floor-session-list", "read-only stop vs. a bare client round trip"),
-    ("stop-read-only", "floor-noop-turn", "read-only stop vs. a completed no-op turn"),
-    ("stop-tree-term", "floor-noop-turn", "tree stop vs. a completed no-op turn"),
-    ("stop-tree-term", "floor-bash-turn", "tree stop vs. a completed Bash `true` turn"),
-    ("stop-tree-term", "floor-process-scan", "tree stop vs. one process-table scan"),
-    ("floor-bash-turn-sandboxed", "floor-bash-turn",
-     "a sandboxed Bash `true` turn vs. an unsandboxed one (goal: within 10% or 1 ms)"),
-    ("stop-tree-term-sandboxed", "stop-tree-term",
-     "a sandboxed tree stop vs. an unsandboxed one (goal: within 10% or 1 ms)"),
-    ("stop-50-trees", "stop-tree-term", "50 trees stopped at once vs. one tree"),
-    ("stop-50-trees-fallback", "stop-50-trees",
-     "50 trees at once without cgroups vs. with them"),
-    ("stop-undispatched", "floor-noop-turn", "undispatched stop vs. a completed no-op turn"),
-    ("stop-undispatched", "floor-fsync", "undispatched stop vs. one append + fsync"),
-    ("floor-noop-turn", "floor-fsync", "no-op turn vs. one append + fsync"),
-    ("floor-log-append", "floor-fsync", "the log's append + sync vs. a raw append + fsync"),
-    ("floor-log-cut", "floor-log-append", "a failed append cut back vs. the log's append + sync"),
-    ("floor-log-recover", "floor-log-append",
-     "a failed append cut back, then appended and synced vs. the log's append + sync"),
-    ("floor-noop-turn", "floor-session-list", "no-op turn vs. a bare client round trip"),
-    ("floor-host-tool", "floor-session-list", "host tool round trip vs. a bare round trip"),
-    ("floor-compaction", "floor-noop-turn", "a compaction (instant model) vs. a no-op turn"),
-]
