@@ -45,6 +45,7 @@ from runtime.daemon.ops.server import OpsServer
 from runtime.daemon.permission_relay import PermissionRelay
 from runtime.link import Effect, Endpoint, Handler, answers_later, marks_effect
 from runtime.link.writer import MAX_QUEUED
+from runtime.supervision.failures import HostUnavailable
 from runtime.supervision.popen_process import PopenProcess
 from runtime.supervision.supervisor import (
     DEFAULT_LIVENESS_TIMEOUT,
@@ -162,7 +163,13 @@ class Daemon:
         the request's, for a method that marks it."""
         if attribute != "agent_abort":  # a stop joins the shutdown's; nothing else starts
             self._refuse_if_closing()
-        return await getattr(self.requests, attribute)(params, *effect)
+        try:
+            return await getattr(self.requests, attribute)(params, *effect)
+        except HostUnavailable as exc:  # no host could take what the request asked of it
+            if self.client_link.closing:  # the shutdown stopped it under the request
+                raise RpcError(ErrorCode.SHUTTING_DOWN,
+                               f"the daemon shut down during the request: {exc}") from exc
+            raise RpcError(ErrorCode.HOST_CRASHED, f"no host for the request: {exc}") from exc
 
     def _refuse_if_closing(self) -> None:
         if self.client_link.closing:

@@ -148,7 +148,7 @@ class DaemonOps:
                 waiting is not None and waiting > agent.stuck_after,
                 len(agent.inbox), tuple(calls), agent.usage))
         # The scan session.list uses (off the event loop, shared by listings at once).
-        broken = [i for i in await self._listing.scan_disk() if i.error is not None]
+        broken = [i for i in (await self._listing.scan_disk()).found if i.error is not None]
         return OpsSessionsResult(os.getpid(), tuple(out), tuple(
             OpsUnreadableLog(i.session_id, i.error or "", str(self._listing.dir /
                                                               f"{i.session_id}.jsonl"),

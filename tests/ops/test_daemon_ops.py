@@ -17,6 +17,7 @@ from protocol.messages.host import HostCallInfo, HostStatsResult
 from protocol.toolclass import ToolClass
 from runtime.agent.hostcall import HostCallState, InFlightCall
 from runtime.daemon.ops_backend import DaemonOps, shown_state
+from runtime.daemon.sessions.listing import DiskScan
 from runtime.daemon.sessions.ops_view import SessionOpsView
 from runtime.supervision.failures import HostLost, HostNotReached
 
@@ -57,8 +58,8 @@ def make_ops(host: FakeHost | None = None, pending: frozenset[str] = frozenset()
         stuck_after=30.0, inbox=(), usage=None)
     session = SimpleNamespace(session_id="s-1", workspace="/w", agent=agent,
                               ops=SessionOpsView())
-    async def scan_disk() -> list[object]:
-        return []
+    async def scan_disk() -> DiskScan:
+        return DiskScan([], [])
 
     sessions = SimpleNamespace(all=lambda: [session],
                                find=lambda sid: session if sid == "s-1" else None,

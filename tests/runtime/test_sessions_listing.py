@@ -37,12 +37,12 @@ def test_an_os_error_is_not_cached_past_its_fix(tmp_path: pathlib.Path,
 
     monkeypatch.setattr(sessions, "read_log", denied)
     with caplog.at_level(logging.WARNING, logger="runtime.daemon.sessions.listing"):
-        (first,) = store.on_disk()
+        (first,) = store.on_disk().found
         store.on_disk()
     assert first.error is not None and "Permission denied" in first.error
     assert caplog.text.count("is unreadable") == 1  # said once, however often listed
     monkeypatch.setattr(sessions, "read_log", read_log)  # fixed: same size and mtime
-    (second,) = store.on_disk()
+    (second,) = store.on_disk().found
     assert second.error is None and second.permission_mode == "auto"
 
 
@@ -55,7 +55,7 @@ def test_listings_from_two_threads_at_once(tmp_path: pathlib.Path) -> None:
             for _ in range(200):
                 for path in store.dir.glob("s-*.jsonl"):
                     path.touch()  # a new mtime: each listing reads and caches again
-                assert [s.error for s in store.on_disk()] == [None]
+                assert [s.error for s in store.on_disk().found] == [None]
         except BaseException as exc:  # noqa: BLE001 -- carried to the test's thread
             failures.append(exc)
 

@@ -9,6 +9,7 @@ import pathlib
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import msgspec
 import trio
@@ -25,6 +26,17 @@ SESSION_ID = re.compile(r"^s-[0-9a-f]{12}$")
 """A session id as its log's name has it."""
 
 
+@dataclass(frozen=True)
+class DiskScan:
+    """One scan of the logs: how each log not loaded here shows (``found``), and the logs
+    it passed over because their session was loaded then (``loaded``). A session that
+    closed during the scan is in neither part of what the caller sees unless it reads
+    that log (``LogListing.read``)."""
+
+    found: list[SessionInfo]
+    loaded: list[pathlib.Path]
+
+
 class LogListing:
     def __init__(self, sessions_dir: pathlib.Path, loaded: Callable[[str], bool]) -> None:
         """``sessions_dir``: where the logs are; ``loaded``: whether a session is loaded
@@ -37,9 +49,9 @@ class LogListing:
         self._listing_lock = threading.Lock()
         self._scan_lock = trio.Lock()  # one scan of the logs on disk at a time
         self._scans = 0
-        self._scanned: list[SessionInfo] = []
+        self._scanned = DiskScan([], [])
 
-    async def scan_disk(self) -> list[SessionInfo]:
+    async def scan_disk(self) -> DiskScan:
         """The sessions on disk, read off the event loop (a long log must not hold up
         agent.abort), by a scan that started after this call: lists that wait for the same
         scan share it, so a burst of them (a batch) costs two scans, not a thread each
@@ -51,22 +63,30 @@ class LogListing:
                 self._scanned = await trio.to_thread.run_sync(self.on_disk)
             return self._scanned
 
-    def on_disk(self) -> list[SessionInfo]:
+    def on_disk(self) -> DiskScan:
         """Sessions in the data directory that this daemon has not loaded; a log that cannot
         be read is listed with ``error`` saying why, never left out."""
-        found: list[SessionInfo] = []
+        scan = DiskScan([], [])
         if not self.dir.is_dir():
-            return found
+            return scan
         paths = sorted(self.dir.glob("s-*.jsonl"))
         with self._listing_lock:
             for gone in set(self._listing) - set(paths):  # logs deleted since last listed
                 self._listing.pop(gone, None)
             for path in paths:
                 session_id = path.stem
-                if self._loaded(session_id) or not SESSION_ID.fullmatch(session_id):
+                if not SESSION_ID.fullmatch(session_id):
                     continue
-                found.append(self._listed(path))
-        return found
+                if self._loaded(session_id):
+                    scan.loaded.append(path)
+                else:
+                    scan.found.append(self._listed(path))
+        return scan
+
+    def read(self, paths: list[pathlib.Path]) -> list[SessionInfo]:
+        """How these logs show (those of sessions closed during a scan)."""
+        with self._listing_lock:
+            return [self._listed(path) for path in paths]
 
     def _listed(self, path: pathlib.Path) -> SessionInfo:
         """How ``session.list`` shows a log not loaded here; logs unchanged since they were

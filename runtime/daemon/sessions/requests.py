@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import msgspec
+import trio
 
 from protocol.errors import ErrorCode, RpcError
 from protocol.ids import debug_call_id
@@ -172,13 +173,7 @@ class SessionRequests:
                                        params.system_prompt, params.sandbox)
         # Until it answers, session.close of it undoes the open (its servers killed).
         session.begin_open()
-        try:
-            listed = await session.open_new()
-        except RpcError as exc:
-            if self.link.closing and exc.code == ErrorCode.HOST_CRASHED:
-                raise RpcError(ErrorCode.SHUTTING_DOWN,
-                               "the daemon shut down while the session opened") from exc
-            raise
+        listed = await session.open_new()  # a host unavailable: mapped by the daemon
         if listed is None:
             raise RpcError(ErrorCode.REQUEST_CANCELLED,
                            "session.close came while the session opened: it was undone")
@@ -188,10 +183,15 @@ class SessionRequests:
 
     async def session_list(self, params: Empty) -> SessionListResult:
         self.require_initialized()
+        scan = await self.listing.scan_disk()
+        # The open sessions as they are after the scan: one that opened or closed during
+        # it is listed once, from the session or from its log.
         loaded = [s.info() for s in self.sessions.all()]
         listed = {info.session_id for info in loaded}
-        on_disk = [info for info in await self.listing.scan_disk()
-                   if info.session_id not in listed]
+        on_disk = [info for info in scan.found if info.session_id not in listed]
+        closed = [path for path in scan.loaded if path.stem not in listed]
+        if closed:
+            on_disk += await trio.to_thread.run_sync(self.listing.read, closed)
         return SessionListResult(tuple(loaded + on_disk))
 
     async def session_load(self, params: SessionLoadParams, effect: Effect
@@ -221,7 +221,7 @@ class SessionRequests:
                         and params.mcp_servers != open_now.mcp_servers):
                     open_now.mcp_servers = params.mcp_servers
                     effect.take()  # the servers are the session's: the host is waited for
-                    await open_now.open()
+                    await open_now.open_or_defer()
                 open_now.agent.journal.replay()
                 return SessionLoadResult(open_now.session_id, open_now.workspace,
                                          len(open_now.agent.journal.events), False)
@@ -240,7 +240,7 @@ class SessionRequests:
                     # The agent runs before the host hears of the session: if the host
                     # refuses it (its workspace is gone), prompts still get answered.
                     session.start_agent()
-                    servers = (await session.open()).servers
+                    servers = await session.open_or_defer()
         session.agent.journal.replay()
         return SessionLoadResult(session.session_id, session.workspace,
                                  len(session.agent.journal.events), loaded.recovered, servers)
@@ -253,7 +253,7 @@ class SessionRequests:
             session = self.sessions.get(params.session_id)
             session.permission_mode = params.permission_mode
         if session.registration is not None:
-            await session.open()
+            await session.open_or_defer()
         return Empty()
 
     async def session_close(self, params: SessionCloseParams, effect: Effect) -> Empty:

@@ -31,10 +31,9 @@ import msgspec
 import trio
 
 from protocol.causes import DisposedCause
-from protocol.errors import ErrorCode, RpcError
 from protocol.ids import root_turn_id
 from protocol.messages.client import PermissionMode, SandboxMode, SessionInfo
-from protocol.messages.common import McpServerConfig
+from protocol.messages.common import McpServerConfig, PluginServerStatus
 from protocol.messages.events import AnnouncedEvent, SessionMeta
 from protocol.messages.host import (
     PluginsListParams,
@@ -288,6 +287,18 @@ class Session:
         await host.request("session.open", params)  # a re-open: what runs keeps running
         return await self._list_plugins()
 
+    async def open_or_defer(self) -> tuple[PluginServerStatus, ...]:
+        """``open()`` for a session whose load or mode change has taken effect: if no host
+        can take it now (the host died, or the shutdown stopped it), the session stays as
+        it is and a fresh host is told of it by its registration; no plugin server runs
+        until then."""
+        try:
+            return (await self.open()).servers
+        except HostUnavailable as exc:
+            log.warning("session %s: the host was not told of it now (%s); a fresh host "
+                        "will be", self.session_id, exc)
+            return ()
+
     def begin_open(self) -> None:
         """A new session's open begins: from here ``session.close`` undoes it."""
         self.opening = Opening()
@@ -302,11 +313,7 @@ class Session:
         try:
             with opening.scope:
                 try:
-                    try:
-                        listed = await self.open()
-                    except HostUnavailable as exc:  # no host could take it (not our bug)
-                        raise RpcError(ErrorCode.HOST_CRASHED,
-                                       f"no host for the session: {exc}") from exc
+                    listed = await self.open()
                 except BaseException:
                     await self._undo_open()
                     raise

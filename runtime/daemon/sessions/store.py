@@ -159,6 +159,7 @@ class SessionStore:
         except (OSError, ValueError) as exc:
             raise RpcError(ErrorCode.INTERNAL, f"session log unreadable: {why(exc)}",
                            {"path": str(path)}) from exc
+        opened = provider(meta.provider)  # refused before the log is reopened (locked)
         try:
             slog = SessionLog.reopen(path, contents)
         except SessionBusy as exc:
@@ -173,7 +174,7 @@ class SessionStore:
             raise RpcError(ErrorCode.INTERNAL, f"session log cannot take the repair of its "
                            f"interrupted turns: {why(exc)}", {"path": str(path)}) from exc
         journal = Journal(slog, lambda event: session.announce(event), tuple(journal.events))
-        self._attach(session, meta, journal, provider(meta.provider))
+        self._attach(session, meta, journal, opened)
         return Loaded(session, recovered)
 
     @staticmethod
