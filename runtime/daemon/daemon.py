@@ -332,7 +332,7 @@ _SESSION_REQUESTS: dict[str, tuple[str, Callable[[Any], Handler]]] = {
     # method: (SessionRequests' method, when its effect is taken: runtime.link.effects)
     # The session exists at once; waiting for the host and plugins follows.
     "session.new": ("session_new", answers_later),
-    # The loaded sessions are listed as of now; the disk is read after.
+    # The disk is read off the event loop; the open sessions are listed as of its end.
     "session.list": ("session_list", answers_later),
     # These take their place in the session's chain (runtime.daemon.sessions.order).
     "session.load": ("session_load", marks_effect),
