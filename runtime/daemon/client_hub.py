@@ -73,9 +73,8 @@ class ClientHub:
         if client in self.clients:
             self.clients.remove(client)
             self._left.set()
-        for followers in self._followers.values():
-            if client in followers:
-                followers.remove(client)
+        for session_id in list(self._followers):
+            self.unfollow(session_id, client)
 
     async def all_gone(self) -> None:
         """Return once no client is connected."""
@@ -91,6 +90,14 @@ class ClientHub:
         for prompt in self._prompts.values():
             if prompt.params.session_id == session_id:
                 prompt.ask(client)
+
+    def unfollow(self, session_id: str, client: Endpoint) -> None:
+        """``client`` no longer hears ``session_id``; a session nobody follows is dropped."""
+        followers = self._followers.get(session_id)
+        if followers is not None and client in followers:
+            followers.remove(client)
+            if not followers:
+                del self._followers[session_id]
 
     def followers(self, session_id: str) -> list[Endpoint]:
         return list(self._followers.get(session_id, ()))

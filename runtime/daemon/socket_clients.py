@@ -79,10 +79,16 @@ class SocketClients:
             loaded = self._replay_loaded(client, session_id)
             if loaded is not None:
                 return loaded
-        if method in _FOLLOWED_BY_PARAMS and session_id is not None \
-                and method != "session.close":
-            self.hub.follow(session_id, client)  # before a load's replay
-        result = await call_handler(handler, params, effect)  # its effect as it declares
+        followed = (session_id if method in _FOLLOWED_BY_PARAMS
+                    and method != "session.close" else None)
+        if followed is not None:
+            self.hub.follow(followed, client)  # before a load's replay
+        try:
+            result = await call_handler(handler, params, effect)  # its effect as it declares
+        finally:
+            if followed is not None and self._daemon.sessions.find(followed) is None:
+                # No such session (or no longer): a client naming missing ids keeps nothing.
+                self.hub.unfollow(followed, client)
         if method == "initialize":
             state["initialized"] = True
         elif method == "session.new":
