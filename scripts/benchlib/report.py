@@ -12,6 +12,7 @@ import pathlib
 from dataclasses import dataclass, field
 
 from benchlib.machine import Machine
+from benchlib.report_figures import num
 from benchlib.report_goals import goals_section
 from benchlib.report_perf import PERF_METHOD, growth_section, link_sections, micro_section
 from benchlib.report_profile import profile_section
@@ -45,15 +46,7 @@ def ratio_text(value: float) -> str:
 
 
 def ms(value: float | None) -> str:
-    if value is None or math.isnan(value):
-        return "—"
-    if abs(value) < 1:
-        return f"{value:.3f}"
-    if abs(value) < 10:
-        return f"{value:.2f}"
-    if abs(value) < 1000:
-        return f"{value:.1f}"
-    return f"{value:,.0f}"
+    return num(value, "ms")
 
 
 def _met(series: Series) -> str:
