@@ -93,3 +93,38 @@ def test_bench_report_keeps_the_load_block(tmp_path: pathlib.Path) -> None:
     text = path.read_text()
     assert text.startswith("# Benchmarks\n\nbench run 2\n")
     assert text.count(BEGIN) == 1 and "second" in text and "first" not in text
+
+
+def _leftover_check(phase: str, survivors: list[str], exiting: list[str],
+                    later: list[str]) -> bool | None:
+    """The verdict of the judge's leftover check of ``phase`` on a run with these."""
+    _report_module()  # puts scripts/ on the path
+    records = importlib.import_module("benchlib.load_records")
+    judge = importlib.import_module("benchlib.load_judge")
+    result = records.LoadResult(records.SMOKE)
+    recorded = result.phase_a if phase == "A" else result.phase_b
+    recorded.survivors, recorded.exiting, recorded.survivors_later = survivors, exiting, later
+    judge.judge(result)
+    (check,) = [c for c in result.checks
+                if c.name.startswith(f"{phase}: no marked process")]
+    verdict: bool | None = check.passed
+    return verdict
+
+
+def test_the_leftover_checks_let_a_raced_search_exit_and_nothing_else() -> None:
+    """A stop does not wait for a read-only call's search: one still exiting (or not yet
+    reaped) right after the answer passes if it is gone within the wait; any other
+    process right after the answer, or anything still there after the wait, fails."""
+    rg, bash = "16244 rg (zombie)", "16250 sleep (sleeping)"
+    for phase in ("A", "B"):
+        assert _leftover_check(phase, [], [], []) is True
+        assert _leftover_check(phase, [], [rg], []) is True
+        assert _leftover_check(phase, [], [rg], [rg]) is False
+        assert _leftover_check(phase, [bash], [], []) is False
+        assert _leftover_check(phase, [bash], [rg], [bash]) is False
+    # A zombie search the host has not reaped yet (the failure CI met) is a raced search.
+    harness = importlib.import_module("benchlib.harness")
+    leftovers = importlib.import_module("benchlib.load_leftovers")
+    seen = [harness.Member(16244, "rg", "zombie", False),
+            harness.Member(16250, "sleep", "sleeping", False)]
+    assert leftovers.raced(seen) == (["16250 sleep (sleeping)"], ["16244 rg (zombie)"])

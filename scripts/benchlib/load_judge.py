@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from benchlib.load_leftovers import LEFTOVER_WAIT
 from benchlib.load_phase_a import ABD, ABORTED, PROCESS_SLOTS
 from benchlib.load_plugins import PLUGIN_SLOTS
 from benchlib.load_records import Check, LoadResult, MemSample
@@ -49,8 +50,11 @@ def judge(result: LoadResult) -> None:
                             and not a.plugin_servers_left,
                             f"{a.plugin_cancelled}/{a.plugin_calls} cancelled, "
                             f"{len(a.plugin_servers_left)} servers left"))
-    checks.append(Check("A: no marked process right after the answers", not a.survivors,
-                        f"{len(a.survivors)} ({a.tree_members} seen before the stop)"))
+    checks.append(Check("A: no marked process right after the answers (a raced search gone "
+                        f"within {LEFTOVER_WAIT:g} s)", not (a.survivors or a.survivors_later),
+                        f"{len(a.survivors)} ({a.tree_members} seen before the stop); "
+                        f"{len(a.exiting)} raced searches exiting; "
+                        f"{len(a.survivors_later)} there {LEFTOVER_WAIT:g} s later"))
     checks.append(Check("A: every transcript balances", not a.unbalanced,
                         f"{len(a.unbalanced)} of {a.sessions} logs do not"))
     c = result.phase_a_control
@@ -59,7 +63,7 @@ def judge(result: LoadResult) -> None:
               and c.prompt_reasons.get("cancelled", 0) == c.sessions
               and c.withdrawn == c.permission_requests and not c.writes_ran
               and c.plugin_cancelled == c.plugin_calls and not c.plugin_servers_left
-              and not (c.anomalies or c.unbalanced or c.survivors))
+              and not (c.anomalies or c.unbalanced or c.survivors or c.survivors_later))
         checks.append(Check("A without Grep: every call in flight, every stop `aborted` with "
                             "its codes, withdrawn, balanced, no survivor", ok,
                             f"{c.outcomes.get('aborted', 0)}/{c.sessions} aborted, "
@@ -80,8 +84,10 @@ def judge(result: LoadResult) -> None:
                         f"{len(b.torn_writes)} of {b.write_targets} files otherwise; Writes "
                         f"stopped: {write_codes.get(ABORTED, 0)} {ABORTED} (its body had started), "
                         f"{write_codes.get(ABD, 0)} {ABD}"))
-    checks.append(Check("B: no marked process after the last stop", not b.survivors,
-                        f"{len(b.survivors)}"))
+    checks.append(Check("B: no marked process after the last stop (a raced search gone "
+                        f"within {LEFTOVER_WAIT:g} s)", not (b.survivors or b.survivors_later),
+                        f"{len(b.survivors)}; {len(b.exiting)} raced searches exiting; "
+                        f"{len(b.survivors_later)} there {LEFTOVER_WAIT:g} s later"))
     d_growth, h_growth = _growth(b.samples, "daemon_rss_mb"), _growth(b.samples, "host_rss_mb")
     if d_growth is None or h_growth is None:
         checks.append(Check(f"B: RSS growth ≤ {cfg.rss_bound_mb:g} MB", False,

@@ -40,7 +40,7 @@ from typing import Any
 import trio
 
 from benchlib.harness import Bench, Session, kill_all, now_ms, scripted_call
-from benchlib.load_leftovers import session_log, transcript_problems, wait_gone
+from benchlib.load_leftovers import raced, session_log, transcript_problems, wait_gone
 from benchlib.load_plugins import (
     PLUGIN_SLOTS,
     PLUGIN_TOOL,
@@ -226,7 +226,7 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
         servers = await trio.to_thread.run_sync(plugin_servers, bench)
         survivors = [m for m in await trio.to_thread.run_sync(bench.members)
                      if m.pid not in servers]
-        out.survivors = [m.describe() for m in survivors]
+        out.survivors, out.exiting = raced(survivors)
         with trio.move_on_after(cfg.prompt_timeout):
             await all_prompted.wait()
         nursery.cancel_scope.cancel()

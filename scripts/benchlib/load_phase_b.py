@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from benchlib.harness import Bench, Session, kill_all, now_ms, scripted_call
-from benchlib.load_leftovers import session_log, transcript_problems, wait_gone
+from benchlib.load_leftovers import raced, session_log, transcript_problems, wait_gone
 from benchlib.load_records import LoadConfig, PhaseB, tally, tally_pair
 from benchlib.load_sampler import Sampler
 from protocol.messages.client import AgentAbortResult, AgentPromptResult
@@ -216,9 +216,11 @@ async def phase_b(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
                                aborted_by_session)
     out.duration_s = time.monotonic() - started
     survivors = await trio.to_thread.run_sync(bench.members)
-    out.survivors = [m.describe() for m in survivors]
+    out.survivors, out.exiting = raced(survivors)
     if survivors:
-        kill_all(await wait_gone(bench))
+        later = await wait_gone(bench)
+        out.survivors_later = [m.describe() for m in later]
+        kill_all(later)
     await trio.sleep(0.5)  # late tool/abort events of the last stops
     for lane in lanes:
         for event in lane.session.events:

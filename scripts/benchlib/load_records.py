@@ -118,7 +118,11 @@ class PhaseA:
     plugin_servers_left: list[str] = field(default_factory=list)
     """Plugin servers still alive once their sessions were closed."""
     survivors: list[str] = field(default_factory=list)
+    """Marked processes right after the answers, but raced searches."""
+    exiting: list[str] = field(default_factory=list)
+    """Raced searches right after the answers (``load_leftovers.RACED_SEARCH``)."""
     survivors_later: list[str] = field(default_factory=list)
+    """Any marked process still there ``LEFTOVER_WAIT`` after the answers."""
     unbalanced: list[str] = field(default_factory=list)
     anomalies: list[str] = field(default_factory=list)
 
@@ -170,6 +174,11 @@ class PhaseB:
     """Write targets holding anything but one of their Writes' content, whole."""
     unbalanced: list[str] = field(default_factory=list)
     survivors: list[str] = field(default_factory=list)
+    """Marked processes right after the last stop's answer, but raced searches."""
+    exiting: list[str] = field(default_factory=list)
+    """Raced searches right after the last stop's answer."""
+    survivors_later: list[str] = field(default_factory=list)
+    """Any marked process still there ``LEFTOVER_WAIT`` after it."""
     samples: list[MemSample] = field(default_factory=list)
     ops_stats: dict[str, Any] | None = None
     anomalies: list[str] = field(default_factory=list)

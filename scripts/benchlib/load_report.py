@@ -136,8 +136,9 @@ def markdown(result: LoadResult, machine: Machine, command: str, duration_s: flo
         f"- permission prompts withdrawn {a.withdrawn}/{a.permission_requests}; Writes that "
         f"ran: {a.writes_ran}",
         f"- marked processes right after the answers: {len(a.survivors)}"
-        + (f" ({', '.join(a.survivors[:10])}; still there {LEFTOVER_NOTE}: "
-           f"{len(a.survivors_later)})" if a.survivors else ""),
+        + (f" ({', '.join(a.survivors[:10])})" if a.survivors else "")
+        + f"; raced searches still exiting then: {len(a.exiting)}"
+        + f"; still there {LEFTOVER_NOTE}: {len(a.survivors_later)}",
         f"- unbalanced transcripts: {len(a.unbalanced)} of {a.sessions}",
         "",
     ]
@@ -193,7 +194,8 @@ def markdown(result: LoadResult, machine: Machine, command: str, duration_s: flo
         f"- unanswered aborts {len(b.unanswered_aborts)}, unanswered prompts "
         f"{len(b.unanswered_prompts)}, prompt/abort disagreements {len(b.inconsistent)}, "
         f"unbalanced transcripts {len(b.unbalanced)}, marked processes after the last stop "
-        f"{len(b.survivors)}",
+        f"{len(b.survivors)} (raced searches still exiting then {len(b.exiting)}; still there "
+        f"{LEFTOVER_NOTE}: {len(b.survivors_later)})",
     ]
     if b.ops_stats:
         s = b.ops_stats
@@ -230,10 +232,12 @@ def markdown(result: LoadResult, machine: Machine, command: str, duration_s: flo
     c_anomalies = [] if c is None else c.anomalies + c.unbalanced + c.survivors
     anomalies = ([f"A: {x}" for x in a.anomalies + a.unbalanced]
                  + [f"A: survivor {x}" for x in a.survivors]
+                 + [f"A: still there {LEFTOVER_NOTE}: {x}" for x in a.survivors_later]
                  + [f"A without Grep: {x}" for x in c_anomalies]
                  + [f"B: {x}" for x in (b.unanswered_aborts + b.unanswered_prompts
                                         + b.inconsistent + b.unbalanced + b.anomalies)]
                  + [f"B: survivor {x}" for x in b.survivors]
+                 + [f"B: still there {LEFTOVER_NOTE}: {x}" for x in b.survivors_later]
                  + [f"run: {x}" for x in result.failures]
                  + [f"left at the end: {x}" for x in result.leftovers])
     out += ["", "Anomalies (first 30):", ""]
