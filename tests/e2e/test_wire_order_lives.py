@@ -20,7 +20,7 @@ ROUNDS = 10
 
 async def test_load_prompt_abort_close_load_prompt_in_one_write(
         marked: Marked, tmp_path: pathlib.Path) -> None:
-    with trio.fail_after(180):
+    with trio.fail_after(100):
         async with raw_daemon(marked.env()) as raw:
             pipe = Pipeline(raw)
             assert "result" in await pipe.call("initialize", INIT)
