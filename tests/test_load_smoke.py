@@ -95,15 +95,16 @@ def test_bench_report_keeps_the_load_block(tmp_path: pathlib.Path) -> None:
     assert text.count(BEGIN) == 1 and "second" in text and "first" not in text
 
 
-def _leftover_check(phase: str, survivors: list[str], exiting: list[str],
+def _leftover_check(phase: str, right_after: list[str], exiting: list[str],
                     later: list[str]) -> bool | None:
     """The verdict of the judge's leftover check of ``phase`` on a run with these."""
     _report_module()  # puts scripts/ on the path
     records = importlib.import_module("benchlib.load_records")
+    leftovers = importlib.import_module("benchlib.load_leftovers")
     judge = importlib.import_module("benchlib.load_judge")
     result = records.LoadResult(records.SMOKE)
     recorded = result.phase_a if phase == "A" else result.phase_b
-    recorded.survivors, recorded.exiting, recorded.survivors_later = survivors, exiting, later
+    recorded.leftovers = leftovers.Leftovers(right_after, exiting, later)
     judge.judge(result)
     (check,) = [c for c in result.checks
                 if c.name.startswith(f"{phase}: no marked process")]
@@ -125,6 +126,7 @@ def test_the_leftover_checks_let_a_raced_search_exit_and_nothing_else() -> None:
     # A zombie search the host has not reaped yet (the failure CI met) is a raced search.
     harness = importlib.import_module("benchlib.harness")
     leftovers = importlib.import_module("benchlib.load_leftovers")
-    seen = [harness.Member(16244, "rg", "zombie", False),
-            harness.Member(16250, "sleep", "sleeping", False)]
-    assert leftovers.raced(seen) == (["16250 sleep (sleeping)"], ["16244 rg (zombie)"])
+    seen = leftovers.Leftovers.seen([harness.Member(16244, "rg", "zombie", False),
+                                     harness.Member(16250, "sleep", "sleeping", False)])
+    assert (seen.right_after, seen.exiting) == (["16250 sleep (sleeping)"],
+                                                ["16244 rg (zombie)"])

@@ -51,10 +51,8 @@ def judge(result: LoadResult) -> None:
                             f"{a.plugin_cancelled}/{a.plugin_calls} cancelled, "
                             f"{len(a.plugin_servers_left)} servers left"))
     checks.append(Check("A: no marked process right after the answers (a raced search gone "
-                        f"within {LEFTOVER_WAIT:g} s)", not (a.survivors or a.survivors_later),
-                        f"{len(a.survivors)} ({a.tree_members} seen before the stop); "
-                        f"{len(a.exiting)} raced searches exiting; "
-                        f"{len(a.survivors_later)} there {LEFTOVER_WAIT:g} s later"))
+                        f"within {LEFTOVER_WAIT:g} s)", a.leftovers.clean,
+                        f"{a.leftovers.detail()} ({a.tree_members} seen before the stop)"))
     checks.append(Check("A: every transcript balances", not a.unbalanced,
                         f"{len(a.unbalanced)} of {a.sessions} logs do not"))
     c = result.phase_a_control
@@ -63,12 +61,12 @@ def judge(result: LoadResult) -> None:
               and c.prompt_reasons.get("cancelled", 0) == c.sessions
               and c.withdrawn == c.permission_requests and not c.writes_ran
               and c.plugin_cancelled == c.plugin_calls and not c.plugin_servers_left
-              and not (c.anomalies or c.unbalanced or c.survivors or c.survivors_later))
+              and not (c.anomalies or c.unbalanced) and c.leftovers.clean)
         checks.append(Check("A without Grep: every call in flight, every stop `aborted` with "
                             "its codes, withdrawn, balanced, no survivor", ok,
                             f"{c.outcomes.get('aborted', 0)}/{c.sessions} aborted, "
-                            f"{len(c.anomalies) + len(c.unbalanced) + len(c.survivors)} "
-                            "anomalies"))
+                            f"{len(c.anomalies) + len(c.unbalanced)} anomalies; leftovers: "
+                            f"{c.leftovers.detail()}"))
     checks.append(Check(f"B: every `agent.abort` answered within {cfg.abort_timeout:g} s",
                         not b.unanswered_aborts and b.stops == cfg.stops,
                         f"{b.stops:,}/{cfg.stops:,} answered, {len(b.unanswered_aborts)} not"))
@@ -85,9 +83,7 @@ def judge(result: LoadResult) -> None:
                         f"stopped: {write_codes.get(ABORTED, 0)} {ABORTED} (its body had started), "
                         f"{write_codes.get(ABD, 0)} {ABD}"))
     checks.append(Check("B: no marked process after the last stop (a raced search gone "
-                        f"within {LEFTOVER_WAIT:g} s)", not (b.survivors or b.survivors_later),
-                        f"{len(b.survivors)}; {len(b.exiting)} raced searches exiting; "
-                        f"{len(b.survivors_later)} there {LEFTOVER_WAIT:g} s later"))
+                        f"within {LEFTOVER_WAIT:g} s)", b.leftovers.clean, b.leftovers.detail()))
     d_growth, h_growth = _growth(b.samples, "daemon_rss_mb"), _growth(b.samples, "host_rss_mb")
     if d_growth is None or h_growth is None:
         checks.append(Check(f"B: RSS growth ≤ {cfg.rss_bound_mb:g} MB", False,

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
-from benchlib.harness import Bench, Member, Session
+from benchlib.harness import Bench, Member, Session, kill_all
 from protocol.messages.events import DurableEvent
 from protocol.transcript import Transcript
 from runtime.agent.sessionlog import read_log
@@ -25,10 +26,39 @@ the search, or not have reaped it yet. Such a process must be gone within
 ``LEFTOVER_WAIT``; any other must be gone when the answer arrives."""
 
 
-def raced(members: Sequence[Member]) -> tuple[list[str], list[str]]:
-    """``members`` split: those no answer may leave behind, and raced searches exiting."""
-    return ([m.describe() for m in members if m.name != RACED_SEARCH],
-            [m.describe() for m in members if m.name == RACED_SEARCH])
+@dataclass
+class Leftovers:
+    """The marked processes a phase's stops left: right after the answers, split by
+    ``RACED_SEARCH``, and ``LEFTOVER_WAIT`` later."""
+
+    right_after: list[str] = field(default_factory=list)
+    """Right after the answers, but raced searches: what no answer may leave behind."""
+    exiting: list[str] = field(default_factory=list)
+    """Raced searches right after the answers."""
+    later: list[str] = field(default_factory=list)
+    """Any of them still there ``LEFTOVER_WAIT`` later (killed then)."""
+
+    @property
+    def clean(self) -> bool:
+        return not (self.right_after or self.later)
+
+    def detail(self) -> str:
+        return (f"{len(self.right_after)} right after; {len(self.exiting)} raced searches "
+                f"exiting; {len(self.later)} there {LEFTOVER_WAIT:g} s later")
+
+    @classmethod
+    def seen(cls, members: Sequence[Member]) -> Leftovers:
+        """The leftovers ``members``, seen right after the answers."""
+        return cls([m.describe() for m in members if m.name != RACED_SEARCH],
+                   [m.describe() for m in members if m.name == RACED_SEARCH])
+
+    async def wait_out(self, bench: Bench, ignore: frozenset[int] = frozenset()) -> None:
+        """If any was seen: those (but ``ignore``) still there ``LEFTOVER_WAIT`` later,
+        recorded and killed."""
+        if self.right_after or self.exiting:
+            left = await wait_gone(bench, ignore)
+            self.later = [m.describe() for m in left]
+            kill_all(left)
 
 
 def transcript_problems(events: tuple[DurableEvent, ...] | list[DurableEvent]) -> list[str]:

@@ -39,8 +39,8 @@ from typing import Any
 
 import trio
 
-from benchlib.harness import Bench, Session, kill_all, now_ms, scripted_call
-from benchlib.load_leftovers import raced, session_log, transcript_problems, wait_gone
+from benchlib.harness import Bench, Session, now_ms, scripted_call
+from benchlib.load_leftovers import Leftovers, session_log, transcript_problems
 from benchlib.load_plugins import (
     PLUGIN_SLOTS,
     PLUGIN_TOOL,
@@ -224,17 +224,13 @@ async def phase_a(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
             out.all_settled_ms = max(out.answered_at_ms)
         # A plugin server lives as long as its session: not a survivor of the stop.
         servers = await trio.to_thread.run_sync(plugin_servers, bench)
-        survivors = [m for m in await trio.to_thread.run_sync(bench.members)
-                     if m.pid not in servers]
-        out.survivors, out.exiting = raced(survivors)
+        out.leftovers = Leftovers.seen([m for m in await trio.to_thread.run_sync(bench.members)
+                                        if m.pid not in servers])
         with trio.move_on_after(cfg.prompt_timeout):
             await all_prompted.wait()
         nursery.cancel_scope.cancel()
 
-    if survivors:
-        later = [m for m in await wait_gone(bench, servers) if m.pid not in servers]
-        out.survivors_later = [m.describe() for m in later]
-        kill_all(later)
+    await out.leftovers.wait_out(bench, frozenset(servers))
     await close_plugin_sessions(bench, by_role["plugin"], plugin_workspaces, servers, out)
 
     out.unanswered_prompts = len(sessions) - len(prompts)

@@ -27,8 +27,8 @@ from typing import Any
 
 import trio
 
-from benchlib.harness import Bench, Session, kill_all, now_ms, scripted_call
-from benchlib.load_leftovers import raced, session_log, transcript_problems, wait_gone
+from benchlib.harness import Bench, Session, now_ms, scripted_call
+from benchlib.load_leftovers import Leftovers, session_log, transcript_problems
 from benchlib.load_records import LoadConfig, PhaseB, tally, tally_pair
 from benchlib.load_sampler import Sampler
 from protocol.messages.client import AgentAbortResult, AgentPromptResult
@@ -215,12 +215,8 @@ async def phase_b(bench: Bench, cfg: LoadConfig, ops: OpsClient | None, out: Pha
             nursery.start_soon(_worker, bench, cfg, lanes[w::workers], out, progress, sampler,
                                aborted_by_session)
     out.duration_s = time.monotonic() - started
-    survivors = await trio.to_thread.run_sync(bench.members)
-    out.survivors, out.exiting = raced(survivors)
-    if survivors:
-        later = await wait_gone(bench)
-        out.survivors_later = [m.describe() for m in later]
-        kill_all(later)
+    out.leftovers = Leftovers.seen(await trio.to_thread.run_sync(bench.members))
+    await out.leftovers.wait_out(bench)
     await trio.sleep(0.5)  # late tool/abort events of the last stops
     for lane in lanes:
         for event in lane.session.events:

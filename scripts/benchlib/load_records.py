@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from benchlib.load_leftovers import Leftovers
 from runtime.daemon.percentiles import percentile
 
 ROLES = ("process", "read-only", "permission", "plugin")
@@ -117,12 +118,9 @@ class PhaseA:
     """Plugin calls whose server saw the cancel (``cancelled-politely``)."""
     plugin_servers_left: list[str] = field(default_factory=list)
     """Plugin servers still alive once their sessions were closed."""
-    survivors: list[str] = field(default_factory=list)
-    """Marked processes right after the answers, but raced searches."""
-    exiting: list[str] = field(default_factory=list)
-    """Raced searches right after the answers (``load_leftovers.RACED_SEARCH``)."""
-    survivors_later: list[str] = field(default_factory=list)
-    """Any marked process still there ``LEFTOVER_WAIT`` after the answers."""
+    leftovers: Leftovers = field(default_factory=Leftovers)
+    """The marked processes the stops left (plugin servers aside: they live as long as
+    their sessions)."""
     unbalanced: list[str] = field(default_factory=list)
     anomalies: list[str] = field(default_factory=list)
 
@@ -173,12 +171,8 @@ class PhaseB:
     torn_writes: list[str] = field(default_factory=list)
     """Write targets holding anything but one of their Writes' content, whole."""
     unbalanced: list[str] = field(default_factory=list)
-    survivors: list[str] = field(default_factory=list)
-    """Marked processes right after the last stop's answer, but raced searches."""
-    exiting: list[str] = field(default_factory=list)
-    """Raced searches right after the last stop's answer."""
-    survivors_later: list[str] = field(default_factory=list)
-    """Any marked process still there ``LEFTOVER_WAIT`` after it."""
+    leftovers: Leftovers = field(default_factory=Leftovers)
+    """The marked processes left after the last stop's answer."""
     samples: list[MemSample] = field(default_factory=list)
     ops_stats: dict[str, Any] | None = None
     anomalies: list[str] = field(default_factory=list)

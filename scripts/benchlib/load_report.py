@@ -3,6 +3,7 @@ summary for stdout."""
 
 from __future__ import annotations
 
+from benchlib.load_leftovers import LEFTOVER_WAIT, Leftovers
 from benchlib.load_phase_a import PROCESS_SLOTS, TREE
 from benchlib.load_records import LoadResult, MemSample, summarize
 from benchlib.machine import Machine
@@ -135,10 +136,7 @@ def markdown(result: LoadResult, machine: Machine, command: str, duration_s: flo
         f"{_nested(a.host_states)}",
         f"- permission prompts withdrawn {a.withdrawn}/{a.permission_requests}; Writes that "
         f"ran: {a.writes_ran}",
-        f"- marked processes right after the answers: {len(a.survivors)}"
-        + (f" ({', '.join(a.survivors[:10])})" if a.survivors else "")
-        + f"; raced searches still exiting then: {len(a.exiting)}"
-        + f"; still there {LEFTOVER_NOTE}: {len(a.survivors_later)}",
+        f"- marked processes the stops left: {a.leftovers.detail()}",
         f"- unbalanced transcripts: {len(a.unbalanced)} of {a.sessions}",
         "",
     ]
@@ -162,8 +160,7 @@ def markdown(result: LoadResult, machine: Machine, command: str, duration_s: flo
             "",
             f"- median round trip with the Grep sessions / without: {ratio}",
             f"- codes by tool (answers): {_nested(c.codes)}; unbalanced transcripts "
-            f"{len(c.unbalanced)}, marked processes right after the answers "
-            f"{len(c.survivors)}",
+            f"{len(c.unbalanced)}, marked processes the stops left: {c.leftovers.detail()}",
             "",
         ]
     out += [
@@ -193,9 +190,8 @@ def markdown(result: LoadResult, machine: Machine, command: str, duration_s: flo
         f"- the host's state when `tools.abort` reached it: {_counts(b.host_states)}",
         f"- unanswered aborts {len(b.unanswered_aborts)}, unanswered prompts "
         f"{len(b.unanswered_prompts)}, prompt/abort disagreements {len(b.inconsistent)}, "
-        f"unbalanced transcripts {len(b.unbalanced)}, marked processes after the last stop "
-        f"{len(b.survivors)} (raced searches still exiting then {len(b.exiting)}; still there "
-        f"{LEFTOVER_NOTE}: {len(b.survivors_later)})",
+        f"unbalanced transcripts {len(b.unbalanced)}, marked processes after the last stop: "
+        f"{b.leftovers.detail()}",
     ]
     if b.ops_stats:
         s = b.ops_stats
@@ -229,15 +225,14 @@ def markdown(result: LoadResult, machine: Machine, command: str, duration_s: flo
                         f"{grown / b.log_events:,.0f} bytes of daemon RSS growth per event."]
     out += ["", "### Checks", "", "| check | passed | detail |", "|---|---|---|"]
     out += [f"| {c.name} | {_verdict(c.passed)} | {c.detail} |" for c in result.checks]
-    c_anomalies = [] if c is None else c.anomalies + c.unbalanced + c.survivors
+    c_anomalies = ([] if c is None
+                   else c.anomalies + c.unbalanced + _left("", c.leftovers))
     anomalies = ([f"A: {x}" for x in a.anomalies + a.unbalanced]
-                 + [f"A: survivor {x}" for x in a.survivors]
-                 + [f"A: still there {LEFTOVER_NOTE}: {x}" for x in a.survivors_later]
+                 + _left("A: ", a.leftovers)
                  + [f"A without Grep: {x}" for x in c_anomalies]
                  + [f"B: {x}" for x in (b.unanswered_aborts + b.unanswered_prompts
                                         + b.inconsistent + b.unbalanced + b.anomalies)]
-                 + [f"B: survivor {x}" for x in b.survivors]
-                 + [f"B: still there {LEFTOVER_NOTE}: {x}" for x in b.survivors_later]
+                 + _left("B: ", b.leftovers)
                  + [f"run: {x}" for x in result.failures]
                  + [f"left at the end: {x}" for x in result.leftovers])
     out += ["", "Anomalies (first 30):", ""]
@@ -248,7 +243,13 @@ def markdown(result: LoadResult, machine: Machine, command: str, duration_s: flo
     return "\n".join(out)
 
 
-LEFTOVER_NOTE = "5 s later"
+LEFTOVER_NOTE = f"{LEFTOVER_WAIT:g} s later"
+
+
+def _left(prefix: str, left: Leftovers) -> list[str]:
+    """What the stops left, as anomalies (a raced search exiting is not one)."""
+    return ([f"{prefix}survivor {x}" for x in left.right_after]
+            + [f"{prefix}still there {LEFTOVER_NOTE}: {x}" for x in left.later])
 
 
 def summary(result: LoadResult) -> str:
